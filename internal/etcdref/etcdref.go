@@ -1,0 +1,86 @@
+// Package etcdref runs real etcd (go.etcd.io/etcd/server/v3/embed), the reference
+// every meganode-store behaviour is compared with, on free loopback ports.
+package etcdref
+
+import (
+	"fmt"
+	"net/url"
+	"os"
+	"time"
+
+	"go.etcd.io/etcd/server/v3/embed"
+
+	"github.com/meganode/meganode/internal/storeproc"
+)
+
+// Options for one reference server.
+type Options struct {
+	DataDir         string // default: a new temporary directory (use /dev/shm for etcd's best case)
+	MaxRequestBytes uint   // default: etcd's own default (1.5 MiB)
+	LogLevel        string // default: "error"
+	// Quota of the backend in bytes; 0 keeps etcd's default.
+	QuotaBackendBytes int64
+}
+
+// Server is a running embedded etcd.
+type Server struct {
+	Etcd     *embed.Etcd
+	Endpoint string // host:port
+	DataDir  string
+}
+
+// Start runs etcd in this process and waits until it serves clients.
+func Start(opts Options) (*Server, error) {
+	if opts.DataDir == "" {
+		d, err := os.MkdirTemp("", "etcdref-")
+		if err != nil {
+			return nil, err
+		}
+		opts.DataDir = d
+	}
+	cport, err := storeproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	pport, err := storeproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	cfg := embed.NewConfig()
+	cfg.Name = "etcdref"
+	cfg.Dir = opts.DataDir
+	cfg.LogLevel = opts.LogLevel
+	if cfg.LogLevel == "" {
+		cfg.LogLevel = "error"
+	}
+	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cport))
+	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pport))
+	cfg.ListenClientUrls = []url.URL{*cu}
+	cfg.AdvertiseClientUrls = []url.URL{*cu}
+	cfg.ListenPeerUrls = []url.URL{*pu}
+	cfg.AdvertisePeerUrls = []url.URL{*pu}
+	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if opts.MaxRequestBytes > 0 {
+		cfg.MaxRequestBytes = opts.MaxRequestBytes
+	}
+	if opts.QuotaBackendBytes > 0 {
+		cfg.QuotaBackendBytes = opts.QuotaBackendBytes
+	}
+	e, err := embed.StartEtcd(cfg)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-e.Server.ReadyNotify():
+	case <-time.After(60 * time.Second):
+		e.Close()
+		return nil, fmt.Errorf("etcd not ready after 60s")
+	}
+	return &Server{Etcd: e, Endpoint: cu.Host, DataDir: opts.DataDir}, nil
+}
+
+// Close stops etcd and removes its data directory.
+func (s *Server) Close() {
+	s.Etcd.Close()
+	os.RemoveAll(s.DataDir)
+}
