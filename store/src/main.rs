@@ -1,1 +1,130 @@
-fn main() {}
+//! The meganode-store binary: parse etcd-style flags, build the store, serve
+//! gRPC on every --listen-client-urls address (TLS and mutual TLS when
+//! configured) and metrics on --listen-metrics-urls.
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use etcd_client::proto::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
+use meganode_store::config::{self, Config};
+use meganode_store::server::{self, cluster, kv, lease, maintenance, metrics, watch, Ctx};
+use meganode_store::Store;
+use tokio::net::TcpListener;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+
+/// gRPC accepts this much above --max-request-bytes so that an oversized
+/// request reaches the handler and gets etcd's own error, as etcd does.
+const GRPC_OVERHEAD: usize = 512 * 1024;
+
+fn host_port(url: &str) -> Result<(bool, SocketAddr), String> {
+    let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
+        (true, r)
+    } else if let Some(r) = url.strip_prefix("http://") {
+        (false, r)
+    } else {
+        return Err(format!("unsupported URL {url:?}: want http:// or https://"));
+    };
+    let hp = rest.trim_end_matches('/');
+    let hp = hp.replace("localhost", "127.0.0.1");
+    let addr: SocketAddr = hp.parse().map_err(|_| format!("invalid listen address in {url:?}: want IP:port"))?;
+    Ok((tls, addr))
+}
+
+async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
+    let (tls, addr) = host_port(&url)?;
+    let cfg = &ctx.cfg;
+    let mut builder = Server::builder().tcp_nodelay(true);
+    if tls {
+        let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) else {
+            return Err(format!("{url} is https but --cert-file/--key-file are not set"));
+        };
+        let cert = std::fs::read(cert).map_err(|e| format!("--cert-file {cert}: {e}"))?;
+        let key = std::fs::read(key).map_err(|e| format!("--key-file {key}: {e}"))?;
+        let mut t = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
+        if cfg.client_cert_auth {
+            let Some(ca) = &cfg.trusted_ca_file else {
+                return Err("--client-cert-auth needs --trusted-ca-file".into());
+            };
+            let ca = std::fs::read(ca).map_err(|e| format!("--trusted-ca-file {ca}: {e}"))?;
+            t = t.client_ca_root(Certificate::from_pem(ca));
+        }
+        builder = builder.tls_config(t).map_err(|e| format!("TLS: {e}"))?;
+    }
+    let limit = cfg.max_request_bytes + GRPC_OVERHEAD;
+    let listener = TcpListener::bind(addr).await.map_err(|e| format!("listen {addr}: {e}"))?;
+    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    builder
+        .add_service(PbKvServer::new(kv::KvService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbClusterServer::new(cluster::ClusterService(ctx.clone())).max_decoding_message_size(limit))
+        .serve_with_incoming(incoming)
+        .await
+        .map_err(|e| format!("serve {url}: {e}"))
+}
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--version" || a == "version") {
+        println!("meganode-store {} (etcd API {})", env!("CARGO_PKG_VERSION"), server::ETCD_COMPAT_VERSION);
+        return;
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT]");
+        return;
+    }
+    let cfg = match config::parse(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("meganode-store: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    if let Err(e) = rt.block_on(run(cfg)) {
+        eprintln!("meganode-store: {e}");
+        std::process::exit(1);
+    }
+}
+
+async fn run(cfg: Config) -> Result<(), String> {
+    for f in &cfg.ignored {
+        eprintln!("meganode-store: ignoring etcd flag {f} (no meaning for a single in-memory member)");
+    }
+    let store = Arc::new(Store::new());
+    let ctx = Ctx::new(store, cfg.clone());
+    tokio::spawn(lease::expiry_loop(ctx.clone()));
+    for url in &cfg.listen_metrics_urls {
+        let (_, addr) = host_port(url)?;
+        let l = TcpListener::bind(addr).await.map_err(|e| format!("listen metrics {addr}: {e}"))?;
+        tokio::spawn(metrics::serve(ctx.clone(), l));
+    }
+    let mut tasks = Vec::new();
+    for url in &cfg.listen_client_urls {
+        // Bind errors surface before we claim to be ready.
+        let (_, addr) = host_port(url)?;
+        std::net::TcpListener::bind(addr).map_err(|e| format!("listen {addr}: {e}"))?;
+        tasks.push(tokio::spawn(serve_client(ctx.clone(), url.clone())));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    eprintln!(
+        "meganode-store: ready to serve client requests on {} (revision {})",
+        cfg.listen_client_urls.join(","),
+        ctx.store.current_rev()
+    );
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(|e| e.to_string())?;
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+        r = futures::future::select_all(tasks) => {
+            let (res, _, _) = r;
+            match res {
+                Ok(Err(e)) => return Err(e),
+                Err(e) => return Err(e.to_string()),
+                Ok(Ok(())) => {}
+            }
+        }
+    }
+    eprintln!("meganode-store: shutting down");
+    Ok(())
+}

@@ -1,0 +1,191 @@
+//! Command-line flags, spelled like etcd's so meganode-store drops in where
+//! etcd is started. Unknown flags are errors; etcd flags that mean nothing for
+//! a single in-memory member are accepted and reported as ignored.
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub name: String,
+    pub data_dir: String,
+    pub listen_client_urls: Vec<String>,
+    pub advertise_client_urls: Vec<String>,
+    pub listen_metrics_urls: Vec<String>,
+    pub max_request_bytes: usize,
+    pub cert_file: Option<String>,
+    pub key_file: Option<String>,
+    pub trusted_ca_file: Option<String>,
+    pub client_cert_auth: bool,
+    pub progress_notify_interval: Duration,
+    pub durability: String,
+    pub durability_prefixes: Vec<(String, String)>,
+    pub restore_from: Option<String>,
+    pub ignored: Vec<String>,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            name: "default".into(),
+            data_dir: String::new(),
+            listen_client_urls: vec!["http://localhost:2379".into()],
+            advertise_client_urls: Vec::new(),
+            listen_metrics_urls: Vec::new(),
+            max_request_bytes: 1572864,
+            cert_file: None,
+            key_file: None,
+            trusted_ca_file: None,
+            client_cert_auth: false,
+            progress_notify_interval: Duration::from_secs(600),
+            durability: "buffered".into(),
+            durability_prefixes: Vec::new(),
+            restore_from: None,
+            ignored: Vec::new(),
+        }
+    }
+}
+
+/// etcd flags with no meaning for a single in-memory member.
+const IGNORED: &[&str] = &[
+    "listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster", "initial-cluster-state",
+    "initial-cluster-token", "quota-backend-bytes", "snapshot-count", "heartbeat-interval", "election-timeout",
+    "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
+    "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
+    "experimental-initial-corrupt-check", "experimental-watch-progress-notify-interval", "unsafe-no-fsync",
+    "max-txn-ops", "backend-batch-limit", "backend-batch-interval", "strict-reconfig-check", "socket-reuse-address",
+];
+
+const KNOWN: &[&str] = &[
+    "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
+    "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
+    "durability-prefix", "restore-from",
+];
+
+const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
+
+pub fn parse_duration(s: &str) -> Result<Duration, String> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic()).unwrap_or(s.len()));
+    let n: f64 = num.parse().map_err(|_| format!("invalid duration {s:?}"))?;
+    let secs = match unit {
+        "ms" => n / 1000.0,
+        "s" | "" => n,
+        "m" => n * 60.0,
+        "h" => n * 3600.0,
+        _ => return Err(format!("invalid duration unit in {s:?}")),
+    };
+    Ok(Duration::from_secs_f64(secs))
+}
+
+fn list(v: &str) -> Vec<String> {
+    v.split(',').map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).collect()
+}
+
+fn parse_bool(flag: &str, v: &str) -> Result<bool, String> {
+    match v {
+        "true" | "1" | "" => Ok(true),
+        "false" | "0" => Ok(false),
+        _ => Err(format!("invalid value {v:?} for --{flag}: expected true or false")),
+    }
+}
+
+pub fn parse(args: &[String]) -> Result<Config, String> {
+    let mut c = Config::default();
+    let mut i = 0;
+    while i < args.len() {
+        let a = &args[i];
+        let Some(body) = a.strip_prefix("--").or_else(|| a.strip_prefix('-')) else {
+            return Err(format!("unexpected argument {a:?}"));
+        };
+        let (flag, inline) = match body.split_once('=') {
+            Some((f, v)) => (f.to_string(), Some(v.to_string())),
+            None => (body.to_string(), None),
+        };
+        if !KNOWN.contains(&flag.as_str()) && !IGNORED.contains(&flag.as_str()) {
+            return Err(format!("unknown flag: --{flag}"));
+        }
+        let is_bool = BOOL_FLAGS.contains(&flag.as_str());
+        let value = match (inline, is_bool) {
+            (Some(v), _) => v,
+            (None, true) => String::new(),
+            (None, false) => {
+                i += 1;
+                args.get(i).cloned().ok_or_else(|| format!("flag needs an argument: --{flag}"))?
+            }
+        };
+        match flag.as_str() {
+            "name" => c.name = value,
+            "data-dir" => c.data_dir = value,
+            "listen-client-urls" => c.listen_client_urls = list(&value),
+            "advertise-client-urls" => c.advertise_client_urls = list(&value),
+            "listen-metrics-urls" => c.listen_metrics_urls = list(&value),
+            "max-request-bytes" => {
+                c.max_request_bytes = value.parse().map_err(|_| format!("invalid value {value:?} for --max-request-bytes"))?
+            }
+            "cert-file" => c.cert_file = Some(value),
+            "key-file" => c.key_file = Some(value),
+            "trusted-ca-file" => c.trusted_ca_file = Some(value),
+            "client-cert-auth" => c.client_cert_auth = parse_bool(&flag, &value)?,
+            "watch-progress-notify-interval" => c.progress_notify_interval = parse_duration(&value)?,
+            "durability" => c.durability = value,
+            "durability-prefix" => {
+                for item in list(&value) {
+                    let (p, m) = item.rsplit_once('=').ok_or_else(|| format!("invalid --durability-prefix entry {item:?}: want PREFIX=MODE"))?;
+                    c.durability_prefixes.push((p.to_string(), m.to_string()));
+                }
+            }
+            "restore-from" => c.restore_from = Some(value),
+            f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
+            _ => return Err(format!("unknown flag: --{flag}")),
+        }
+        i += 1;
+    }
+    if c.data_dir.is_empty() {
+        c.data_dir = format!("{}.etcd", c.name);
+    }
+    if c.advertise_client_urls.is_empty() {
+        c.advertise_client_urls = c.listen_client_urls.clone();
+    }
+    for m in std::iter::once(&c.durability).chain(c.durability_prefixes.iter().map(|(_, m)| m)) {
+        if !["none", "buffered", "fsync"].contains(&m.as_str()) {
+            return Err(format!("invalid durability mode {m:?}: want none, buffered or fsync"));
+        }
+    }
+    if c.cert_file.is_some() != c.key_file.is_some() {
+        return Err("--cert-file and --key-file go together".into());
+    }
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn a(v: &[&str]) -> Vec<String> {
+        v.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn parses_etcd_style_flags() {
+        let c = parse(&a(&["--name", "n1", "--listen-client-urls=http://127.0.0.1:1,http://127.0.0.1:2", "--client-cert-auth", "--max-request-bytes", "10", "--snapshot-count=5"])).unwrap();
+        assert_eq!(c.name, "n1");
+        assert_eq!(c.data_dir, "n1.etcd");
+        assert_eq!(c.listen_client_urls.len(), 2);
+        assert!(c.client_cert_auth);
+        assert_eq!(c.max_request_bytes, 10);
+        assert_eq!(c.ignored, vec!["--snapshot-count"]);
+    }
+
+    #[test]
+    fn rejects_unknown_flags() {
+        let e = parse(&a(&["--no-such-flag"])).unwrap_err();
+        assert!(e.contains("--no-such-flag"), "{e}");
+        assert!(parse(&a(&["--durability=sometimes"])).is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
+        assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
+        assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+    }
+}

@@ -1,0 +1,63 @@
+//! etcd's client-visible errors: the same gRPC code and message text, because
+//! clients (kube-apiserver's storage layer among them) match on both.
+use tonic::{Code, Status};
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoreError {
+    EmptyKey,
+    KeyNotFound,
+    ValueProvided,
+    LeaseProvided,
+    TooManyOps,
+    DuplicateKey,
+    Compacted,
+    FutureRev,
+    LeaseNotFound,
+    LeaseExist,
+    LeaseTtlTooLarge,
+    RequestTooLarge,
+}
+
+impl StoreError {
+    pub fn message(&self) -> &'static str {
+        match self {
+            StoreError::EmptyKey => "etcdserver: key is not provided",
+            StoreError::KeyNotFound => "etcdserver: key not found",
+            StoreError::ValueProvided => "etcdserver: value is provided",
+            StoreError::LeaseProvided => "etcdserver: lease is provided",
+            StoreError::TooManyOps => "etcdserver: too many operations in txn request",
+            StoreError::DuplicateKey => "etcdserver: duplicate key given in txn request",
+            StoreError::Compacted => "etcdserver: mvcc: required revision has been compacted",
+            StoreError::FutureRev => "etcdserver: mvcc: required revision is a future revision",
+            StoreError::LeaseNotFound => "etcdserver: requested lease not found",
+            StoreError::LeaseExist => "etcdserver: lease already exists",
+            StoreError::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
+            StoreError::RequestTooLarge => "etcdserver: request is too large",
+        }
+    }
+
+    pub fn code(&self) -> Code {
+        match self {
+            StoreError::Compacted | StoreError::FutureRev | StoreError::LeaseTtlTooLarge => {
+                Code::OutOfRange
+            }
+            StoreError::LeaseNotFound => Code::NotFound,
+            StoreError::LeaseExist => Code::FailedPrecondition,
+            _ => Code::InvalidArgument,
+        }
+    }
+}
+
+impl std::fmt::Display for StoreError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl From<StoreError> for Status {
+    fn from(e: StoreError) -> Status {
+        Status::new(e.code(), e.message())
+    }
+}
+
+pub type Result<T> = std::result::Result<T, StoreError>;

@@ -1,0 +1,12 @@
+//! meganode-store: an etcd v3 API server that keeps everything in memory.
+//!
+//! Public nouns first: [`Store`] (the engine), [`config::Config`] (flags),
+//! [`server`] (the gRPC services); internals live below them in `mvcc/`.
+pub mod config;
+pub mod errors;
+pub mod lease;
+pub mod mvcc;
+pub mod server;
+pub mod snapshot;
+
+pub use mvcc::Store;

@@ -1,0 +1,116 @@
+//! The revisions of one key, oldest first. A tombstone (version 0) ends a
+//! generation; the next put starts a new one with a new create revision.
+use bytes::Bytes;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Version {
+    pub mod_rev: i64,
+    /// Position inside the revision's transaction: events of one revision are
+    /// delivered in this order.
+    pub sub: u32,
+    pub create_rev: i64,
+    /// 0 marks a deletion (tombstone).
+    pub version: i64,
+    pub value: Bytes,
+    pub lease: i64,
+}
+
+impl Version {
+    pub fn is_tombstone(&self) -> bool {
+        self.version == 0
+    }
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct KeyHistory {
+    pub versions: Vec<Version>,
+}
+
+impl KeyHistory {
+    /// The live value at the newest revision, if the key exists now.
+    pub fn latest(&self) -> Option<&Version> {
+        self.versions.last().filter(|v| !v.is_tombstone())
+    }
+
+    /// The live value as of revision `rev`, if the key existed then.
+    pub fn at(&self, rev: i64) -> Option<&Version> {
+        self.versions
+            .iter()
+            .rev()
+            .find(|v| v.mod_rev <= rev)
+            .filter(|v| !v.is_tombstone())
+    }
+
+    /// The entry (tombstones included) that precedes index `i`, used as an event's prev_kv.
+    pub fn before(&self, i: usize) -> Option<&Version> {
+        if i == 0 {
+            None
+        } else {
+            self.versions.get(i - 1).filter(|v| !v.is_tombstone())
+        }
+    }
+
+    /// Drops every revision that no read at or after `rev` can see: all but the
+    /// newest version at or below `rev`, and that one too when it is a tombstone.
+    /// Returns true when nothing is left (the key can leave the index).
+    pub fn compact(&mut self, rev: i64) -> bool {
+        let keep_from = match self.versions.iter().rposition(|v| v.mod_rev <= rev) {
+            None => return self.versions.is_empty(),
+            Some(i) if self.versions[i].is_tombstone() => i + 1,
+            Some(i) => i,
+        };
+        if keep_from > 0 {
+            self.versions.drain(..keep_from);
+        }
+        self.versions.is_empty()
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.versions.iter().map(|v| v.value.len() + 48).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(rev: i64, create: i64, ver: i64) -> Version {
+        Version { mod_rev: rev, sub: 0, create_rev: create, version: ver, value: Bytes::from(format!("v{rev}")), lease: 0 }
+    }
+    fn del(rev: i64) -> Version {
+        Version { mod_rev: rev, sub: 0, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 }
+    }
+
+    #[test]
+    fn reads_at_revisions() {
+        let h = KeyHistory { versions: vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)] };
+        assert!(h.at(1).is_none());
+        assert_eq!(h.at(2).unwrap().mod_rev, 2);
+        assert_eq!(h.at(6).unwrap().version, 2);
+        assert!(h.at(7).is_none());
+        assert!(h.at(8).is_none());
+        assert_eq!(h.at(100).unwrap().create_rev, 9);
+        assert_eq!(h.latest().unwrap().mod_rev, 9);
+    }
+
+    #[test]
+    fn compaction_keeps_the_visible_version() {
+        let mut h = KeyHistory { versions: vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)] };
+        assert!(!h.compact(6));
+        assert_eq!(h.versions[0].mod_rev, 5);
+        assert_eq!(h.at(6).unwrap().mod_rev, 5);
+        // Compacting at the tombstone drops the tombstone too.
+        assert!(!h.compact(7));
+        assert_eq!(h.versions.len(), 1);
+        assert_eq!(h.versions[0].mod_rev, 9);
+    }
+
+    #[test]
+    fn compaction_removes_deleted_keys() {
+        let mut h = KeyHistory { versions: vec![put(2, 2, 1), del(3)] };
+        assert!(h.compact(3));
+        let mut h2 = KeyHistory { versions: vec![put(2, 2, 1), del(3)] };
+        assert!(!h2.compact(2));
+        assert_eq!(h2.versions.len(), 2);
+    }
+}

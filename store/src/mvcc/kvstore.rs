@@ -1,0 +1,524 @@
+//! The store: shards by resource prefix, one global revision, and the write
+//! path's single short critical section (the sequencer) that gives every write
+//! its revision, applies it to the shard it holds, and appends its events to
+//! the watch log — so a revision becomes visible atomically and in order.
+//!
+//! Lock order (never taken the other way round): shard table (read) → shard
+//! locks in shard-id order → sequencer → lease table. Lease existence is checked
+//! under the sequencer, and revocation removes a lease under it too, so a put can
+//! never attach a key to a lease that is being revoked. Everything expensive
+//! (decoding, validation, compares, response building, watch fan-out) happens
+//! outside the sequencer, and writes to different shards only meet there.
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use etcd_client::proto::{PbKeyValue, PbPutRequest, PbPutResponse, PbRangeResponse, PbResponseHeader};
+use parking_lot::lock_api::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
+use parking_lot::{Mutex, RawRwLock, RwLock};
+
+use super::key_history::{KeyHistory, Version};
+use super::shard::{prefix_of, KeyRange, ShardData};
+use super::watch_hub::{Event, WatchHub};
+use crate::errors::{Result, StoreError};
+use crate::lease::LeaseTable;
+
+pub struct Shard {
+    pub id: usize,
+    /// Empty for the fallback shard.
+    pub prefix: Bytes,
+    pub data: Arc<RwLock<ShardData>>,
+}
+
+struct ShardTable {
+    by_prefix: HashMap<Bytes, Arc<Shard>>,
+    /// Every shard, fallback (id 0) first, then in creation order.
+    all: Vec<Arc<Shard>>,
+}
+
+/// Receives every committed write, in revision order per shard, before the
+/// client is answered (the write-ahead log implements it).
+pub trait CommitSink: Send + Sync {
+    /// Called with the shard lock(s) held and the sequencer held.
+    fn committed(&self, rev: i64, events: &[Event], leases: &[(i64, i64)]);
+    /// Called after the sequencer is released and before the client is answered;
+    /// an fsync-mode sink waits here until `rev` is durable.
+    fn wait_durable(&self, _rev: i64, _events: &[Event]) {}
+}
+
+pub struct Store {
+    table: RwLock<ShardTable>,
+    seq: Mutex<()>,
+    rev: AtomicI64,
+    compacted: AtomicI64,
+    pub leases: LeaseTable,
+    pub hub: WatchHub,
+    sink: RwLock<Option<Arc<dyn CommitSink>>>,
+}
+
+pub type ReadGuard = ArcRwLockReadGuard<RawRwLock, ShardData>;
+pub type WriteGuard = ArcRwLockWriteGuard<RawRwLock, ShardData>;
+
+/// Shards locked for one request, in id order.
+pub struct Locked<G> {
+    pub shards: Vec<(Arc<Shard>, G)>,
+}
+
+impl<G: std::ops::Deref<Target = ShardData>> Locked<G> {
+    fn index_of(&self, key: &[u8]) -> Option<usize> {
+        if self.shards.len() == 1 {
+            return Some(0);
+        }
+        let p = prefix_of(key).unwrap_or(b"");
+        self.shards.iter().position(|(s, _)| s.prefix.as_ref() == p)
+    }
+
+    pub fn get(&self, key: &[u8]) -> Option<&KeyHistory> {
+        let i = self.index_of(key)?;
+        self.shards[i].1.get(key)
+    }
+
+    /// Every key in the interval with its history, in key order across shards.
+    pub fn range<'a>(&'a self, r: &KeyRange<'_>) -> Vec<(&'a Bytes, &'a KeyHistory)> {
+        if r.is_empty() {
+            return Vec::new();
+        }
+        if r.is_single() {
+            return self.index_of(r.key).and_then(|i| self.shards[i].1.range(r).next()).into_iter().collect();
+        }
+        let mut out: Vec<(&Bytes, &KeyHistory)> = Vec::new();
+        let mut parts = 0;
+        for (s, g) in &self.shards {
+            if s.prefix.is_empty() || r.overlaps_prefix(&s.prefix) {
+                let before = out.len();
+                out.extend(g.range(r));
+                if out.len() > before {
+                    parts += 1;
+                }
+            }
+        }
+        if parts > 1 {
+            out.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        out
+    }
+}
+
+impl Locked<WriteGuard> {
+    pub fn data_mut(&mut self, key: &[u8]) -> &mut ShardData {
+        let i = self.index_of(key).expect("key outside the locked shards");
+        &mut self.shards[i].1
+    }
+}
+
+pub fn header(rev: i64) -> Option<PbResponseHeader> {
+    Some(PbResponseHeader { revision: rev, ..Default::default() })
+}
+
+pub fn to_kv(key: &[u8], v: &Version, keys_only: bool) -> PbKeyValue {
+    PbKeyValue {
+        key: key.to_vec(),
+        create_revision: v.create_rev,
+        mod_revision: v.mod_rev,
+        version: v.version,
+        value: if keys_only { Vec::new() } else { v.value.to_vec() },
+        lease: v.lease,
+    }
+}
+
+/// A write in progress: the revision it will commit at, the events so far.
+pub struct WriteBatch {
+    pub rev: i64,
+    pub events: Vec<Event>,
+    /// (key-less) lease moves to apply after commit: (key index in events, old lease).
+    pub lease_moves: Vec<(Bytes, i64, i64)>,
+}
+
+impl WriteBatch {
+    pub fn new(rev: i64) -> Self {
+        WriteBatch { rev, events: Vec::new(), lease_moves: Vec::new() }
+    }
+
+    /// Writes `value` to `key` at this batch's revision.
+    pub fn put(&mut self, data: &mut ShardData, key: &Bytes, value: Bytes, lease: i64) -> Option<Version> {
+        let sub = self.events.len() as u32;
+        let h = data.entry(key);
+        let prev = h.latest().cloned();
+        let (create_rev, version) = match &prev {
+            Some(p) => (p.create_rev, p.version + 1),
+            None => (self.rev, 1),
+        };
+        let v = Version { mod_rev: self.rev, sub, create_rev, version, value, lease };
+        h.versions.push(v.clone());
+        data.bytes += v.value.len() + 48;
+        let old_lease = prev.as_ref().map_or(0, |p| p.lease);
+        if old_lease != lease {
+            self.lease_moves.push((key.clone(), old_lease, lease));
+        }
+        self.events.push(Event { key: key.clone(), kv: v, prev: prev.clone() });
+        prev
+    }
+
+    /// Deletes `key` if it is live; returns its last value.
+    pub fn delete(&mut self, data: &mut ShardData, key: &Bytes) -> Option<Version> {
+        let sub = self.events.len() as u32;
+        let h = data.get_mut(key)?;
+        let prev = h.latest().cloned()?;
+        let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 };
+        h.versions.push(tomb.clone());
+        data.bytes += 48;
+        if prev.lease != 0 {
+            self.lease_moves.push((key.clone(), prev.lease, 0));
+        }
+        self.events.push(Event { key: key.clone(), kv: tomb, prev: Some(prev.clone()) });
+        Some(prev)
+    }
+}
+
+impl Default for Store {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Store {
+    pub fn new() -> Self {
+        let fallback = Arc::new(Shard { id: 0, prefix: Bytes::new(), data: Arc::new(RwLock::new(ShardData::default())) });
+        Store {
+            table: RwLock::new(ShardTable { by_prefix: HashMap::new(), all: vec![fallback] }),
+            seq: Mutex::new(()),
+            rev: AtomicI64::new(1),
+            compacted: AtomicI64::new(0),
+            leases: LeaseTable::new(),
+            hub: WatchHub::new(100_000, 1),
+            sink: RwLock::new(None),
+        }
+    }
+
+    pub fn set_sink(&self, sink: Arc<dyn CommitSink>) {
+        *self.sink.write() = Some(sink);
+    }
+
+    /// The newest committed revision (etcd starts at 1 on an empty store).
+    pub fn current_rev(&self) -> i64 {
+        self.rev.load(Ordering::Acquire)
+    }
+
+    pub fn compacted_rev(&self) -> i64 {
+        self.compacted.load(Ordering::Acquire)
+    }
+
+    /// Sets the revision counters after recovery.
+    pub fn set_revisions(&self, rev: i64, compacted: i64) {
+        self.rev.store(rev, Ordering::Release);
+        self.compacted.store(compacted, Ordering::Release);
+        self.hub.reset(rev);
+    }
+
+    pub fn shard_for(&self, key: &[u8]) -> Arc<Shard> {
+        let p = match prefix_of(key) {
+            None => return self.table.read().all[0].clone(),
+            Some(p) => p,
+        };
+        if let Some(s) = self.table.read().by_prefix.get(p) {
+            return s.clone();
+        }
+        let mut t = self.table.write();
+        if let Some(s) = t.by_prefix.get(p) {
+            return s.clone();
+        }
+        let s = Arc::new(Shard { id: t.all.len(), prefix: Bytes::copy_from_slice(p), data: Arc::new(RwLock::new(ShardData::default())) });
+        t.by_prefix.insert(s.prefix.clone(), s.clone());
+        t.all.push(s.clone());
+        s
+    }
+
+    pub fn all_shards(&self) -> Vec<Arc<Shard>> {
+        self.table.read().all.clone()
+    }
+
+    /// The shards that can hold keys of these intervals, in id order. With
+    /// `create`, single-prefix intervals get their shard made (writes);
+    /// otherwise a shard that does not exist yet holds nothing to read.
+    pub fn shards_for(&self, ranges: &[KeyRange<'_>], create: bool) -> Vec<Arc<Shard>> {
+        let mut out: Vec<Arc<Shard>> = Vec::new();
+        let mut need_all = false;
+        for r in ranges {
+            if r.is_empty() {
+                continue;
+            }
+            if r.is_single() || r.single_prefix().is_some() {
+                let s = if create || prefix_of(r.key).is_none() {
+                    Some(self.shard_for(r.key))
+                } else {
+                    self.table.read().by_prefix.get(prefix_of(r.key).unwrap()).cloned()
+                };
+                if let Some(s) = s {
+                    if !out.iter().any(|o| o.id == s.id) {
+                        out.push(s);
+                    }
+                }
+            } else {
+                need_all = true;
+            }
+        }
+        if need_all {
+            let t = self.table.read();
+            for s in &t.all {
+                if s.prefix.is_empty() || ranges.iter().any(|r| !r.is_single() && r.overlaps_prefix(&s.prefix)) || out.iter().any(|o| o.id == s.id) {
+                    if !out.iter().any(|o| o.id == s.id) {
+                        out.push(s.clone());
+                    }
+                }
+            }
+        }
+        out.sort_by_key(|s| s.id);
+        out
+    }
+
+    pub fn lock_read(&self, shards: Vec<Arc<Shard>>) -> Locked<ReadGuard> {
+        Locked { shards: shards.into_iter().map(|s| { let g = s.data.read_arc(); (s, g) }).collect() }
+    }
+
+    pub fn lock_write(&self, shards: Vec<Arc<Shard>>) -> Locked<WriteGuard> {
+        Locked { shards: shards.into_iter().map(|s| { let g = s.data.write_arc(); (s, g) }).collect() }
+    }
+
+    /// Checks a read revision: 0 = current.
+    pub fn check_rev(&self, rev: i64) -> Result<i64> {
+        let cur = self.current_rev();
+        if rev <= 0 {
+            return Ok(cur);
+        }
+        if rev > cur {
+            return Err(StoreError::FutureRev);
+        }
+        if rev < self.compacted_rev() {
+            return Err(StoreError::Compacted);
+        }
+        Ok(rev)
+    }
+
+    /// Runs `apply` under the sequencer with the next revision; if it produced
+    /// events the revision is committed (sink, watch log, counter), otherwise
+    /// it was never handed out (etcd does not bump the revision for no-op writes).
+    pub fn commit<F, T>(&self, apply: F) -> (T, Option<WriteBatch>)
+    where
+        F: FnOnce(&mut WriteBatch) -> T,
+    {
+        let sink = self.sink.read().clone();
+        let guard = self.seq.lock();
+        let rev = self.rev.load(Ordering::Relaxed) + 1;
+        let mut batch = WriteBatch::new(rev);
+        let out = apply(&mut batch);
+        if batch.events.is_empty() {
+            drop(guard);
+            return (out, None);
+        }
+        for (key, old, new) in &batch.lease_moves {
+            self.leases.rebind(key, *old, *new);
+        }
+        if let Some(s) = &sink {
+            let leases: Vec<(i64, i64)> = Vec::new();
+            s.committed(rev, &batch.events, &leases);
+        }
+        self.hub.publish(rev, batch.events.clone());
+        self.rev.store(rev, Ordering::Release);
+        drop(guard);
+        if let Some(s) = &sink {
+            s.wait_durable(rev, &batch.events);
+        }
+        (out, Some(batch))
+    }
+
+    pub fn put(&self, req: &PbPutRequest) -> Result<PbPutResponse> {
+        if req.key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        check_put_flags(req)?;
+        let shard = self.shard_for(&req.key);
+        let mut locked = self.lock_write(vec![shard]);
+        self.check_put_against_state(&locked, req)?;
+        let key = Bytes::copy_from_slice(&req.key);
+        let value = Bytes::copy_from_slice(&req.value);
+        let data = &mut *locked.shards[0].1;
+        let leases = &self.leases;
+        let (prev, batch) = self.commit(|b| {
+            let (value, lease) = resolve_put(data, req, value);
+            if lease != 0 && !leases.exists(lease) {
+                return Err(StoreError::LeaseNotFound);
+            }
+            Ok(b.put(data, &key, value, lease))
+        });
+        let prev = prev?;
+        let rev = batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev());
+        Ok(PbPutResponse {
+            header: header(rev),
+            prev_kv: if req.prev_kv { prev.map(|p| to_kv(&req.key, &p, false)) } else { None },
+        })
+    }
+
+    /// The checks a put must pass against the current state before it may commit.
+    pub fn check_put_against_state<G: std::ops::Deref<Target = ShardData>>(&self, locked: &Locked<G>, req: &PbPutRequest) -> Result<()> {
+        if req.ignore_value || req.ignore_lease {
+            if locked.get(&req.key).and_then(|h| h.latest()).is_none() {
+                return Err(StoreError::KeyNotFound);
+            }
+        }
+        if !req.ignore_lease && req.lease != 0 && !self.leases.exists(req.lease) {
+            return Err(StoreError::LeaseNotFound);
+        }
+        Ok(())
+    }
+
+    /// Range over locked shards at `rev` with every etcd option.
+    pub fn range_locked<G: std::ops::Deref<Target = ShardData>>(
+        &self,
+        locked: &Locked<G>,
+        req: &etcd_client::proto::PbRangeRequest,
+        rev: i64,
+    ) -> PbRangeResponse {
+        super::kvstore_range::range_over(locked, req, rev)
+    }
+
+    pub fn range(&self, req: &etcd_client::proto::PbRangeRequest) -> Result<PbRangeResponse> {
+        if req.key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let r = KeyRange::new(&req.key, &req.range_end);
+        let shards = self.shards_for(std::slice::from_ref(&r), false);
+        let locked = self.lock_read(shards);
+        // Checked with the shards held so compaction cannot pass under us.
+        let rev = self.check_rev(req.revision)?;
+        Ok(self.range_locked(&locked, req, rev))
+    }
+
+    /// Deletes every live key of the interval in one revision.
+    pub fn delete_range(&self, req: &etcd_client::proto::PbDeleteRequest) -> Result<etcd_client::proto::PbDeleteResponse> {
+        if req.key.is_empty() {
+            return Err(StoreError::EmptyKey);
+        }
+        let r = KeyRange::new(&req.key, &req.range_end);
+        let shards = self.shards_for(std::slice::from_ref(&r), true);
+        let mut locked = self.lock_write(shards);
+        let keys: Vec<Bytes> = locked.range(&r).into_iter().filter(|(_, h)| h.latest().is_some()).map(|(k, _)| k.clone()).collect();
+        let (prevs, batch) = self.commit(|b| {
+            let mut prevs = Vec::new();
+            for k in &keys {
+                let data = locked.data_mut(k);
+                if let Some(p) = b.delete(data, k) {
+                    prevs.push((k.clone(), p));
+                }
+            }
+            prevs
+        });
+        let rev = batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev());
+        Ok(etcd_client::proto::PbDeleteResponse {
+            header: header(rev),
+            deleted: prevs.len() as i64,
+            prev_kvs: if req.prev_kv { prevs.iter().map(|(k, v)| to_kv(k, v, false)).collect() } else { Vec::new() },
+        })
+    }
+
+    /// Deletes the keys of a revoked or expired lease (one revision for all).
+    pub fn revoke_lease(&self, id: i64) -> Result<i64> {
+        let keys = {
+            let _seq = self.seq.lock();
+            self.leases.revoke(id)?
+        };
+        if keys.is_empty() {
+            return Ok(self.current_rev());
+        }
+        let ranges: Vec<KeyRange> = keys.iter().map(|k| KeyRange::new(k, b"")).collect();
+        let shards = self.shards_for(&ranges, true);
+        let mut locked = self.lock_write(shards);
+        let (_, batch) = self.commit(|b| {
+            for k in &keys {
+                let data = locked.data_mut(k);
+                // Only keys still attached to this lease: a later put may have moved them.
+                if data.get(k).and_then(|h| h.latest()).map_or(false, |v| v.lease == id) {
+                    b.delete(data, k);
+                }
+            }
+        });
+        Ok(batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev()))
+    }
+
+    /// Compacts history at `rev`: reads below it fail, the versions they would
+    /// need are freed, and deleted keys leave the index.
+    pub fn compact(&self, rev: i64) -> Result<i64> {
+        {
+            let _g = self.seq.lock();
+            let cur = self.current_rev();
+            if rev <= self.compacted_rev() {
+                return Err(StoreError::Compacted);
+            }
+            if rev > cur {
+                return Err(StoreError::FutureRev);
+            }
+            self.compacted.store(rev, Ordering::Release);
+        }
+        for s in self.all_shards() {
+            s.data.write().compact(rev);
+        }
+        Ok(self.current_rev())
+    }
+
+    /// Approximate bytes of keys, values and history held.
+    pub fn size_bytes(&self) -> i64 {
+        self.all_shards().iter().map(|s| s.data.read().bytes as i64).sum()
+    }
+
+    pub fn key_count(&self) -> usize {
+        self.all_shards().iter().map(|s| s.data.read().len()).sum()
+    }
+
+    /// CRC32C over every retained revision at or below `rev`, in key order: equal
+    /// stores give equal hashes (etcd's own hash covers its bbolt layout, so the
+    /// two are not comparable with each other).
+    pub fn hash_kv(&self, rev: i64) -> u32 {
+        let shards = self.all_shards();
+        let locked = self.lock_read(shards);
+        let r = KeyRange::new(b"\0", b"\0");
+        let mut entries = locked.range(&r);
+        entries.sort_by(|a, b| a.0.cmp(b.0));
+        let mut crc = 0u32;
+        for (k, h) in entries {
+            for v in h.versions.iter().filter(|v| v.mod_rev <= rev) {
+                crc = crc32c::crc32c_append(crc, k);
+                crc = crc32c::crc32c_append(crc, &v.mod_rev.to_le_bytes());
+                crc = crc32c::crc32c_append(crc, &v.create_rev.to_le_bytes());
+                crc = crc32c::crc32c_append(crc, &v.version.to_le_bytes());
+                crc = crc32c::crc32c_append(crc, &v.lease.to_le_bytes());
+                crc = crc32c::crc32c_append(crc, &v.value);
+            }
+        }
+        crc
+    }
+}
+
+fn check_put_flags(req: &PbPutRequest) -> Result<()> {
+    if req.ignore_value && !req.value.is_empty() {
+        return Err(StoreError::ValueProvided);
+    }
+    if req.ignore_lease && req.lease != 0 {
+        return Err(StoreError::LeaseProvided);
+    }
+    Ok(())
+}
+
+pub fn check_put(req: &PbPutRequest) -> Result<()> {
+    if req.key.is_empty() {
+        return Err(StoreError::EmptyKey);
+    }
+    check_put_flags(req)
+}
+
+/// The value and lease a put writes once ignore_value / ignore_lease are applied.
+pub fn resolve_put(data: &ShardData, req: &PbPutRequest, value: Bytes) -> (Bytes, i64) {
+    let prev = data.get(&req.key).and_then(|h| h.latest());
+    let value = if req.ignore_value { prev.map(|p| p.value.clone()).unwrap_or_default() } else { value };
+    let lease = if req.ignore_lease { prev.map_or(0, |p| p.lease) } else { req.lease };
+    (value, lease)
+}

@@ -1,0 +1,76 @@
+//! Range with every etcd option: limit/more/count, revision, sort, keys_only,
+//! count_only and the min/max mod/create revision filters.
+use bytes::Bytes;
+use etcd_client::proto::{PbRangeRequest, PbRangeResponse};
+
+use super::key_history::Version;
+use super::kvstore::{header, to_kv, Locked};
+use super::shard::{KeyRange, ShardData};
+
+/// etcd's order of work: count every key in range, filter, sort, then cut at
+/// `limit` and set `more`.
+pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
+    locked: &Locked<G>,
+    req: &PbRangeRequest,
+    rev: i64,
+) -> PbRangeResponse {
+    let r = KeyRange::new(&req.key, &req.range_end);
+    let entries = locked.range(&r);
+    let filtered = req.min_mod_revision != 0
+        || req.max_mod_revision != 0
+        || req.min_create_revision != 0
+        || req.max_create_revision != 0;
+    let mut sort_order = req.sort_order;
+    if req.sort_target != 0 && sort_order == 0 {
+        sort_order = 1;
+    }
+    let sorting = sort_order != 0 && !(sort_order == 1 && req.sort_target == 0);
+    // Without sorting or filters only limit+1 values need copying.
+    let want = if req.limit > 0 && !sorting && !filtered { req.limit as usize + 1 } else { usize::MAX };
+    let mut count = 0i64;
+    let mut kvs: Vec<(&Bytes, &Version)> = Vec::new();
+    for (k, h) in entries {
+        if let Some(v) = h.at(rev) {
+            count += 1;
+            if req.count_only || kvs.len() >= want {
+                continue;
+            }
+            kvs.push((k, v));
+        }
+    }
+    if req.count_only {
+        return PbRangeResponse { header: header(rev), kvs: Vec::new(), more: false, count };
+    }
+    if filtered {
+        kvs.retain(|(_, v)| {
+            (req.min_mod_revision == 0 || v.mod_rev >= req.min_mod_revision)
+                && (req.max_mod_revision == 0 || v.mod_rev <= req.max_mod_revision)
+                && (req.min_create_revision == 0 || v.create_rev >= req.min_create_revision)
+                && (req.max_create_revision == 0 || v.create_rev <= req.max_create_revision)
+        });
+    }
+    if sorting {
+        match req.sort_target {
+            1 => kvs.sort_by_key(|(_, v)| v.version),
+            2 => kvs.sort_by_key(|(_, v)| v.create_rev),
+            3 => kvs.sort_by_key(|(_, v)| v.mod_rev),
+            4 => kvs.sort_by(|a, b| a.1.value.cmp(&b.1.value)),
+            _ => {} // key order already
+        }
+        if sort_order == 2 {
+            kvs.reverse();
+        }
+    }
+    let mut more = false;
+    if req.limit > 0 && kvs.len() > req.limit as usize {
+        kvs.truncate(req.limit as usize);
+        more = true;
+    }
+    PbRangeResponse {
+        header: header(rev),
+        kvs: kvs.into_iter().map(|(k, v)| to_kv(k, v, req.keys_only)).collect(),
+        more,
+        count,
+    }
+}
+

@@ -1,0 +1,322 @@
+//! Txn: compares, then one branch of operations, all at one revision. Static
+//! checks (op counts, empty keys, etcd's duplicate-key rule) run first, then
+//! checks against the current state (leases, ignore_*, read revisions), and
+//! only then does the branch execute under the sequencer.
+use std::collections::HashSet;
+use std::ops::Deref;
+
+use bytes::Bytes;
+use etcd_client::proto::{
+    PbCompare, PbDeleteResponse, PbPutResponse, PbRangeResponse, PbTargetUnion, PbTxnOpRequest, PbTxnOpResponse,
+    PbTxnRequest, PbTxnRequestOp, PbTxnResponse, PbResponseOp,
+};
+
+use super::key_history::Version;
+use super::kvstore::{check_put, header, resolve_put, to_kv, Locked, Store, WriteBatch, WriteGuard};
+use super::shard::{KeyRange, ShardData};
+use crate::errors::{Result, StoreError};
+
+/// etcd's default --max-txn-ops.
+pub const MAX_TXN_OPS: usize = 128;
+
+impl Store {
+    pub fn txn(&self, req: &PbTxnRequest) -> Result<PbTxnResponse> {
+        check_txn(req)?;
+        check_intervals(&req.success)?;
+        check_intervals(&req.failure)?;
+        let mut ranges = Vec::new();
+        collect_ranges(req, &mut ranges);
+        if !txn_writes(req) {
+            let shards = self.shards_for(&ranges, false);
+            let locked = self.lock_read(shards);
+            let rev = self.current_rev();
+            let succeeded = eval_compares(&locked, &req.compare, rev);
+            let ops = if succeeded { &req.success } else { &req.failure };
+            self.check_ops(&locked, ops, rev)?;
+            let responses = self.exec_reads(&locked, ops, rev);
+            return Ok(PbTxnResponse { header: header(rev), succeeded, responses });
+        }
+        let shards = self.shards_for(&ranges, true);
+        let mut locked = self.lock_write(shards);
+        let cur = self.current_rev();
+        let succeeded = eval_compares(&locked, &req.compare, i64::MAX);
+        let ops = if succeeded { &req.success } else { &req.failure };
+        self.check_ops(&locked, ops, cur)?;
+        let leases = &self.leases;
+        let (responses, batch) = self.commit(|b| {
+            // Re-checked under the sequencer: revocation happens under it too.
+            check_leases(leases, &locked, ops)?;
+            Ok(exec_writes(&mut locked, ops, b))
+        });
+        let responses = responses?;
+        let rev = batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev());
+        Ok(PbTxnResponse { header: header(rev), succeeded, responses })
+    }
+
+    /// Checks the chosen branch against the state before the txn, as etcd does.
+    fn check_ops<G: Deref<Target = ShardData>>(&self, locked: &Locked<G>, ops: &[PbTxnRequestOp], cur: i64) -> Result<()> {
+        for op in ops {
+            match &op.request {
+                Some(PbTxnOpRequest::RequestRange(r)) => {
+                    if r.revision > cur {
+                        return Err(StoreError::FutureRev);
+                    }
+                    if r.revision > 0 && r.revision < self.compacted_rev() {
+                        return Err(StoreError::Compacted);
+                    }
+                }
+                Some(PbTxnOpRequest::RequestPut(p)) => self.check_put_against_state(locked, p)?,
+                Some(PbTxnOpRequest::RequestTxn(t)) => {
+                    let ok = eval_compares(locked, &t.compare, i64::MAX);
+                    self.check_ops(locked, if ok { &t.success } else { &t.failure }, cur)?;
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn exec_reads<G: Deref<Target = ShardData>>(&self, locked: &Locked<G>, ops: &[PbTxnRequestOp], rev: i64) -> Vec<PbResponseOp> {
+        ops.iter()
+            .map(|op| {
+                let resp = match &op.request {
+                    Some(PbTxnOpRequest::RequestRange(r)) => {
+                        let at = if r.revision > 0 { r.revision } else { rev };
+                        let mut resp = self.range_locked(locked, r, at);
+                        resp.header = header(rev);
+                        PbTxnOpResponse::ResponseRange(resp)
+                    }
+                    Some(PbTxnOpRequest::RequestTxn(t)) => {
+                        let ok = eval_compares(locked, &t.compare, rev);
+                        let responses = self.exec_reads(locked, if ok { &t.success } else { &t.failure }, rev);
+                        PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(rev), succeeded: ok, responses })
+                    }
+                    // Writes never reach the read-only path.
+                    _ => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
+                };
+                PbResponseOp { response: Some(resp) }
+            })
+            .collect()
+    }
+}
+
+fn check_leases(leases: &crate::lease::LeaseTable, locked: &Locked<WriteGuard>, ops: &[PbTxnRequestOp]) -> Result<()> {
+    for op in ops {
+        match &op.request {
+            Some(PbTxnOpRequest::RequestPut(p)) if !p.ignore_lease && p.lease != 0 => {
+                if !leases.exists(p.lease) {
+                    return Err(StoreError::LeaseNotFound);
+                }
+            }
+            Some(PbTxnOpRequest::RequestTxn(t)) => {
+                let ok = eval_compares(locked, &t.compare, i64::MAX);
+                check_leases(leases, locked, if ok { &t.success } else { &t.failure })?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Executes a branch that may write. Reads inside it see the branch's own
+/// earlier writes, like etcd's write transactions.
+fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut WriteBatch) -> Vec<PbResponseOp> {
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        let resp = match &op.request {
+            Some(PbTxnOpRequest::RequestRange(r)) => {
+                let read_rev = if b.events.is_empty() { b.rev - 1 } else { b.rev };
+                let at = if r.revision > 0 { r.revision } else { read_rev };
+                let mut resp = range_in(locked, r, at);
+                resp.header = header(read_rev);
+                PbTxnOpResponse::ResponseRange(resp)
+            }
+            Some(PbTxnOpRequest::RequestPut(p)) => {
+                let key = Bytes::copy_from_slice(&p.key);
+                let data = locked.data_mut(&p.key);
+                let (value, lease) = resolve_put(data, p, Bytes::copy_from_slice(&p.value));
+                let prev = b.put(data, &key, value, lease);
+                PbTxnOpResponse::ResponsePut(PbPutResponse {
+                    header: header(0),
+                    prev_kv: if p.prev_kv { prev.map(|v| to_kv(&p.key, &v, false)) } else { None },
+                })
+            }
+            Some(PbTxnOpRequest::RequestDeleteRange(d)) => {
+                let r = KeyRange::new(&d.key, &d.range_end);
+                let keys: Vec<Bytes> =
+                    locked.range(&r).into_iter().filter(|(_, h)| h.latest().is_some()).map(|(k, _)| k.clone()).collect();
+                let mut prevs: Vec<(Bytes, Version)> = Vec::new();
+                for k in keys {
+                    let data = locked.data_mut(&k);
+                    if let Some(p) = b.delete(data, &k) {
+                        prevs.push((k, p));
+                    }
+                }
+                PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse {
+                    header: header(0),
+                    deleted: prevs.len() as i64,
+                    prev_kvs: if d.prev_kv { prevs.iter().map(|(k, v)| to_kv(k, v, false)).collect() } else { Vec::new() },
+                })
+            }
+            Some(PbTxnOpRequest::RequestTxn(t)) => {
+                let ok = eval_compares(locked, &t.compare, i64::MAX);
+                let responses = exec_writes(locked, if ok { &t.success } else { &t.failure }, b);
+                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(0), succeeded: ok, responses })
+            }
+            None => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
+        };
+        out.push(PbResponseOp { response: Some(resp) });
+    }
+    out
+}
+
+/// A range through write guards (the store's range works on any guard kind).
+fn range_in(locked: &Locked<WriteGuard>, r: &etcd_client::proto::PbRangeRequest, rev: i64) -> PbRangeResponse {
+    // Store::range_locked only reads the store's lock-free fields; a throwaway
+    // store is not needed because the function is pure over `locked`.
+    super::kvstore_range::range_over(locked, r, rev)
+}
+
+/// etcd's compare semantics: every key of the compare's range must satisfy it;
+/// a range with no key compares against an empty KeyValue, except for VALUE,
+/// which then always fails.
+pub fn eval_compares<G: Deref<Target = ShardData>>(locked: &Locked<G>, cmps: &[PbCompare], rev: i64) -> bool {
+    cmps.iter().all(|c| {
+        let r = KeyRange::new(&c.key, &c.range_end);
+        let entries = locked.range(&r);
+        let mut any = false;
+        for (_, h) in entries {
+            if let Some(v) = h.at(rev) {
+                any = true;
+                if !compare_one(c, Some(v)) {
+                    return false;
+                }
+            }
+        }
+        if !any {
+            if c.target == 3 {
+                return false;
+            }
+            return compare_one(c, None);
+        }
+        true
+    })
+}
+
+fn compare_one(c: &PbCompare, v: Option<&Version>) -> bool {
+    use std::cmp::Ordering;
+    let num = |f: fn(&Version) -> i64| v.map_or(0, f);
+    let want_num = |u: &Option<PbTargetUnion>, pick: fn(&PbTargetUnion) -> Option<i64>| u.as_ref().and_then(pick).unwrap_or(0);
+    let ord = match c.target {
+        0 => num(|v| v.version).cmp(&want_num(&c.target_union, |u| if let PbTargetUnion::Version(x) = u { Some(*x) } else { None })),
+        1 => num(|v| v.create_rev).cmp(&want_num(&c.target_union, |u| if let PbTargetUnion::CreateRevision(x) = u { Some(*x) } else { None })),
+        2 => num(|v| v.mod_rev).cmp(&want_num(&c.target_union, |u| if let PbTargetUnion::ModRevision(x) = u { Some(*x) } else { None })),
+        3 => {
+            let have: &[u8] = v.map_or(&[][..], |v| &v.value[..]);
+            let want: &[u8] = match &c.target_union {
+                Some(PbTargetUnion::Value(x)) => x,
+                _ => &[],
+            };
+            have.cmp(want)
+        }
+        4 => num(|v| v.lease).cmp(&want_num(&c.target_union, |u| if let PbTargetUnion::Lease(x) = u { Some(*x) } else { None })),
+        _ => Ordering::Equal,
+    };
+    match c.result {
+        0 => ord == Ordering::Equal,
+        1 => ord == Ordering::Greater,
+        2 => ord == Ordering::Less,
+        3 => ord != Ordering::Equal,
+        _ => false,
+    }
+}
+
+fn check_txn(req: &PbTxnRequest) -> Result<()> {
+    if req.compare.len() > MAX_TXN_OPS || req.success.len() > MAX_TXN_OPS || req.failure.len() > MAX_TXN_OPS {
+        return Err(StoreError::TooManyOps);
+    }
+    for op in req.success.iter().chain(req.failure.iter()) {
+        match &op.request {
+            Some(PbTxnOpRequest::RequestRange(r)) if r.key.is_empty() => return Err(StoreError::EmptyKey),
+            Some(PbTxnOpRequest::RequestPut(p)) => check_put(p)?,
+            Some(PbTxnOpRequest::RequestDeleteRange(d)) if d.key.is_empty() => return Err(StoreError::EmptyKey),
+            Some(PbTxnOpRequest::RequestTxn(t)) => check_txn(t)?,
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Delete intervals of one op list: (key, end) with etcd's end conventions.
+struct Dels(Vec<(Vec<u8>, Vec<u8>)>);
+
+impl Dels {
+    fn hits(&self, k: &[u8]) -> bool {
+        self.0.iter().any(|(key, end)| KeyRange::new(key, end).contains(k))
+    }
+}
+
+/// etcd's rule: within one executed path no key is put twice, and no put
+/// lands inside a delete range; the two branches of a nested txn exclude
+/// each other, so they may put the same key.
+fn check_intervals(ops: &[PbTxnRequestOp]) -> Result<(HashSet<Vec<u8>>, Dels)> {
+    let mut dels = Dels(Vec::new());
+    for op in ops {
+        if let Some(PbTxnOpRequest::RequestDeleteRange(d)) = &op.request {
+            dels.0.push((d.key.clone(), d.range_end.clone()));
+        }
+    }
+    let mut puts: HashSet<Vec<u8>> = HashSet::new();
+    for op in ops {
+        if let Some(PbTxnOpRequest::RequestTxn(t)) = &op.request {
+            let (then_puts, then_dels) = check_intervals(&t.success)?;
+            let (else_puts, else_dels) = check_intervals(&t.failure)?;
+            for k in &then_puts {
+                if puts.contains(k) || dels.hits(k) {
+                    return Err(StoreError::DuplicateKey);
+                }
+                puts.insert(k.clone());
+            }
+            for k in &else_puts {
+                if (puts.contains(k) && !then_puts.contains(k)) || dels.hits(k) {
+                    return Err(StoreError::DuplicateKey);
+                }
+                puts.insert(k.clone());
+            }
+            dels.0.extend(then_dels.0);
+            dels.0.extend(else_dels.0);
+        }
+    }
+    for op in ops {
+        if let Some(PbTxnOpRequest::RequestPut(p)) = &op.request {
+            if puts.contains(&p.key) || dels.hits(&p.key) {
+                return Err(StoreError::DuplicateKey);
+            }
+            puts.insert(p.key.clone());
+        }
+    }
+    Ok((puts, dels))
+}
+
+fn collect_ranges<'a>(req: &'a PbTxnRequest, out: &mut Vec<KeyRange<'a>>) {
+    for c in &req.compare {
+        out.push(KeyRange::new(&c.key, &c.range_end));
+    }
+    for op in req.success.iter().chain(req.failure.iter()) {
+        match &op.request {
+            Some(PbTxnOpRequest::RequestRange(r)) => out.push(KeyRange::new(&r.key, &r.range_end)),
+            Some(PbTxnOpRequest::RequestPut(p)) => out.push(KeyRange::new(&p.key, b"")),
+            Some(PbTxnOpRequest::RequestDeleteRange(d)) => out.push(KeyRange::new(&d.key, &d.range_end)),
+            Some(PbTxnOpRequest::RequestTxn(t)) => collect_ranges(t, out),
+            None => {}
+        }
+    }
+}
+
+fn txn_writes(req: &PbTxnRequest) -> bool {
+    req.success.iter().chain(req.failure.iter()).any(|op| match &op.request {
+        Some(PbTxnOpRequest::RequestPut(_)) | Some(PbTxnOpRequest::RequestDeleteRange(_)) => true,
+        Some(PbTxnOpRequest::RequestTxn(t)) => txn_writes(t),
+        _ => false,
+    })
+}

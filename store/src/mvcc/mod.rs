@@ -1,0 +1,11 @@
+//! Multi-version key-value engine: per-key revision histories, one ordered
+//! index per resource prefix, one global revision, the watch log.
+pub mod key_history;
+pub mod kvstore;
+pub mod kvstore_range;
+pub mod kvstore_txn;
+pub mod shard;
+pub mod watch_hub;
+pub mod watch_catchup;
+
+pub use kvstore::Store;

@@ -1,0 +1,251 @@
+//! One resource prefix (`/registry/[group/]kind/`): a hash map for O(1) access
+//! to existing keys and an ordered index for ranges, both pointing into a slab
+//! of key histories. Keys outside any resource prefix share the fallback shard.
+use std::collections::{BTreeMap, HashMap};
+use std::ops::Bound;
+
+use bytes::Bytes;
+
+use super::key_history::KeyHistory;
+
+const REGISTRY: &[u8] = b"/registry/";
+
+/// The resource prefix a key belongs to, or None for the fallback shard.
+/// `/registry/pods/ns/name` → `/registry/pods/`; a group containing a dot
+/// (CRDs, `apiregistration.k8s.io`) adds one more segment:
+/// `/registry/example.com/widgets/ns/x` → `/registry/example.com/widgets/`.
+pub fn prefix_of(key: &[u8]) -> Option<&[u8]> {
+    let rest = key.strip_prefix(REGISTRY)?;
+    let i = rest.iter().position(|&b| b == b'/')?;
+    if rest[..i].contains(&b'.') {
+        let j = rest[i + 1..].iter().position(|&b| b == b'/')?;
+        Some(&key[..REGISTRY.len() + i + 1 + j + 1])
+    } else {
+        Some(&key[..REGISTRY.len() + i + 1])
+    }
+}
+
+/// The smallest key greater than every key that starts with `prefix`
+/// (empty means "no upper bound"), as etcd's clientv3.GetPrefixRangeEnd.
+pub fn prefix_end(prefix: &[u8]) -> Vec<u8> {
+    let mut end = prefix.to_vec();
+    while let Some(&last) = end.last() {
+        if last < 0xff {
+            *end.last_mut().unwrap() += 1;
+            return end;
+        }
+        end.pop();
+    }
+    Vec::new()
+}
+
+/// A key interval as etcd spells it: empty `end` = the single key, `end` = "\0"
+/// = every key from `key` on, otherwise [key, end).
+#[derive(Clone, Debug)]
+pub struct KeyRange<'a> {
+    pub key: &'a [u8],
+    pub end: &'a [u8],
+}
+
+impl<'a> KeyRange<'a> {
+    pub fn new(key: &'a [u8], end: &'a [u8]) -> Self {
+        KeyRange { key, end }
+    }
+    pub fn is_single(&self) -> bool {
+        self.end.is_empty()
+    }
+    pub fn is_open(&self) -> bool {
+        self.end == [0u8]
+    }
+    /// True when the interval holds no key at all (range_end at or below key).
+    pub fn is_empty(&self) -> bool {
+        !self.is_single() && !self.is_open() && self.end <= self.key
+    }
+    pub fn contains(&self, k: &[u8]) -> bool {
+        if self.is_single() {
+            k == self.key
+        } else if self.is_open() {
+            k >= self.key
+        } else {
+            k >= self.key && k < self.end
+        }
+    }
+    /// The one resource prefix every key of this interval lies in, if there is one.
+    pub fn single_prefix(&self) -> Option<&'a [u8]> {
+        let p = prefix_of(self.key)?;
+        if self.is_single() {
+            return Some(p);
+        }
+        if self.is_open() {
+            return None;
+        }
+        let pend = prefix_end(p);
+        if !pend.is_empty() && self.end <= pend.as_slice() {
+            Some(p)
+        } else {
+            None
+        }
+    }
+    /// Whether keys under `prefix` can fall inside this interval.
+    pub fn overlaps_prefix(&self, prefix: &[u8]) -> bool {
+        if self.is_single() {
+            return self.key.starts_with(prefix);
+        }
+        let pend = prefix_end(prefix);
+        let below_end = self.is_open() || prefix < self.end;
+        let above_start = pend.is_empty() || pend.as_slice() > self.key;
+        below_end && above_start
+    }
+    pub fn bounds(&self) -> (Bound<&'a [u8]>, Bound<&'a [u8]>) {
+        if self.is_single() {
+            (Bound::Included(self.key), Bound::Included(self.key))
+        } else if self.is_open() {
+            (Bound::Included(self.key), Bound::Unbounded)
+        } else {
+            (Bound::Included(self.key), Bound::Excluded(self.end))
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct ShardData {
+    by_key: HashMap<Bytes, usize>,
+    order: BTreeMap<Bytes, usize>,
+    slots: Vec<KeyHistory>,
+    free: Vec<usize>,
+    /// Approximate bytes held (keys, values, per-revision overhead).
+    pub bytes: usize,
+}
+
+impl ShardData {
+    pub fn get(&self, key: &[u8]) -> Option<&KeyHistory> {
+        self.by_key.get(key).map(|&i| &self.slots[i])
+    }
+
+    pub fn get_mut(&mut self, key: &[u8]) -> Option<&mut KeyHistory> {
+        match self.by_key.get(key) {
+            Some(&i) => Some(&mut self.slots[i]),
+            None => None,
+        }
+    }
+
+    /// The history of `key`, created empty if the key was never written (or compacted away).
+    pub fn entry(&mut self, key: &Bytes) -> &mut KeyHistory {
+        let i = match self.by_key.get(key.as_ref()) {
+            Some(&i) => i,
+            None => {
+                let i = match self.free.pop() {
+                    Some(i) => i,
+                    None => {
+                        self.slots.push(KeyHistory::default());
+                        self.slots.len() - 1
+                    }
+                };
+                self.by_key.insert(key.clone(), i);
+                self.order.insert(key.clone(), i);
+                self.bytes += key.len() * 2 + 64;
+                i
+            }
+        };
+        &mut self.slots[i]
+    }
+
+    /// Keys and histories of the interval, in key order.
+    pub fn range<'s>(&'s self, r: &KeyRange<'_>) -> impl Iterator<Item = (&'s Bytes, &'s KeyHistory)> + 's {
+        let single = if r.is_single() {
+            self.by_key.get_key_value(r.key).map(|(k, &i)| (k, &self.slots[i]))
+        } else {
+            None
+        };
+        let empty = r.is_empty() || r.is_single();
+        let bounds = r.bounds();
+        let iter = if empty { None } else { Some(self.order.range::<[u8], _>(bounds).map(|(k, &i)| (k, &self.slots[i]))) };
+        single.into_iter().chain(iter.into_iter().flatten())
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_key.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.by_key.is_empty()
+    }
+
+    /// Applies compaction at `rev` to every key; keys with nothing left leave the index.
+    pub fn compact(&mut self, rev: i64) {
+        let mut gone = Vec::new();
+        let mut bytes = 0usize;
+        for (k, &i) in self.order.iter() {
+            let h = &mut self.slots[i];
+            if h.versions.len() > 1 || h.versions.first().map_or(true, |v| v.mod_rev <= rev) {
+                if h.compact(rev) {
+                    gone.push(k.clone());
+                    continue;
+                }
+            }
+            bytes += k.len() * 2 + 64 + h.bytes();
+        }
+        for k in gone {
+            if let Some(i) = self.by_key.remove(&k) {
+                self.order.remove(&k);
+                self.slots[i] = KeyHistory::default();
+                self.free.push(i);
+            }
+        }
+        self.bytes = bytes;
+    }
+
+    /// Every key with its history, in key order (dumps, snapshots, hashes).
+    pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &KeyHistory)> {
+        self.order.iter().map(|(k, &i)| (k, &self.slots[i]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefixes() {
+        assert_eq!(prefix_of(b"/registry/pods/ns/a"), Some(&b"/registry/pods/"[..]));
+        assert_eq!(prefix_of(b"/registry/example.com/widgets/ns/x"), Some(&b"/registry/example.com/widgets/"[..]));
+        assert_eq!(prefix_of(b"/registry/pods"), None);
+        assert_eq!(prefix_of(b"/registry/example.com/widgets"), None);
+        assert_eq!(prefix_of(b"/other/pods/x"), None);
+        assert_eq!(prefix_of(b"compact_rev_key"), None);
+    }
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end(b"/a/"), b"/a0".to_vec());
+        assert_eq!(prefix_end(b"a\xff"), b"b".to_vec());
+        assert_eq!(prefix_end(b"\xff\xff"), Vec::<u8>::new());
+    }
+
+    #[test]
+    fn single_prefix_detection() {
+        assert_eq!(KeyRange::new(b"/registry/pods/", b"/registry/pods0").single_prefix(), Some(&b"/registry/pods/"[..]));
+        assert_eq!(KeyRange::new(b"/registry/pods/ns/", b"/registry/pods/ns0").single_prefix(), Some(&b"/registry/pods/"[..]));
+        assert_eq!(KeyRange::new(b"/registry/pods/", b"/registry/q").single_prefix(), None);
+        assert_eq!(KeyRange::new(b"/registry/pods/", b"\0").single_prefix(), None);
+        assert_eq!(KeyRange::new(b"/registry/", b"/registry0").single_prefix(), None);
+        assert!(KeyRange::new(b"/registry/", b"/registry0").overlaps_prefix(b"/registry/pods/"));
+        assert!(!KeyRange::new(b"/registry/q", b"/registry/z").overlaps_prefix(b"/registry/pods/"));
+        assert!(KeyRange::new(b"/registry/pods/x", b"\0").overlaps_prefix(b"/registry/pods/"));
+        assert!(!KeyRange::new(b"/registry/pods0", b"\0").overlaps_prefix(b"/registry/pods/"));
+    }
+
+    #[test]
+    fn range_in_order() {
+        let mut s = ShardData::default();
+        for k in ["/b", "/a", "/c", "/ab"] {
+            s.entry(&Bytes::from(k));
+        }
+        let got: Vec<_> = s.range(&KeyRange::new(b"/a", b"/c")).map(|(k, _)| k.clone()).collect();
+        assert_eq!(got, vec![Bytes::from("/a"), Bytes::from("/ab"), Bytes::from("/b")]);
+        let one: Vec<_> = s.range(&KeyRange::new(b"/b", b"")).map(|(k, _)| k.clone()).collect();
+        assert_eq!(one, vec![Bytes::from("/b")]);
+        assert_eq!(s.range(&KeyRange::new(b"/c", b"/a")).count(), 0);
+        assert_eq!(s.range(&KeyRange::new(b"/ab", b"\0")).count(), 3);
+    }
+}

@@ -1,0 +1,86 @@
+//! Lease service: Grant, Revoke, KeepAlive (stream), TimeToLive, Leases; and
+//! the expiry loop that revokes leases whose time ran out.
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::proto::*;
+use futures::{Stream, StreamExt};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::Ctx;
+
+pub struct LeaseService(pub Arc<Ctx>);
+
+#[tonic::async_trait]
+impl PbLeaseService for LeaseService {
+    async fn lease_grant(&self, r: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
+        let r = r.get_ref();
+        let (id, ttl) = self.0.store.leases.grant(r.id, r.ttl)?;
+        Ok(Response::new(PbLeaseGrantResponse { header: self.0.header(self.0.store.current_rev()), id, ttl, error: String::new() }))
+    }
+
+    async fn lease_revoke(&self, r: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
+        let rev = self.0.store.revoke_lease(r.get_ref().id)?;
+        Ok(Response::new(PbLeaseRevokeResponse { header: self.0.header(rev) }))
+    }
+
+    type LeaseKeepAliveStream = Pin<Box<dyn Stream<Item = Result<PbLeaseKeepAliveResponse, Status>> + Send>>;
+
+    async fn lease_keep_alive(
+        &self,
+        r: Request<Streaming<PbLeaseKeepAliveRequest>>,
+    ) -> Result<Response<Self::LeaseKeepAliveStream>, Status> {
+        let ctx = self.0.clone();
+        let out = r.into_inner().filter_map(move |m| {
+            let ctx = ctx.clone();
+            async move {
+                match m {
+                    Ok(req) => {
+                        // Unknown or expired leases answer TTL 0, as etcd does.
+                        let ttl = ctx.store.leases.renew(req.id).unwrap_or(0);
+                        Some(Ok(PbLeaseKeepAliveResponse { header: ctx.header(ctx.store.current_rev()), id: req.id, ttl }))
+                    }
+                    Err(_) => None,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(out)))
+    }
+
+    async fn lease_time_to_live(
+        &self,
+        r: Request<PbLeaseTimeToLiveRequest>,
+    ) -> Result<Response<PbLeaseTimeToLiveResponse>, Status> {
+        let r = r.get_ref();
+        let header = self.0.header(self.0.store.current_rev());
+        let resp = match self.0.store.leases.time_to_live(r.id, r.keys) {
+            Some((ttl, granted, keys)) => PbLeaseTimeToLiveResponse {
+                header,
+                id: r.id,
+                ttl,
+                granted_ttl: granted,
+                keys: keys.into_iter().map(|k| k.to_vec()).collect(),
+            },
+            None => PbLeaseTimeToLiveResponse { header, id: r.id, ttl: -1, granted_ttl: 0, keys: Vec::new() },
+        };
+        Ok(Response::new(resp))
+    }
+
+    async fn lease_leases(&self, _r: Request<PbLeaseLeasesRequest>) -> Result<Response<PbLeaseLeasesResponse>, Status> {
+        let leases = self.0.store.leases.ids().into_iter().map(|id| PbLeaseStatus { id }).collect();
+        Ok(Response::new(PbLeaseLeasesResponse { header: self.0.header(self.0.store.current_rev()), leases }))
+    }
+}
+
+/// Revokes expired leases twice a second; each revocation deletes the lease's
+/// keys in one revision, with watch events.
+pub async fn expiry_loop(ctx: Arc<Ctx>) {
+    let mut tick = tokio::time::interval(Duration::from_millis(500));
+    loop {
+        tick.tick().await;
+        for id in ctx.store.leases.expired(Instant::now()) {
+            let _ = ctx.store.revoke_lease(id);
+        }
+    }
+}

@@ -1,0 +1,93 @@
+//! Maintenance service: Status (etcd-compatible version), Alarm (none),
+//! Defragment (nothing to do in memory), Hash/HashKV, Snapshot.
+use std::pin::Pin;
+use std::sync::Arc;
+
+use etcd_client::proto::*;
+use futures::Stream;
+use tonic::{Request, Response, Status};
+
+use super::{Ctx, ETCD_COMPAT_VERSION};
+
+pub struct MaintenanceService(pub Arc<Ctx>);
+
+/// Snapshot chunk size, like etcd's 32 KiB.
+const SNAPSHOT_CHUNK: usize = 32 * 1024;
+
+#[tonic::async_trait]
+impl PbMaintenanceService for MaintenanceService {
+    async fn alarm(&self, _r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
+        Ok(Response::new(PbAlarmResponse { header: self.0.header(self.0.store.current_rev()), alarms: Vec::new() }))
+    }
+
+    async fn status(&self, _r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
+        let rev = self.0.store.current_rev();
+        let size = self.0.store.size_bytes();
+        Ok(Response::new(PbStatusResponse {
+            header: self.0.header(rev),
+            version: ETCD_COMPAT_VERSION.into(),
+            db_size: size,
+            leader: self.0.member_id,
+            raft_index: rev as u64,
+            raft_term: 2,
+            raft_applied_index: rev as u64,
+            errors: Vec::new(),
+            db_size_in_use: size,
+            is_learner: false,
+            storage_version: "3.6.0".into(),
+            db_size_quota: 8 << 30,
+            downgrade_info: None,
+        }))
+    }
+
+    async fn defragment(&self, _r: Request<PbDefragmentRequest>) -> Result<Response<PbDefragmentResponse>, Status> {
+        Ok(Response::new(PbDefragmentResponse { header: self.0.header(self.0.store.current_rev()) }))
+    }
+
+    async fn hash(&self, _r: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
+        let rev = self.0.store.current_rev();
+        Ok(Response::new(PbHashResponse { header: self.0.header(rev), hash: self.0.store.hash_kv(rev) }))
+    }
+
+    async fn hash_kv(&self, r: Request<PbHashKvRequest>) -> Result<Response<PbHashKvResponse>, Status> {
+        let rev = self.0.store.check_rev(r.get_ref().revision)?;
+        Ok(Response::new(PbHashKvResponse {
+            header: self.0.header(self.0.store.current_rev()),
+            hash: self.0.store.hash_kv(rev),
+            compact_revision: self.0.store.compacted_rev(),
+            hash_revision: rev,
+        }))
+    }
+
+    type SnapshotStream = Pin<Box<dyn Stream<Item = Result<PbSnapshotResponse, Status>> + Send>>;
+
+    async fn snapshot(&self, _r: Request<PbSnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+        let store = self.0.store.clone();
+        let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode(&store))
+            .await
+            .map_err(|e| Status::internal(e.to_string()))?;
+        let header = self.0.header(self.0.store.current_rev());
+        let total = blob.len();
+        let chunks: Vec<Result<PbSnapshotResponse, Status>> = blob
+            .chunks(SNAPSHOT_CHUNK)
+            .scan(0usize, |sent, c| {
+                *sent += c.len();
+                Some(Ok(PbSnapshotResponse {
+                    header: header.clone(),
+                    remaining_bytes: (total - *sent) as u64,
+                    blob: c.to_vec(),
+                    version: ETCD_COMPAT_VERSION.into(),
+                }))
+            })
+            .collect();
+        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+    }
+
+    async fn move_leader(&self, _r: Request<PbMoveLeaderRequest>) -> Result<Response<PbMoveLeaderResponse>, Status> {
+        Err(Status::unimplemented("meganode-store is a single member: it is always the leader"))
+    }
+
+    async fn downgrade(&self, _r: Request<PbDowngradeRequest>) -> Result<Response<PbDowngradeResponse>, Status> {
+        Err(Status::unimplemented("downgrade is not supported"))
+    }
+}

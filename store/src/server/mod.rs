@@ -1,0 +1,53 @@
+//! gRPC services over the store. Each file is one etcd service.
+pub mod cluster;
+pub mod kv;
+pub mod lease;
+pub mod maintenance;
+pub mod metrics;
+pub mod watch;
+
+use std::sync::Arc;
+
+use etcd_client::proto::PbResponseHeader;
+
+use crate::config::Config;
+use crate::mvcc::Store;
+
+/// etcd's version as this store reports it: kube-apiserver enables progress
+/// requests (consistent reads from cache) only for >= 3.5.13 / 3.4.31.
+pub const ETCD_COMPAT_VERSION: &str = "3.6.0";
+
+pub struct Ctx {
+    pub store: Arc<Store>,
+    pub cfg: Config,
+    pub member_id: u64,
+    pub cluster_id: u64,
+    pub metrics: metrics::Metrics,
+}
+
+impl Ctx {
+    pub fn new(store: Arc<Store>, cfg: Config) -> Arc<Self> {
+        let member_id = fnv(cfg.name.as_bytes()) | 1;
+        let cluster_id = fnv(format!("cluster/{}", cfg.name).as_bytes()) | 1;
+        Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default() })
+    }
+
+    pub fn header(&self, rev: i64) -> Option<PbResponseHeader> {
+        Some(PbResponseHeader { cluster_id: self.cluster_id, member_id: self.member_id, revision: rev, raft_term: 2 })
+    }
+
+    /// Fills in the member fields of a header the engine produced.
+    pub fn fill(&self, h: &mut Option<PbResponseHeader>) {
+        let rev = h.as_ref().map_or(self.store.current_rev(), |h| h.revision);
+        *h = self.header(rev);
+    }
+}
+
+fn fnv(b: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf29ce484222325;
+    for &x in b {
+        h ^= x as u64;
+        h = h.wrapping_mul(0x100000001b3);
+    }
+    h
+}

@@ -1,0 +1,324 @@
+//! Watch service: many watchers multiplexed on one stream. Each stream is one
+//! task that reads the shared watch log from each watcher's next revision and
+//! sends what matches. A slow client only slows its own task: writers never
+//! wait for it, and once it falls off the log it catches up from history
+//! (or is cancelled with compact_revision if that history was compacted).
+use std::collections::BTreeMap;
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use etcd_client::proto::*;
+use etcd_client::proto::PbWatchRequestUnion as Union;
+use futures::Stream;
+use prost::Message;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::Ctx;
+use crate::errors::StoreError;
+use crate::mvcc::key_history::Version;
+use crate::mvcc::shard::KeyRange;
+use crate::mvcc::watch_hub::{Event, LogRead};
+
+pub struct WatchService(pub Arc<Ctx>);
+
+/// Revisions read from the log per watcher per round, so one busy watcher
+/// cannot monopolise its stream.
+const LOG_READ_BATCH: usize = 1024;
+/// Responses queued towards one client before its task waits for it.
+const STREAM_BUFFER: usize = 256;
+
+struct Watcher {
+    id: i64,
+    key: Vec<u8>,
+    end: Vec<u8>,
+    prev_kv: bool,
+    no_put: bool,
+    no_delete: bool,
+    progress_notify: bool,
+    fragment: bool,
+    /// The next revision this watcher has not seen.
+    next_rev: i64,
+}
+
+impl Watcher {
+    fn matches(&self, e: &Event) -> bool {
+        if (e.is_delete() && self.no_delete) || (!e.is_delete() && self.no_put) {
+            return false;
+        }
+        KeyRange::new(&self.key, &self.end).contains(&e.key)
+    }
+}
+
+fn pb_event(e: &Event, with_prev: bool) -> PbEvent {
+    let kv = if e.is_delete() {
+        PbKeyValue { key: e.key.to_vec(), mod_revision: e.kv.mod_rev, ..Default::default() }
+    } else {
+        kv_of(&e.key, &e.kv)
+    };
+    PbEvent {
+        r#type: if e.is_delete() { 1 } else { 0 },
+        kv: Some(kv),
+        prev_kv: if with_prev { e.prev.as_ref().map(|p| kv_of(&e.key, p)) } else { None },
+    }
+}
+
+fn kv_of(key: &[u8], v: &Version) -> PbKeyValue {
+    crate::mvcc::kvstore::to_kv(key, v, false)
+}
+
+struct Session {
+    ctx: Arc<Ctx>,
+    tx: mpsc::Sender<Result<PbWatchResponse, Status>>,
+    watchers: BTreeMap<i64, Watcher>,
+    next_id: i64,
+}
+
+type Closed = ();
+
+impl Session {
+    async fn send(&self, r: PbWatchResponse) -> Result<(), Closed> {
+        self.tx.send(Ok(r)).await.map_err(|_| ())
+    }
+
+    fn resp(&self, rev: i64, id: i64) -> PbWatchResponse {
+        PbWatchResponse { header: self.ctx.header(rev), watch_id: id, ..Default::default() }
+    }
+
+    async fn create(&mut self, c: PbWatchCreate) -> Result<(), Closed> {
+        let cur = self.ctx.store.current_rev();
+        let id = if c.watch_id != 0 {
+            if self.watchers.contains_key(&c.watch_id) {
+                let mut r = self.resp(cur, c.watch_id);
+                r.created = true;
+                r.canceled = true;
+                r.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream".into();
+                return self.send(r).await;
+            }
+            c.watch_id
+        } else {
+            while self.watchers.contains_key(&self.next_id) {
+                self.next_id += 1;
+            }
+            self.next_id
+        };
+        let end = if c.range_end == [0u8] { vec![0u8] } else { c.range_end.clone() };
+        let start = if c.start_revision > 0 { c.start_revision } else { cur + 1 };
+        let mut r = self.resp(cur, id);
+        r.created = true;
+        self.send(r).await?;
+        let compacted = self.ctx.store.compacted_rev();
+        if start < compacted {
+            let mut r = self.resp(cur, id);
+            r.compact_revision = compacted;
+            r.canceled = true;
+            r.cancel_reason = StoreError::Compacted.message().into();
+            return self.send(r).await;
+        }
+        self.watchers.insert(
+            id,
+            Watcher {
+                id,
+                key: c.key,
+                end,
+                prev_kv: c.prev_kv,
+                no_put: c.filters.contains(&0),
+                no_delete: c.filters.contains(&1),
+                progress_notify: c.progress_notify,
+                fragment: c.fragment,
+                next_rev: start,
+            },
+        );
+        self.ctx.metrics.watchers.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    async fn cancel(&mut self, id: i64) -> Result<(), Closed> {
+        if self.watchers.remove(&id).is_some() {
+            self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
+            let mut r = self.resp(self.ctx.store.current_rev(), id);
+            r.canceled = true;
+            self.send(r).await?;
+        }
+        Ok(())
+    }
+
+    /// Sends every event up to `cur` to every watcher.
+    async fn deliver(&mut self, cur: i64) -> Result<(), Closed> {
+        let ids: Vec<i64> = self.watchers.keys().copied().collect();
+        for id in ids {
+            loop {
+                let Some(w) = self.watchers.get(&id) else { break };
+                if w.next_rev > cur {
+                    break;
+                }
+                match self.ctx.store.hub.read_from(w.next_rev, LOG_READ_BATCH) {
+                    LogRead::Batches(batches) => {
+                        if batches.is_empty() {
+                            break;
+                        }
+                        let mut outs = Vec::new();
+                        let mut last = w.next_rev - 1;
+                        for b in &batches {
+                            if b.rev > cur {
+                                break;
+                            }
+                            last = b.rev;
+                            let evs: Vec<PbEvent> =
+                                b.events.iter().filter(|e| w.matches(e)).map(|e| pb_event(e, w.prev_kv)).collect();
+                            if !evs.is_empty() {
+                                outs.push((b.rev, evs));
+                            }
+                        }
+                        let fragment = w.fragment;
+                        self.watchers.get_mut(&id).unwrap().next_rev = last + 1;
+                        for (rev, evs) in outs {
+                            self.send_events(id, rev, evs, fragment).await?;
+                        }
+                    }
+                    LogRead::Gap => {
+                        // Behind the log: rebuild the missed events from history.
+                        self.ctx.metrics.slow_watcher_catchups.fetch_add(1, Ordering::Relaxed);
+                        let (key, end, from, fragment, prev) = (w.key.clone(), w.end.clone(), w.next_rev, w.fragment, w.prev_kv);
+                        match self.ctx.store.events_between(&key, &end, from, cur) {
+                            Ok(events) => {
+                                let w = self.watchers.get_mut(&id).unwrap();
+                                w.next_rev = cur + 1;
+                                let evs: Vec<PbEvent> = events.iter().filter(|e| w.matches(e)).map(|e| pb_event(e, prev)).collect();
+                                if !evs.is_empty() {
+                                    self.send_events(id, cur, evs, fragment).await?;
+                                }
+                            }
+                            Err(_) => {
+                                self.watchers.remove(&id);
+                                self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
+                                let mut r = self.resp(cur, id);
+                                r.compact_revision = self.ctx.store.compacted_rev();
+                                r.canceled = true;
+                                r.cancel_reason = StoreError::Compacted.message().into();
+                                self.send(r).await?;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_events(&self, id: i64, rev: i64, events: Vec<PbEvent>, fragment: bool) -> Result<(), Closed> {
+        let limit = self.ctx.cfg.max_request_bytes;
+        let mut r = self.resp(rev, id);
+        if fragment && events.iter().map(|e| e.encoded_len()).sum::<usize>() > limit {
+            // Split into pieces under the limit; all but the last say fragment=true.
+            let mut pieces: Vec<Vec<PbEvent>> = vec![Vec::new()];
+            let mut size = 0;
+            for e in events {
+                let n = e.encoded_len();
+                if size + n > limit && !pieces.last().unwrap().is_empty() {
+                    pieces.push(Vec::new());
+                    size = 0;
+                }
+                size += n;
+                pieces.last_mut().unwrap().push(e);
+            }
+            let last = pieces.len() - 1;
+            for (i, p) in pieces.into_iter().enumerate() {
+                let mut r = self.resp(rev, id);
+                r.events = p;
+                r.fragment = i != last;
+                self.send(r).await?;
+            }
+            return Ok(());
+        }
+        r.events = events;
+        self.send(r).await
+    }
+
+    /// The revision every watcher of this stream has been brought up to.
+    fn synced_rev(&self, cur: i64) -> i64 {
+        self.watchers.values().map(|w| w.next_rev - 1).min().unwrap_or(cur).min(cur)
+    }
+}
+
+struct PbWatchCreate {
+    key: Vec<u8>,
+    range_end: Vec<u8>,
+    start_revision: i64,
+    progress_notify: bool,
+    filters: Vec<i32>,
+    prev_kv: bool,
+    watch_id: i64,
+    fragment: bool,
+}
+
+async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Result<PbWatchResponse, Status>>) {
+    ctx.metrics.watch_streams.fetch_add(1, Ordering::Relaxed);
+    let mut rev_rx = ctx.store.hub.subscribe();
+    let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
+    progress.tick().await;
+    let mut s = Session { ctx: ctx.clone(), tx, watchers: BTreeMap::new(), next_id: 0 };
+    let result: Result<(), Closed> = async {
+        loop {
+            tokio::select! {
+                msg = input.message() => {
+                    let req = match msg { Ok(Some(r)) => r, _ => return Ok(()) };
+                    match req.request_union {
+                        Some(Union::CreateRequest(c)) => {
+                            let create = PbWatchCreate {
+                                key: c.key, range_end: c.range_end, start_revision: c.start_revision,
+                                progress_notify: c.progress_notify, filters: c.filters, prev_kv: c.prev_kv,
+                                watch_id: c.watch_id, fragment: c.fragment,
+                            };
+                            s.create(create).await?;
+                        }
+                        Some(Union::CancelRequest(c)) => s.cancel(c.watch_id).await?,
+                        Some(Union::ProgressRequest(_)) => {
+                            let cur = ctx.store.current_rev();
+                            s.deliver(cur).await?;
+                            // Never ahead of an event this stream has not sent yet.
+                            let r = s.resp(s.synced_rev(cur), -1);
+                            s.send(r).await?;
+                            continue;
+                        }
+                        None => {}
+                    }
+                }
+                changed = rev_rx.changed() => {
+                    if changed.is_err() { return Ok(()); }
+                }
+                _ = progress.tick() => {
+                    let cur = ctx.store.current_rev();
+                    s.deliver(cur).await?;
+                    let rev = s.synced_rev(cur);
+                    let ids: Vec<i64> = s.watchers.values().filter(|w| w.progress_notify).map(|w| w.id).collect();
+                    for id in ids {
+                        let r = s.resp(rev, id);
+                        s.send(r).await?;
+                    }
+                    continue;
+                }
+            }
+            let cur = *rev_rx.borrow_and_update();
+            let cur = cur.max(ctx.store.current_rev());
+            s.deliver(cur).await?;
+        }
+    }
+    .await;
+    let _ = result;
+    ctx.metrics.watchers.fetch_sub(s.watchers.len() as u64, Ordering::Relaxed);
+    ctx.metrics.watch_streams.fetch_sub(1, Ordering::Relaxed);
+}
+
+#[tonic::async_trait]
+impl PbWatchService for WatchService {
+    type WatchStream = Pin<Box<dyn Stream<Item = Result<PbWatchResponse, Status>> + Send>>;
+
+    async fn watch(&self, r: Request<Streaming<PbWatchRequest>>) -> Result<Response<Self::WatchStream>, Status> {
+        let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        tokio::spawn(run(self.0.clone(), r.into_inner(), tx));
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+}

@@ -1,0 +1,110 @@
+//! The snapshot format (docs/design.md, "Snapshot"): the whole state — every
+//! retained revision of every key, leases, revision counters — as one
+//! checksummed byte string. Maintenance.Snapshot streams it; restore reads it.
+use bytes::{Buf, BufMut, Bytes};
+
+use crate::mvcc::key_history::Version;
+use crate::mvcc::Store;
+
+pub const MAGIC: &[u8; 8] = b"MGNSNAP1";
+
+pub fn encode(store: &Store) -> Vec<u8> {
+    let shards = store.all_shards();
+    let locked = store.lock_read(shards);
+    let rev = store.current_rev();
+    let mut out = Vec::with_capacity(1 << 16);
+    out.put_slice(MAGIC);
+    out.put_i64_le(rev);
+    out.put_i64_le(store.compacted_rev());
+    let leases = store.leases.all();
+    out.put_u64_le(leases.len() as u64);
+    for (id, granted, remaining) in leases {
+        out.put_i64_le(id);
+        out.put_i64_le(granted);
+        out.put_i64_le(remaining);
+    }
+    let n: usize = locked.shards.iter().map(|(_, g)| g.len()).sum();
+    out.put_u64_le(n as u64);
+    for (_, g) in &locked.shards {
+        for (k, h) in g.iter() {
+            out.put_u32_le(k.len() as u32);
+            out.put_slice(k);
+            out.put_u32_le(h.versions.len() as u32);
+            for v in &h.versions {
+                out.put_i64_le(v.mod_rev);
+                out.put_u32_le(v.sub);
+                out.put_i64_le(v.create_rev);
+                out.put_i64_le(v.version);
+                out.put_i64_le(v.lease);
+                out.put_u32_le(v.value.len() as u32);
+                out.put_slice(&v.value);
+            }
+        }
+    }
+    let crc = crc32c::crc32c(&out);
+    out.put_u32_le(crc);
+    out
+}
+
+pub struct Decoded {
+    pub rev: i64,
+    pub compacted: i64,
+    pub leases: Vec<(i64, i64, i64)>,
+    pub keys: Vec<(Bytes, Vec<Version>)>,
+}
+
+pub fn decode(buf: &[u8]) -> Result<Decoded, String> {
+    if buf.len() < MAGIC.len() + 4 || &buf[..8] != MAGIC {
+        return Err("not a meganode snapshot (bad magic)".into());
+    }
+    let (body, tail) = buf.split_at(buf.len() - 4);
+    let want = u32::from_le_bytes(tail.try_into().unwrap());
+    if crc32c::crc32c(body) != want {
+        return Err("snapshot checksum mismatch".into());
+    }
+    let mut b = &body[8..];
+    let short = || "snapshot truncated".to_string();
+    macro_rules! need {
+        ($n:expr) => {
+            if b.remaining() < $n {
+                return Err(short());
+            }
+        };
+    }
+    need!(24);
+    let rev = b.get_i64_le();
+    let compacted = b.get_i64_le();
+    let nl = b.get_u64_le() as usize;
+    let mut leases = Vec::with_capacity(nl.min(1 << 20));
+    for _ in 0..nl {
+        need!(24);
+        leases.push((b.get_i64_le(), b.get_i64_le(), b.get_i64_le()));
+    }
+    need!(8);
+    let nk = b.get_u64_le() as usize;
+    let mut keys = Vec::with_capacity(nk.min(1 << 20));
+    for _ in 0..nk {
+        need!(4);
+        let kl = b.get_u32_le() as usize;
+        need!(kl + 4);
+        let key = Bytes::copy_from_slice(&b[..kl]);
+        b.advance(kl);
+        let nv = b.get_u32_le() as usize;
+        let mut vs = Vec::with_capacity(nv.min(1 << 16));
+        for _ in 0..nv {
+            need!(40);
+            let mod_rev = b.get_i64_le();
+            let sub = b.get_u32_le();
+            let create_rev = b.get_i64_le();
+            let version = b.get_i64_le();
+            let lease = b.get_i64_le();
+            let vl = b.get_u32_le() as usize;
+            need!(vl);
+            let value = Bytes::copy_from_slice(&b[..vl]);
+            b.advance(vl);
+            vs.push(Version { mod_rev, sub, create_rev, version, value, lease });
+        }
+        keys.push((key, vs));
+    }
+    Ok(Decoded { rev, compacted, leases, keys })
+}
