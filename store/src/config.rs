@@ -19,6 +19,8 @@ pub struct Config {
     pub durability: String,
     pub durability_prefixes: Vec<(String, String)>,
     pub restore_from: Option<String>,
+    /// A prefix's log is checkpointed and truncated once it grows past this.
+    pub checkpoint_bytes: u64,
     pub ignored: Vec<String>,
 }
 
@@ -39,6 +41,7 @@ impl Default for Config {
             durability: "buffered".into(),
             durability_prefixes: Vec::new(),
             restore_from: None,
+            checkpoint_bytes: 64 << 20,
             ignored: Vec::new(),
         }
     }
@@ -57,7 +60,7 @@ const IGNORED: &[&str] = &[
 const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
-    "durability-prefix", "restore-from",
+    "durability-prefix", "restore-from", "wal-checkpoint-bytes",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -134,6 +137,9 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 }
             }
             "restore-from" => c.restore_from = Some(value),
+            "wal-checkpoint-bytes" => {
+                c.checkpoint_bytes = value.parse().map_err(|_| format!("invalid value {value:?} for --wal-checkpoint-bytes"))?
+            }
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }

@@ -8,5 +8,6 @@ pub mod lease;
 pub mod mvcc;
 pub mod server;
 pub mod snapshot;
+pub mod wal;
 
 pub use mvcc::Store;

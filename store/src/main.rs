@@ -7,7 +7,7 @@ use std::sync::Arc;
 use etcd_client::proto::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
 use meganode_store::server::{self, cluster, kv, lease, maintenance, metrics, watch, Ctx};
-use meganode_store::Store;
+use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
@@ -92,6 +92,37 @@ async fn run(cfg: Config) -> Result<(), String> {
         eprintln!("meganode-store: ignoring etcd flag {f} (no meaning for a single in-memory member)");
     }
     let store = Arc::new(Store::new());
+    let mode = |m: &str| wal::Mode::parse(m).expect("validated by config");
+    let overrides: Vec<(String, wal::Mode)> = cfg.durability_prefixes.iter().map(|(p, m)| (p.clone(), mode(m))).collect();
+    let dur = wal::Durability::new(mode(&cfg.durability), &overrides);
+    let (log, rep, _lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur, &store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
+    eprintln!(
+        "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}{}",
+        store.key_count(), rep.leases, rep.files, rep.records, rep.millis, rep.rev, rep.compacted,
+        if rep.torn.is_empty() { String::new() } else { format!("; {} torn tails cut", rep.torn.len()) }
+    );
+    let orphans = store.relink_leases();
+    store.set_sink(log.clone());
+    for k in orphans {
+        // The key's lease did not survive (its grant was in no durable log): drop the key as expiry would.
+        let _ = store.delete_range(&etcd_client::proto::PbDeleteRequest { key: k.to_vec(), ..Default::default() });
+    }
+    {
+        let m = log.metrics.clone();
+        let _ = metrics::EXTRA.set(Box::new(move || m.render()));
+    }
+    {
+        let (log, store, every) = (log.clone(), store.clone(), cfg.checkpoint_bytes);
+        std::thread::Builder::new()
+            .name("checkpoint".into())
+            .spawn(move || loop {
+                std::thread::sleep(std::time::Duration::from_secs(5));
+                if let Err(e) = log.checkpoint(&store, every) {
+                    eprintln!("meganode-store: checkpoint failed: {e}");
+                }
+            })
+            .map_err(|e| e.to_string())?;
+    }
     let ctx = Ctx::new(store, cfg.clone());
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {

@@ -27,18 +27,7 @@ pub fn encode(store: &Store) -> Vec<u8> {
     out.put_u64_le(n as u64);
     for (_, g) in &locked.shards {
         for (k, h) in g.iter() {
-            out.put_u32_le(k.len() as u32);
-            out.put_slice(k);
-            out.put_u32_le(h.versions.len() as u32);
-            for v in &h.versions {
-                out.put_i64_le(v.mod_rev);
-                out.put_u32_le(v.sub);
-                out.put_i64_le(v.create_rev);
-                out.put_i64_le(v.version);
-                out.put_i64_le(v.lease);
-                out.put_u32_le(v.value.len() as u32);
-                out.put_slice(&v.value);
-            }
+            put_key(&mut out, k, &h.versions);
         }
     }
     let crc = crc32c::crc32c(&out);
@@ -82,29 +71,99 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, String> {
     }
     need!(8);
     let nk = b.get_u64_le() as usize;
+    let keys = get_keys(&mut b, nk)?;
+    Ok(Decoded { rev, compacted, leases, keys })
+}
+
+/// One key with its versions, as snapshots and checkpoints store it.
+pub fn put_key(out: &mut Vec<u8>, k: &[u8], versions: &[Version]) {
+    out.put_u32_le(k.len() as u32);
+    out.put_slice(k);
+    out.put_u32_le(versions.len() as u32);
+    for v in versions {
+        out.put_i64_le(v.mod_rev);
+        out.put_u32_le(v.sub);
+        out.put_i64_le(v.create_rev);
+        out.put_i64_le(v.version);
+        out.put_i64_le(v.lease);
+        out.put_u32_le(v.value.len() as u32);
+        out.put_slice(&v.value);
+    }
+}
+
+fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Version>)>, String> {
+    let short = || "truncated".to_string();
     let mut keys = Vec::with_capacity(nk.min(1 << 20));
     for _ in 0..nk {
-        need!(4);
+        if b.remaining() < 4 {
+            return Err(short());
+        }
         let kl = b.get_u32_le() as usize;
-        need!(kl + 4);
+        if b.remaining() < kl + 4 {
+            return Err(short());
+        }
         let key = Bytes::copy_from_slice(&b[..kl]);
         b.advance(kl);
         let nv = b.get_u32_le() as usize;
         let mut vs = Vec::with_capacity(nv.min(1 << 16));
         for _ in 0..nv {
-            need!(40);
+            if b.remaining() < 40 {
+                return Err(short());
+            }
             let mod_rev = b.get_i64_le();
             let sub = b.get_u32_le();
             let create_rev = b.get_i64_le();
             let version = b.get_i64_le();
             let lease = b.get_i64_le();
             let vl = b.get_u32_le() as usize;
-            need!(vl);
+            if b.remaining() < vl {
+                return Err(short());
+            }
             let value = Bytes::copy_from_slice(&b[..vl]);
             b.advance(vl);
             vs.push(Version { mod_rev, sub, create_rev, version, value, lease });
         }
         keys.push((key, vs));
     }
-    Ok(Decoded { rev, compacted, leases, keys })
+    Ok(keys)
+}
+
+/// A per-prefix checkpoint: (revision it covers, keys).
+pub fn decode_checkpoint(buf: &[u8]) -> Result<(i64, Vec<(Bytes, Vec<Version>)>), String> {
+    if buf.len() < 8 + 16 + 4 || &buf[..8] != crate::wal::CKPT_MAGIC {
+        return Err("not a meganode checkpoint (bad magic)".into());
+    }
+    let (body, tail) = buf.split_at(buf.len() - 4);
+    if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().unwrap()) {
+        return Err("checkpoint checksum mismatch".into());
+    }
+    let mut b = &body[8..];
+    let rev = b.get_i64_le();
+    let nk = b.get_u64_le() as usize;
+    let keys = get_keys(&mut b, nk)?;
+    Ok((rev, keys))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_client::proto::PbPutRequest;
+
+    #[test]
+    fn snapshot_round_trip() {
+        let s = Store::new();
+        for i in 0..20 {
+            s.put(&PbPutRequest { key: format!("/registry/pods/ns/p{}", i % 7).into_bytes(), value: vec![i as u8; 10], ..Default::default() }).unwrap();
+        }
+        s.grant_lease(99, 30).unwrap();
+        let blob = encode(&s);
+        let d = decode(&blob).unwrap();
+        assert_eq!(d.rev, 21);
+        assert_eq!(d.keys.len(), 7);
+        assert_eq!(d.keys.iter().map(|(_, v)| v.len()).sum::<usize>(), 20);
+        assert_eq!(d.leases.len(), 1);
+        let mut bad = blob.clone();
+        bad[20] ^= 1;
+        assert!(decode(&bad).is_err());
+    }
 }

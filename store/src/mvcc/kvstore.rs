@@ -40,11 +40,15 @@ struct ShardTable {
 /// Receives every committed write, in revision order per shard, before the
 /// client is answered (the write-ahead log implements it).
 pub trait CommitSink: Send + Sync {
-    /// Called with the shard lock(s) held and the sequencer held.
-    fn committed(&self, rev: i64, events: &[Event], leases: &[(i64, i64)]);
-    /// Called after the sequencer is released and before the client is answered;
-    /// an fsync-mode sink waits here until `rev` is durable.
-    fn wait_durable(&self, _rev: i64, _events: &[Event]) {}
+    /// Called with the shard lock(s) and the sequencer held: cheap appends only.
+    fn committed(&self, rev: i64, events: &[Event]);
+    /// Called after the sequencer is released and before the client is answered:
+    /// returns once the write is as durable as its prefix's mode promises.
+    fn wait_durable(&self, rev: i64, events: &[Event]);
+    fn lease_granted(&self, id: i64, ttl: i64);
+    fn lease_revoked(&self, id: i64);
+    /// Called under the sequencer when history is compacted at `rev`.
+    fn compacted(&self, rev: i64);
 }
 
 pub struct Store {
@@ -320,8 +324,7 @@ impl Store {
             self.leases.rebind(key, *old, *new);
         }
         if let Some(s) = &sink {
-            let leases: Vec<(i64, i64)> = Vec::new();
-            s.committed(rev, &batch.events, &leases);
+            s.committed(rev, &batch.events);
         }
         self.hub.publish(rev, batch.events.clone());
         self.rev.store(rev, Ordering::Release);
@@ -421,11 +424,63 @@ impl Store {
         })
     }
 
+    /// Grants a lease and records it with the sink.
+    pub fn grant_lease(&self, id: i64, ttl: i64) -> Result<(i64, i64)> {
+        let (id, ttl) = self.leases.grant(id, ttl)?;
+        if let Some(s) = self.sink.read().as_ref() {
+            s.lease_granted(id, ttl);
+        }
+        Ok((id, ttl))
+    }
+
+    /// Puts recovered history for one key straight into its shard (start-up only).
+    pub fn load_key(&self, key: Bytes, versions: Vec<Version>) {
+        let shard = self.shard_for(&key);
+        let mut d = shard.data.write();
+        let n: usize = versions.iter().map(|v| v.value.len() + 48).sum();
+        let h = d.entry(&key);
+        h.versions = versions;
+        d.bytes += n;
+    }
+
+    /// Applies one recovered record to a key's history (start-up only).
+    pub fn load_version(&self, key: &Bytes, v: Version) {
+        let shard = self.shard_for(key);
+        let mut d = shard.data.write();
+        d.bytes += v.value.len() + 48;
+        d.entry(key).versions.push(v);
+    }
+
+    /// Re-attaches every live key to its lease after recovery; keys whose lease
+    /// is gone are returned so the caller can delete them.
+    pub fn relink_leases(&self) -> Vec<Bytes> {
+        let mut orphans = Vec::new();
+        for s in self.all_shards() {
+            let d = s.data.read();
+            for (k, h) in d.iter() {
+                if let Some(v) = h.latest() {
+                    if v.lease != 0 {
+                        if self.leases.exists(v.lease) {
+                            self.leases.rebind(k, 0, v.lease);
+                        } else {
+                            orphans.push(k.clone());
+                        }
+                    }
+                }
+            }
+        }
+        orphans
+    }
+
     /// Deletes the keys of a revoked or expired lease (one revision for all).
     pub fn revoke_lease(&self, id: i64) -> Result<i64> {
         let keys = {
             let _seq = self.seq.lock();
-            self.leases.revoke(id)?
+            let keys = self.leases.revoke(id)?;
+            if let Some(s) = self.sink.read().as_ref() {
+                s.lease_revoked(id);
+            }
+            keys
         };
         if keys.is_empty() {
             return Ok(self.current_rev());
@@ -458,11 +513,21 @@ impl Store {
                 return Err(StoreError::FutureRev);
             }
             self.compacted.store(rev, Ordering::Release);
+            if let Some(s) = self.sink.read().as_ref() {
+                s.compacted(rev);
+            }
         }
         for s in self.all_shards() {
             s.data.write().compact(rev);
         }
         Ok(self.current_rev())
+    }
+
+    /// Compacts recovered history without the checks and logging of the RPC.
+    pub fn compact_loaded(&self, rev: i64) {
+        for s in self.all_shards() {
+            s.data.write().compact(rev);
+        }
     }
 
     /// Approximate bytes of keys, values and history held.

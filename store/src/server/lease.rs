@@ -16,12 +16,12 @@ pub struct LeaseService(pub Arc<Ctx>);
 impl PbLeaseService for LeaseService {
     async fn lease_grant(&self, r: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
         let r = r.get_ref();
-        let (id, ttl) = self.0.store.leases.grant(r.id, r.ttl)?;
+        let (id, ttl) = self.0.store.grant_lease(r.id, r.ttl)?;
         Ok(Response::new(PbLeaseGrantResponse { header: self.0.header(self.0.store.current_rev()), id, ttl, error: String::new() }))
     }
 
     async fn lease_revoke(&self, r: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
-        let rev = self.0.store.revoke_lease(r.get_ref().id)?;
+        let rev = self.0.write(|| self.0.store.revoke_lease(r.get_ref().id))?;
         Ok(Response::new(PbLeaseRevokeResponse { header: self.0.header(rev) }))
     }
 
@@ -80,7 +80,7 @@ pub async fn expiry_loop(ctx: Arc<Ctx>) {
     loop {
         tick.tick().await;
         for id in ctx.store.leases.expired(Instant::now()) {
-            let _ = ctx.store.revoke_lease(id);
+            let _ = ctx.write(|| ctx.store.revoke_lease(id));
         }
     }
 }
