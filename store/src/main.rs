@@ -51,7 +51,13 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
     }
     let limit = cfg.max_request_bytes + GRPC_OVERHEAD;
     let listener = TcpListener::bind(addr).await.map_err(|e| format!("listen {addr}: {e}"))?;
-    let incoming = tokio_stream::wrappers::TcpListenerStream::new(listener);
+    // Our own listener, so tonic's tcp_nodelay does not apply: set it per
+    // connection, or Nagle's algorithm holds small responses back ~40 ms.
+    let incoming = futures::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+        s.inspect(|s| {
+            let _ = s.set_nodelay(true);
+        })
+    });
     builder
         .add_service(PbKvServer::new(kv::KvService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
