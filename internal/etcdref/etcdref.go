@@ -20,12 +20,21 @@ type Options struct {
 	LogLevel        string // default: "error"
 	// Quota of the backend in bytes; 0 keeps etcd's default.
 	QuotaBackendBytes int64
+
+	// Client TLS (all optional). With CertFile/KeyFile set the client URL is https.
+	CertFile, KeyFile, TrustedCAFile string
+	ClientCertAuth                   bool
+	// WatchProgressNotifyInterval of periodic watch progress notifications; 0 keeps etcd's 10 minutes.
+	WatchProgressNotifyInterval time.Duration
+	// ClientPort to listen on (127.0.0.1); 0 picks a free port.
+	ClientPort int
 }
 
 // Server is a running embedded etcd.
 type Server struct {
 	Etcd     *embed.Etcd
 	Endpoint string // host:port
+	URL      string // scheme://host:port
 	DataDir  string
 }
 
@@ -38,7 +47,10 @@ func Start(opts Options) (*Server, error) {
 		}
 		opts.DataDir = d
 	}
-	cport, err := storeproc.FreePort()
+	cport, err := opts.ClientPort, error(nil)
+	if cport == 0 {
+		cport, err = storeproc.FreePort()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +65,18 @@ func Start(opts Options) (*Server, error) {
 	if cfg.LogLevel == "" {
 		cfg.LogLevel = "error"
 	}
-	cu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", cport))
+	scheme := "http"
+	if opts.CertFile != "" {
+		scheme = "https"
+		cfg.ClientTLSInfo.CertFile = opts.CertFile
+		cfg.ClientTLSInfo.KeyFile = opts.KeyFile
+		cfg.ClientTLSInfo.TrustedCAFile = opts.TrustedCAFile
+		cfg.ClientTLSInfo.ClientCertAuth = opts.ClientCertAuth
+	}
+	if opts.WatchProgressNotifyInterval > 0 {
+		cfg.WatchProgressNotifyInterval = opts.WatchProgressNotifyInterval
+	}
+	cu, _ := url.Parse(fmt.Sprintf("%s://127.0.0.1:%d", scheme, cport))
 	pu, _ := url.Parse(fmt.Sprintf("http://127.0.0.1:%d", pport))
 	cfg.ListenClientUrls = []url.URL{*cu}
 	cfg.AdvertiseClientUrls = []url.URL{*cu}
@@ -76,7 +99,7 @@ func Start(opts Options) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd not ready after 60s")
 	}
-	return &Server{Etcd: e, Endpoint: cu.Host, DataDir: opts.DataDir}, nil
+	return &Server{Etcd: e, Endpoint: cu.Host, URL: cu.String(), DataDir: opts.DataDir}, nil
 }
 
 // Close stops etcd and removes its data directory.

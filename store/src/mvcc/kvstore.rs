@@ -329,10 +329,22 @@ impl Store {
         self.hub.publish(rev, batch.events.clone());
         self.rev.store(rev, Ordering::Release);
         drop(guard);
-        if let Some(s) = &sink {
-            s.wait_durable(rev, &batch.events);
-        }
         (out, Some(batch))
+    }
+
+    /// Waits until a committed batch is as durable as its prefixes promise and
+    /// returns the revision to report. Called after the shard locks are released,
+    /// so writers queue on the log (and share its fsync), not on the shard.
+    pub fn durable(&self, batch: Option<WriteBatch>) -> i64 {
+        match batch {
+            None => self.current_rev(),
+            Some(b) => {
+                if let Some(s) = self.sink.read().clone() {
+                    s.wait_durable(b.rev, &b.events);
+                }
+                b.rev
+            }
+        }
     }
 
     pub fn put(&self, req: &PbPutRequest) -> Result<PbPutResponse> {
@@ -354,8 +366,9 @@ impl Store {
             }
             Ok(b.put(data, &key, value, lease))
         });
+        drop(locked);
         let prev = prev?;
-        let rev = batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev());
+        let rev = self.durable(batch);
         Ok(PbPutResponse {
             header: header(rev),
             prev_kv: if req.prev_kv { prev.map(|p| to_kv(&req.key, &p, false)) } else { None },
@@ -416,7 +429,8 @@ impl Store {
             }
             prevs
         });
-        let rev = batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev());
+        drop(locked);
+        let rev = self.durable(batch);
         Ok(etcd_client::proto::PbDeleteResponse {
             header: header(rev),
             deleted: prevs.len() as i64,
@@ -497,7 +511,8 @@ impl Store {
                 }
             }
         });
-        Ok(batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev()))
+        drop(locked);
+        Ok(self.durable(batch))
     }
 
     /// Compacts history at `rev`: reads below it fail, the versions they would

@@ -48,8 +48,9 @@ impl Store {
             check_leases(leases, &locked, ops)?;
             Ok(exec_writes(&mut locked, ops, b))
         });
+        drop(locked);
         let responses = responses?;
-        let rev = batch.map(|b| b.rev).unwrap_or_else(|| self.current_rev());
+        let rev = self.durable(batch);
         Ok(PbTxnResponse { header: header(rev), succeeded, responses })
     }
 
@@ -137,7 +138,7 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                 let (value, lease) = resolve_put(data, p, Bytes::copy_from_slice(&p.value));
                 let prev = b.put(data, &key, value, lease);
                 PbTxnOpResponse::ResponsePut(PbPutResponse {
-                    header: header(0),
+                    header: header(b.rev),
                     prev_kv: if p.prev_kv { prev.map(|v| to_kv(&p.key, &v, false)) } else { None },
                 })
             }
@@ -153,7 +154,7 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                     }
                 }
                 PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse {
-                    header: header(0),
+                    header: header(b.rev),
                     deleted: prevs.len() as i64,
                     prev_kvs: if d.prev_kv { prevs.iter().map(|(k, v)| to_kv(k, v, false)).collect() } else { Vec::new() },
                 })
@@ -161,7 +162,7 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
             Some(PbTxnOpRequest::RequestTxn(t)) => {
                 let ok = eval_compares(locked, &t.compare, i64::MAX);
                 let responses = exec_writes(locked, if ok { &t.success } else { &t.failure }, b);
-                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(0), succeeded: ok, responses })
+                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(b.rev), succeeded: ok, responses })
             }
             None => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
         };

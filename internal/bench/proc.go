@@ -1,0 +1,236 @@
+package bench
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+)
+
+// The server's cost is read from /proc of its process: on this machine the load
+// generator shares the cores with the server, so CPU time per operation is the
+// figure that describes the server, whatever throughput the client allows.
+
+// clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat. It is 100
+// on every Linux architecture Go supports (the kernel ABI fixes it).
+const clockTicks = 100
+
+// ProcSample is one reading of a process's counters.
+type ProcSample struct {
+	UserTicks   uint64 // utime, all threads, including exited ones
+	SystemTicks uint64 // stime
+	RSSBytes    uint64 // VmRSS
+	PeakRSS     uint64 // VmHWM: high-water mark of the resident set since start
+	Threads     int
+}
+
+// CPUMicros is user+system CPU time in microseconds.
+func (s ProcSample) CPUMicros() float64 {
+	return float64(s.UserTicks+s.SystemTicks) * 1e6 / clockTicks
+}
+
+// ReadProc samples /proc/<pid>/stat and /proc/<pid>/status.
+func ReadProc(pid int) (ProcSample, error) {
+	var s ProcSample
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return s, err
+	}
+	if s.UserTicks, s.SystemTicks, err = parseStat(stat); err != nil {
+		return s, err
+	}
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return s, err
+	}
+	s.RSSBytes, s.PeakRSS, s.Threads = parseStatus(status)
+	return s, nil
+}
+
+// parseStat extracts utime and stime (fields 14 and 15) from /proc/<pid>/stat.
+// The command name (field 2) is in parentheses and may itself contain spaces and
+// parentheses, so fields are counted from the last ')'.
+func parseStat(b []byte) (utime, stime uint64, err error) {
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return 0, 0, fmt.Errorf("proc stat: no command name in %q", truncate(b))
+	}
+	f := strings.Fields(string(b[i+1:]))
+	// f[0] is field 3 (state); utime is field 14 → f[11], stime field 15 → f[12].
+	if len(f) < 13 {
+		return 0, 0, fmt.Errorf("proc stat: %d fields after the command name", len(f))
+	}
+	if utime, err = strconv.ParseUint(f[11], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("proc stat utime: %w", err)
+	}
+	if stime, err = strconv.ParseUint(f[12], 10, 64); err != nil {
+		return 0, 0, fmt.Errorf("proc stat stime: %w", err)
+	}
+	return utime, stime, nil
+}
+
+// parseStatus extracts VmRSS, VmHWM (bytes) and Threads from /proc/<pid>/status.
+func parseStatus(b []byte) (rss, hwm uint64, threads int) {
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for sc.Scan() {
+		line := sc.Text()
+		k, v, ok := strings.Cut(line, ":")
+		if !ok {
+			continue
+		}
+		f := strings.Fields(v)
+		if len(f) == 0 {
+			continue
+		}
+		n, err := strconv.ParseUint(f[0], 10, 64)
+		if err != nil {
+			continue
+		}
+		mult := uint64(1)
+		if len(f) > 1 && strings.EqualFold(f[1], "kB") {
+			mult = 1024
+		}
+		switch k {
+		case "VmRSS":
+			rss = n * mult
+		case "VmHWM":
+			hwm = n * mult
+		case "Threads":
+			threads = int(n)
+		}
+	}
+	return rss, hwm, threads
+}
+
+func truncate(b []byte) string {
+	if len(b) > 80 {
+		return string(b[:80]) + "…"
+	}
+	return string(b)
+}
+
+// ProcWatch measures a process over a window: CPU time used between Start and
+// Stop, and the peak resident set (the kernel's high-water mark, and our own
+// samples in case the kernel's is unavailable).
+type ProcWatch struct {
+	pid     int
+	start   ProcSample
+	ok      bool
+	maxSeen uint64
+}
+
+// StartProcWatch takes the first sample; pid ≤ 0 gives a watch that measures nothing.
+func StartProcWatch(pid int) *ProcWatch {
+	w := &ProcWatch{pid: pid}
+	if pid <= 0 {
+		return w
+	}
+	s, err := ReadProc(pid)
+	if err == nil {
+		w.start, w.ok = s, true
+		w.maxSeen = s.RSSBytes
+	}
+	return w
+}
+
+// Poll samples the resident set (call it now and then during a run).
+func (w *ProcWatch) Poll() {
+	if !w.ok {
+		return
+	}
+	if s, err := ReadProc(w.pid); err == nil && s.RSSBytes > w.maxSeen {
+		w.maxSeen = s.RSSBytes
+	}
+}
+
+// ProcUsage is what a ProcWatch measured.
+type ProcUsage struct {
+	Measured  bool    `json:"measured"`
+	CPUMicros float64 `json:"cpu_us"`
+	UserUs    float64 `json:"user_us"`
+	SystemUs  float64 `json:"system_us"`
+	RSSBytes  uint64  `json:"rss_bytes"`
+	PeakRSS   uint64  `json:"peak_rss_bytes"`
+}
+
+// Stop takes the final sample.
+func (w *ProcWatch) Stop() ProcUsage {
+	if !w.ok {
+		return ProcUsage{}
+	}
+	s, err := ReadProc(w.pid)
+	if err != nil {
+		return ProcUsage{}
+	}
+	peak := s.PeakRSS
+	if w.maxSeen > peak {
+		peak = w.maxSeen
+	}
+	if s.RSSBytes > peak {
+		peak = s.RSSBytes
+	}
+	return ProcUsage{
+		Measured:  true,
+		CPUMicros: s.CPUMicros() - w.start.CPUMicros(),
+		UserUs:    float64(s.UserTicks-w.start.UserTicks) * 1e6 / clockTicks,
+		SystemUs:  float64(s.SystemTicks-w.start.SystemTicks) * 1e6 / clockTicks,
+		RSSBytes:  s.RSSBytes,
+		PeakRSS:   peak,
+	}
+}
+
+// HostCPU is the machine-wide CPU time from /proc/stat, in ticks.
+type HostCPU struct{ Busy, Total uint64 }
+
+// ReadHostCPU reads the aggregate "cpu" line of /proc/stat.
+func ReadHostCPU() (HostCPU, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return HostCPU{}, err
+	}
+	return parseHostStat(b)
+}
+
+// parseHostStat: "cpu user nice system idle iowait irq softirq steal …". Busy is
+// user+nice+system, the time charged to processes: interrupt and softirq time
+// (loopback networking, which is neither process's) and steal are left out, so
+// that busy minus the server and the client is other processes.
+func parseHostStat(b []byte) (HostCPU, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 5 || f[0] != "cpu" {
+		return HostCPU{}, fmt.Errorf("proc stat: unexpected first line %q", truncate(line))
+	}
+	var h HostCPU
+	for i, s := range f[1:] {
+		if i >= 8 { // guest and guest_nice are counted in user and nice
+			break
+		}
+		v, err := strconv.ParseUint(s, 10, 64)
+		if err != nil {
+			return HostCPU{}, fmt.Errorf("proc stat: %w", err)
+		}
+		h.Total += v
+		if i <= 2 {
+			h.Busy += v
+		}
+	}
+	return h, nil
+}
+
+// OtherCores is how many cores, on average over a window of `seconds`, were
+// busy with something other than the server and the client: other builds and
+// tests on a shared machine. Anything well above zero makes the figures noisy.
+func OtherCores(before, after HostCPU, server, client ProcUsage, seconds float64) float64 {
+	if seconds <= 0 || after.Busy < before.Busy {
+		return 0
+	}
+	busyUs := float64(after.Busy-before.Busy) * 1e6 / clockTicks
+	v := (busyUs - server.CPUMicros - client.CPUMicros) / (seconds * 1e6)
+	if v < 0 {
+		v = 0
+	}
+	return v
+}

@@ -1,0 +1,216 @@
+package bench
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/meganode/meganode/internal/storeproc"
+)
+
+// Target kinds.
+const (
+	TargetMeganode = "meganode"
+	TargetEtcd     = "etcd"
+)
+
+// DefaultDataRoot is where servers keep their data unless told otherwise: tmpfs,
+// etcd's best case.
+const DefaultDataRoot = "/dev/shm"
+
+// TargetSpec says how to get one server to load.
+type TargetSpec struct {
+	Kind string // TargetMeganode or TargetEtcd (also the label in the results)
+
+	// Endpoints of a server that is already running: nothing is started. Pid, if
+	// known, lets the server's CPU and memory be measured.
+	Endpoints []string
+	Pid       int
+
+	StoreBin      string   // meganode-store; default storeproc.FindBin
+	StoreArgs     []string // extra flags for meganode-store (e.g. --durability=fsync)
+	StoreDataRoot string   // parent of the store's fresh data directory; default DefaultDataRoot
+
+	// EtcdCmd runs real etcd as its own process: EtcdCmd[0] is an executable
+	// (normally this meganode binary) and the rest its leading arguments (normally
+	// "etcd"); --data-dir and --listen-client-urls are appended.
+	EtcdCmd      []string
+	EtcdArgs     []string
+	EtcdDataRoot string // parent of etcd's fresh data directory; default DefaultDataRoot
+
+	Log io.Writer // where the server's own log goes; nil keeps only a tail for errors
+}
+
+// Target is a server under load.
+type Target struct {
+	Name      string
+	Endpoints []string
+	Pid       int
+	DataDir   string
+	close     func() error
+}
+
+// Close stops the server if this package started it and removes its data.
+func (t *Target) Close() error {
+	if t == nil || t.close == nil {
+		return nil
+	}
+	err := t.close()
+	t.close = nil
+	return err
+}
+
+// Start brings the target up (or just wraps --endpoints).
+func (s TargetSpec) Start() (*Target, error) {
+	if len(s.Endpoints) > 0 {
+		return &Target{Name: s.Kind, Endpoints: s.Endpoints, Pid: s.Pid}, nil
+	}
+	switch s.Kind {
+	case TargetMeganode:
+		return s.startStore()
+	case TargetEtcd:
+		return s.startEtcd()
+	}
+	return nil, fmt.Errorf("unknown target %q (want %s or %s)", s.Kind, TargetMeganode, TargetEtcd)
+}
+
+func dataDir(root, prefix string) (string, error) {
+	if root == "" {
+		root = DefaultDataRoot
+		if st, err := os.Stat(root); err != nil || !st.IsDir() {
+			root = os.TempDir()
+		}
+	}
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return "", err
+	}
+	return os.MkdirTemp(root, prefix)
+}
+
+func (s TargetSpec) startStore() (*Target, error) {
+	dir, err := dataDir(s.StoreDataRoot, "meganode-bench-store-")
+	if err != nil {
+		return nil, err
+	}
+	p, err := storeproc.Start(storeproc.Options{Bin: s.StoreBin, DataDir: dir, ExtraArgs: s.StoreArgs, Stderr: s.Log})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return &Target{
+		Name: TargetMeganode, Endpoints: []string{p.Endpoint}, Pid: p.Pid(), DataDir: dir,
+		close: func() error {
+			err := p.Stop()
+			os.RemoveAll(dir)
+			return err
+		},
+	}, nil
+}
+
+// ReadyLine is what a server prints once it serves clients (etcd's own wording).
+const ReadyLine = "ready to serve client requests"
+
+func (s TargetSpec) startEtcd() (*Target, error) {
+	if len(s.EtcdCmd) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		s.EtcdCmd = []string{exe, "etcd"}
+	}
+	dir, err := dataDir(s.EtcdDataRoot, "meganode-bench-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	port, err := storeproc.FreePort()
+	if err != nil {
+		return nil, err
+	}
+	ep := fmt.Sprintf("127.0.0.1:%d", port)
+	args := append([]string{}, s.EtcdCmd[1:]...)
+	args = append(args, "--data-dir", dir, "--listen-client-urls", "http://"+ep)
+	args = append(args, s.EtcdArgs...)
+	cmd := exec.Command(s.EtcdCmd[0], args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	out, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = cmd.Stderr
+	if err := cmd.Start(); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	tail := &lineTail{}
+	ready := make(chan struct{})
+	done := make(chan struct{})
+	var waitErr error
+	go func() {
+		sc := bufio.NewScanner(out)
+		sc.Buffer(make([]byte, 64*1024), 1024*1024)
+		var once sync.Once
+		for sc.Scan() {
+			line := sc.Text()
+			tail.add(line)
+			if s.Log != nil {
+				fmt.Fprintln(s.Log, line)
+			}
+			if strings.Contains(line, ReadyLine) {
+				once.Do(func() { close(ready) })
+			}
+		}
+	}()
+	go func() { waitErr = cmd.Wait(); close(done) }()
+	stop := func() error {
+		select {
+		case <-done:
+		default:
+			_ = cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-done:
+			case <-time.After(10 * time.Second):
+				_ = cmd.Process.Kill()
+				<-done
+			}
+		}
+		os.RemoveAll(dir)
+		return nil
+	}
+	select {
+	case <-ready:
+	case <-done:
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("etcd exited before it was ready (%v):\n%s", waitErr, tail.String())
+	case <-time.After(60 * time.Second):
+		stop()
+		return nil, errors.New("etcd not ready after 60s:\n" + tail.String())
+	}
+	return &Target{Name: TargetEtcd, Endpoints: []string{ep}, Pid: cmd.Process.Pid, DataDir: dir, close: stop}, nil
+}
+
+type lineTail struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (t *lineTail) add(l string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.lines = append(t.lines, l)
+	if len(t.lines) > 40 {
+		t.lines = t.lines[1:]
+	}
+}
+
+func (t *lineTail) String() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return strings.Join(t.lines, "\n")
+}
