@@ -123,7 +123,7 @@ async fn run(cfg: Config) -> Result<(), String> {
             .name("checkpoint".into())
             .spawn(move || loop {
                 std::thread::sleep(std::time::Duration::from_secs(5));
-                if let Err(e) = log.checkpoint(&store, every) {
+                if let Err(e) = log.checkpoint(&store, every, false) {
                     eprintln!("meganode-store: checkpoint failed: {e}");
                 }
             })

@@ -290,13 +290,18 @@ pub struct LogFile {
     pub mode: Mode,
     pending: Mutex<(Vec<u8>, i64, u64)>, // (bytes, last rev appended, records)
     io: Mutex<Io>,
+    /// Size of this prefix's last checkpoint: the log must outgrow it before the
+    /// next one, so checkpoint work stays proportional to the bytes written.
+    last_ckpt: AtomicU64,
 }
 
 impl LogFile {
     fn open(path: PathBuf, mode: Mode) -> std::io::Result<Self> {
         let file = OpenOptions::new().create(true).append(true).open(&path)?;
         let size = file.metadata()?.len();
-        Ok(LogFile { path, mode, pending: Mutex::new((Vec::with_capacity(1 << 16), 0, 0)), io: Mutex::new(Io { file, written_rev: 0, synced_rev: 0, size }) })
+        let ckpt = path.with_extension("ckpt");
+        let last_ckpt = AtomicU64::new(fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0));
+        Ok(LogFile { path, mode, pending: Mutex::new((Vec::with_capacity(1 << 16), 0, 0)), io: Mutex::new(Io { file, written_rev: 0, synced_rev: 0, size }), last_ckpt })
     }
 
     fn append(&self, rev: i64, f: impl FnOnce(&mut Vec<u8>) -> u64) {
@@ -438,11 +443,12 @@ impl Wal {
     /// Writes a checkpoint of every shard whose log has grown past `min_bytes`
     /// and truncates that log. The shard is read-locked throughout, so the
     /// checkpoint holds exactly what the log held.
-    pub fn checkpoint(&self, store: &Store, min_bytes: u64) -> std::io::Result<usize> {
+    pub fn checkpoint(&self, store: &Store, min_bytes: u64, force: bool) -> std::io::Result<usize> {
         let mut n = 0;
         for shard in store.all_shards() {
             let Some(log) = self.logs.read().get(shard.prefix.as_ref()).cloned().flatten() else { continue };
-            if log.io.lock().size < min_bytes.max(1) {
+            let threshold = min_bytes.max(log.last_ckpt.load(Ordering::Relaxed)).max(1);
+            if !force && log.io.lock().size < threshold {
                 continue;
             }
             let g = shard.data.read();
@@ -473,6 +479,7 @@ impl Wal {
             io.file.sync_all()?;
             io.size = 0;
             drop(io);
+            log.last_ckpt.store(out.len() as u64, Ordering::Relaxed);
             drop(g);
             self.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
             n += 1;
@@ -606,11 +613,16 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     let mut entries: Vec<PathBuf> = fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     let mut restored = false;
-    if let Some(src) = restore {
-        let has_logs = entries.iter().any(|p| p.extension().map_or(false, |x| x == "wal" || x == "ckpt") && !p.ends_with("meta.wal"));
-        if has_logs {
-            return Err(format!("--restore-from: data dir {} already holds logs; restore into an empty directory", dir.display()));
+    let has_logs = entries.iter().any(|p| p.extension().map_or(false, |x| x == "wal" || x == "ckpt") && !p.ends_with("meta.wal"));
+    let restore = match restore {
+        Some(src) if has_logs => {
+            // A restart with the same flags: the directory already holds the restored state.
+            eprintln!("meganode-store: {} already holds logs; --restore-from {} ignored", dir.display(), src.display());
+            None
         }
+        r => r,
+    };
+    if let Some(src) = restore {
         let buf = fs::read(src).map_err(|e| format!("{}: {e}", src.display()))?;
         let snap = crate::snapshot::decode(&buf).map_err(|e| format!("{}: {e}", src.display()))?;
         for (k, vs) in snap.keys {
@@ -714,7 +726,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
                 wal.log_for(&k);
             }
         }
-        wal.checkpoint(store, 0).map_err(|e| format!("writing checkpoints after restore: {e}"))?;
+        wal.checkpoint(store, 0, true).map_err(|e| format!("writing checkpoints after restore: {e}"))?;
     }
     rep.rev = rev;
     rep.compacted = compacted;

@@ -324,4 +324,10 @@ func TestCheckpointAndRestore(t *testing.T) {
 	}
 	defer p2.Stop()
 	check(p2, "restore from snapshot")
+	// The restored state is on disk, not only in memory: it survives a crash.
+	p2.Kill()
+	if err := p2.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	check(p2, "restart after restore")
 }
