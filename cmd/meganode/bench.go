@@ -24,6 +24,7 @@ func init() {
 
 const benchUsage = `usage: meganode bench <put|lease-flood|watch|range> [flags]
        meganode bench report --in DIR[,DIR...] --md FILE [--charts DIR]
+       meganode bench replay [--keys 1000000] [--val-size 350] [--durability buffered|fsync]
 
 Runs one workload against meganode-store and/or real etcd (each started fresh on a
 free loopback port for every run, or --endpoints for a server already running) and
@@ -48,6 +49,9 @@ func runBench(args []string) error {
 	workload := args[0]
 	if workload == "report" {
 		return runBenchReport(args[1:])
+	}
+	if workload == "replay" {
+		return runBenchReplay(args[1:])
 	}
 	known := false
 	for _, w := range bench.Workloads {

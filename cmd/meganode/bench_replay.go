@@ -1,0 +1,147 @@
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/meganode/meganode/internal/storeproc"
+)
+
+// runBenchReplay measures how long meganode-store takes to come back after a
+// restart with N Lease-sized keys in its logs (issue: replay time stays bounded).
+func runBenchReplay(args []string) error {
+	fs := flag.NewFlagSet("bench replay", flag.ContinueOnError)
+	keys := fs.Int("keys", 1000000, "keys to write before the restart")
+	valSize := fs.Int("val-size", 350, "value size (a Kubernetes Lease is ~300-400 bytes)")
+	dataDir := fs.String("data-dir", "", "store data dir (default: a new dir under bin/, on disk)")
+	mode := fs.String("durability", "buffered", "durability of /registry/leases/ for this run")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	dir := *dataDir
+	if dir == "" {
+		d, err := os.MkdirTemp("bin", "replay-")
+		if err != nil {
+			return err
+		}
+		dir, _ = filepath.Abs(d)
+		defer os.RemoveAll(dir)
+	}
+	extra := []string{"--durability-prefix=/registry/leases/=" + *mode}
+	p, err := storeproc.Start(storeproc.Options{DataDir: dir, ExtraArgs: extra})
+	if err != nil {
+		return err
+	}
+	defer p.Stop()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, Logger: zap.NewNop(), MaxCallSendMsgSize: 64 << 20})
+	if err != nil {
+		return err
+	}
+	value := strings.Repeat("l", *valSize)
+	start := time.Now()
+	const perTxn = 128
+	var wg sync.WaitGroup
+	var firstErr error
+	var mu sync.Mutex
+	batches := (*keys + perTxn - 1) / perTxn
+	work := make(chan int, 64)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				ops := make([]clientv3.Op, 0, perTxn)
+				for i := b * perTxn; i < (b+1)*perTxn && i < *keys; i++ {
+					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/leases/kube-node-lease/node-%07d", i), value))
+				}
+				if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+				}
+			}
+		}()
+	}
+	for b := 0; b < batches; b++ {
+		if b%(batches/20+1) == 0 {
+			fmt.Fprintf(os.Stderr, "\rwriting %d/%d keys", b*perTxn, *keys)
+		}
+		work <- b
+	}
+	close(work)
+	wg.Wait()
+	cli.Close()
+	if firstErr != nil {
+		return firstErr
+	}
+	load := time.Since(start)
+	fmt.Fprintf(os.Stderr, "\rwrote %d keys of %d B in %s (%.0f keys/s)\n", *keys, *valSize, load.Round(time.Millisecond), float64(*keys)/load.Seconds())
+	rss := rssOf(p.Pid())
+	if err := p.Stop(); err != nil {
+		return err
+	}
+	var logBytes, ckptBytes int64
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if info, err := e.Info(); err == nil {
+			switch filepath.Ext(e.Name()) {
+			case ".wal":
+				logBytes += info.Size()
+			case ".ckpt":
+				ckptBytes += info.Size()
+			}
+		}
+	}
+	t0 := time.Now()
+	if err := p.Restart(); err != nil {
+		return err
+	}
+	ready := time.Since(t0)
+	replayMs := ""
+	// The tail holds both starts' lines: the last "in N ms" is this restart's.
+	if ms := regexp.MustCompile(`in (\d+) ms`).FindAllStringSubmatch(p.Tail(), -1); len(ms) > 0 {
+		replayMs = ms[len(ms)-1][1]
+	}
+	cli, err = clientv3.New(clientv3.Config{Endpoints: []string{p.Endpoint}, Logger: zap.NewNop()})
+	if err != nil {
+		return err
+	}
+	defer cli.Close()
+	g, err := cli.Get(context.Background(), "/registry/leases/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return err
+	}
+	if g.Count != int64(*keys) {
+		return fmt.Errorf("after restart %d keys, want %d", g.Count, *keys)
+	}
+	fmt.Printf("replay: %d keys (%d B values, durability %s): logs %.1f MiB + checkpoints %.1f MiB; replay %s ms (store's own figure), ready after %s; RSS before restart %.0f MiB, after %.0f MiB\n",
+		*keys, *valSize, *mode, float64(logBytes)/(1<<20), float64(ckptBytes)/(1<<20), replayMs, ready.Round(time.Millisecond), rss, rssOf(p.Pid()))
+	return nil
+}
+
+func rssOf(pid int) float64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			var kb float64
+			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%f", &kb)
+			return kb / 1024
+		}
+	}
+	return 0
+}
