@@ -42,8 +42,17 @@ test-go: build
 test-long: build
 	MEGANODE_DIFF_OPS=200000 $(GO) test -count=1 -timeout 120m ./test/e2e/...
 
-demo: build
-	$(MEGANODE_BIN) demo --store-bin $(STORE_BIN)
+# The cluster demo: `meganode up` on meganode-store (kube-apiserver, controller-manager, scheduler, KWOK)
+# with DEMO_NODES KWOK nodes, DEMO_PODS pods under measurement, the SLO report, then `down`.
+DEMO_NODES ?= 1000
+DEMO_PODS ?= 2000
+DEMO_FLAGS ?=
+demo: build k8s-bins
+	$(MEGANODE_BIN) demo --nodes $(DEMO_NODES) --pods $(DEMO_PODS) $(DEMO_FLAGS)
+
+# The earlier store-only demo (a few seconds of each workload against meganode-store alone).
+demo-store: build
+	$(MEGANODE_BIN) demo --store-only --store-bin $(STORE_BIN)
 
 # The standard side-by-side comparison with real etcd (v3.6, started by `meganode etcd`, data on tmpfs):
 # put (buffered) swept over clients, lease-flood, watch, and put with --durability=fsync against etcd with its
@@ -80,7 +89,7 @@ K8S_MAINS := $(wildcard cmd/kube-apiserver/*.go cmd/kube-controller-manager/*.go
 KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-heartbeat-with-lease.yaml \
   pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 
-.PHONY: k8s-bins
+.PHONY: k8s-bins test-cluster demo-store
 k8s-bins: $(K8S_STAMP)
 
 $(K8S_STAMP): $(K8S_MAINS)
@@ -98,6 +107,10 @@ $(K8S_STAMP): $(K8S_MAINS)
 	    install -m 644 $$d/kustomize/stage/$$f $(BIN)/kwok-stages/$$f; done
 	@$(BIN)/kube-apiserver --version && $(BIN)/kwok --version
 	@touch $@
+
+# Only the cluster end-to-end test (up, client-go CRUD/watch, 200 pods, store restart, down).
+test-cluster: build k8s-bins
+	$(GO) test -count=1 -timeout 15m -v ./test/e2e/cluster/
 
 # `make test` builds the Kubernetes binaries first: the cluster e2e test needs them (cached after the first run).
 test-go: k8s-bins

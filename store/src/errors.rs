@@ -16,6 +16,7 @@ pub enum StoreError {
     LeaseExist,
     LeaseTtlTooLarge,
     RequestTooLarge,
+    InvalidSortOption,
 }
 
 impl StoreError {
@@ -33,6 +34,7 @@ impl StoreError {
             StoreError::LeaseExist => "etcdserver: lease already exists",
             StoreError::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             StoreError::RequestTooLarge => "etcdserver: request is too large",
+            StoreError::InvalidSortOption => "etcdserver: invalid sort option",
         }
     }
 

@@ -11,9 +11,6 @@ use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-/// gRPC accepts this much above --max-request-bytes so that an oversized
-/// request reaches the handler and gets etcd's own error, as etcd does.
-const GRPC_OVERHEAD: usize = 512 * 1024;
 
 fn host_port(url: &str) -> Result<(bool, SocketAddr), String> {
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {
@@ -49,7 +46,7 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         }
         builder = builder.tls_config(t).map_err(|e| format!("TLS: {e}"))?;
     }
-    let limit = cfg.max_request_bytes + GRPC_OVERHEAD;
+    let limit = server::decode_limit(cfg.max_request_bytes);
     let listener = TcpListener::bind(addr).await.map_err(|e| format!("listen {addr}: {e}"))?;
     // Our own listener, so tonic's tcp_nodelay does not apply: set it per
     // connection, or Nagle's algorithm holds small responses back ~40 ms.

@@ -41,13 +41,10 @@ impl KeyHistory {
             .filter(|v| !v.is_tombstone())
     }
 
-    /// The entry (tombstones included) that precedes index `i`, used as an event's prev_kv.
-    pub fn before(&self, i: usize) -> Option<&Version> {
-        if i == 0 {
-            None
-        } else {
-            self.versions.get(i - 1).filter(|v| !v.is_tombstone())
-        }
+    /// The live value just before revision `rev`: an event's prev_kv, which
+    /// etcd reads at rev-1, so earlier writes of the same txn do not count.
+    pub fn before_rev(&self, rev: i64) -> Option<&Version> {
+        self.versions.iter().rev().find(|v| v.mod_rev < rev).filter(|v| !v.is_tombstone())
     }
 
     /// Drops every revision that no read at or after `rev` can see: all but the

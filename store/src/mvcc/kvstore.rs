@@ -154,13 +154,14 @@ impl WriteBatch {
             None => (self.rev, 1),
         };
         let v = Version { mod_rev: self.rev, sub, create_rev, version, value, lease };
+        let before = h.before_rev(self.rev).cloned();
         h.versions.push(v.clone());
         data.bytes += v.value.len() + 48;
         let old_lease = prev.as_ref().map_or(0, |p| p.lease);
         if old_lease != lease {
             self.lease_moves.push((key.clone(), old_lease, lease));
         }
-        self.events.push(Event { key: key.clone(), kv: v, prev: prev.clone() });
+        self.events.push(Event { key: key.clone(), kv: v, prev: before });
         prev
     }
 
@@ -170,12 +171,13 @@ impl WriteBatch {
         let h = data.get_mut(key)?;
         let prev = h.latest().cloned()?;
         let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 };
+        let before = h.before_rev(self.rev).cloned();
         h.versions.push(tomb.clone());
         data.bytes += 48;
         if prev.lease != 0 {
             self.lease_moves.push((key.clone(), prev.lease, 0));
         }
-        self.events.push(Event { key: key.clone(), kv: tomb, prev: Some(prev.clone()) });
+        self.events.push(Event { key: key.clone(), kv: tomb, prev: before });
         Some(prev)
     }
 }
@@ -377,13 +379,14 @@ impl Store {
 
     /// The checks a put must pass against the current state before it may commit.
     pub fn check_put_against_state<G: std::ops::Deref<Target = ShardData>>(&self, locked: &Locked<G>, req: &PbPutRequest) -> Result<()> {
+        // etcd checks the lease first.
+        if !req.ignore_lease && req.lease != 0 && !self.leases.exists(req.lease) {
+            return Err(StoreError::LeaseNotFound);
+        }
         if req.ignore_value || req.ignore_lease {
             if locked.get(&req.key).and_then(|h| h.latest()).is_none() {
                 return Err(StoreError::KeyNotFound);
             }
-        }
-        if !req.ignore_lease && req.lease != 0 && !self.leases.exists(req.lease) {
-            return Err(StoreError::LeaseNotFound);
         }
         Ok(())
     }
@@ -399,15 +402,17 @@ impl Store {
     }
 
     pub fn range(&self, req: &etcd_client::proto::PbRangeRequest) -> Result<PbRangeResponse> {
-        if req.key.is_empty() {
-            return Err(StoreError::EmptyKey);
-        }
+        check_range(req)?;
         let r = KeyRange::new(&req.key, &req.range_end);
         let shards = self.shards_for(std::slice::from_ref(&r), false);
         let locked = self.lock_read(shards);
         // Checked with the shards held so compaction cannot pass under us.
-        let rev = self.check_rev(req.revision)?;
-        Ok(self.range_locked(&locked, req, rev))
+        let cur = self.current_rev();
+        let rev = self.check_rev(req.revision)?.min(cur);
+        let mut resp = self.range_locked(&locked, req, rev);
+        // etcd's header always carries the current revision, whatever was read.
+        resp.header = header(cur);
+        Ok(resp)
     }
 
     /// Deletes every live key of the interval in one revision.
@@ -584,6 +589,17 @@ fn check_put_flags(req: &PbPutRequest) -> Result<()> {
     }
     if req.ignore_lease && req.lease != 0 {
         return Err(StoreError::LeaseProvided);
+    }
+    Ok(())
+}
+
+/// etcd's static checks of a range: a key, and sort options it knows.
+pub fn check_range(req: &etcd_client::proto::PbRangeRequest) -> Result<()> {
+    if req.key.is_empty() {
+        return Err(StoreError::EmptyKey);
+    }
+    if !(0..=2).contains(&req.sort_order) || !(0..=4).contains(&req.sort_target) {
+        return Err(StoreError::InvalidSortOption);
     }
     Ok(())
 }

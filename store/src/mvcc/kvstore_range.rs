@@ -20,13 +20,15 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
         || req.max_mod_revision != 0
         || req.min_create_revision != 0
         || req.max_create_revision != 0;
+    // A non-key target without an order sorts ascending; but, as in etcd, only
+    // an explicit order (or a filter) makes the range fetch everything before
+    // sorting: otherwise limit+1 keys are fetched in key order and sorted.
     let mut sort_order = req.sort_order;
     if req.sort_target != 0 && sort_order == 0 {
         sort_order = 1;
     }
     let sorting = sort_order != 0 && !(sort_order == 1 && req.sort_target == 0);
-    // Without sorting or filters only limit+1 values need copying.
-    let want = if req.limit > 0 && !sorting && !filtered { req.limit as usize + 1 } else { usize::MAX };
+    let want = if req.limit > 0 && req.sort_order == 0 && !filtered { req.limit as usize + 1 } else { usize::MAX };
     let mut count = 0i64;
     let mut kvs: Vec<(&Bytes, &Version)> = Vec::new();
     for (k, h) in entries {

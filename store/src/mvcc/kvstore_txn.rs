@@ -228,7 +228,8 @@ fn compare_one(c: &PbCompare, v: Option<&Version>) -> bool {
         1 => ord == Ordering::Greater,
         2 => ord == Ordering::Less,
         3 => ord != Ordering::Equal,
-        _ => false,
+        // etcd lets an unknown result through.
+        _ => true,
     }
 }
 
@@ -236,12 +237,17 @@ fn check_txn(req: &PbTxnRequest) -> Result<()> {
     if req.compare.len() > MAX_TXN_OPS || req.success.len() > MAX_TXN_OPS || req.failure.len() > MAX_TXN_OPS {
         return Err(StoreError::TooManyOps);
     }
+    if req.compare.iter().any(|c| c.key.is_empty()) {
+        return Err(StoreError::EmptyKey);
+    }
     for op in req.success.iter().chain(req.failure.iter()) {
         match &op.request {
-            Some(PbTxnOpRequest::RequestRange(r)) if r.key.is_empty() => return Err(StoreError::EmptyKey),
+            Some(PbTxnOpRequest::RequestRange(r)) => super::kvstore::check_range(r)?,
             Some(PbTxnOpRequest::RequestPut(p)) => check_put(p)?,
             Some(PbTxnOpRequest::RequestDeleteRange(d)) if d.key.is_empty() => return Err(StoreError::EmptyKey),
             Some(PbTxnOpRequest::RequestTxn(t)) => check_txn(t)?,
+            // An empty RequestOp: etcd answers "key not found".
+            None => return Err(StoreError::KeyNotFound),
             _ => {}
         }
     }
@@ -252,8 +258,10 @@ fn check_txn(req: &PbTxnRequest) -> Result<()> {
 struct Dels(Vec<(Vec<u8>, Vec<u8>)>);
 
 impl Dels {
+    /// etcd compares these intervals as plain strings: an end of "\0" is not
+    /// "to the end of the keyspace" here, it is the literal (empty) [key, "\0").
     fn hits(&self, k: &[u8]) -> bool {
-        self.0.iter().any(|(key, end)| KeyRange::new(key, end).contains(k))
+        self.0.iter().any(|(key, end)| if end.is_empty() { k == key.as_slice() } else { k >= key.as_slice() && k < end.as_slice() })
     }
 }
 

@@ -19,11 +19,11 @@ impl Store {
         }
         let mut out: Vec<Event> = Vec::new();
         for (k, h) in locked.range(&r) {
-            for (i, v) in h.versions.iter().enumerate() {
+            for v in h.versions.iter() {
                 if v.mod_rev < from || v.mod_rev > to {
                     continue;
                 }
-                let prev: Option<Version> = h.before(i).cloned();
+                let prev: Option<Version> = h.before_rev(v.mod_rev).cloned();
                 out.push(Event { key: k.clone(), kv: v.clone(), prev });
             }
         }

@@ -18,8 +18,16 @@ pub struct KvService(pub Arc<Ctx>);
 const STREAM_CHUNK: usize = 500;
 
 impl KvService {
-    fn too_large<M: Message>(&self, m: &M) -> Result<(), Status> {
-        if m.encoded_len() > self.0.cfg.max_request_bytes {
+    /// etcd has two limits: gRPC refuses messages above --max-request-bytes +
+    /// 512 KiB (ResourceExhausted, gRPC-Go's message), and the server refuses
+    /// proposals above --max-request-bytes ("request is too large").
+    fn too_large<M: Message>(&self, m: &M, proposal: bool) -> Result<(), Status> {
+        let n = m.encoded_len();
+        let grpc_limit = self.0.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD;
+        if n > grpc_limit {
+            return Err(Status::resource_exhausted(format!("grpc: received message larger than max ({n} vs. {grpc_limit})")));
+        }
+        if proposal && n > self.0.cfg.max_request_bytes {
             return Err(StoreError::RequestTooLarge.into());
         }
         Ok(())
@@ -30,6 +38,7 @@ impl KvService {
 impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
+        self.too_large(request.get_ref(), false)?;
         let mut resp = self.0.store.range(request.get_ref())?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -57,7 +66,7 @@ impl PbKvService for KvService {
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
         self.0.metrics.put.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
-        self.too_large(req)?;
+        self.too_large(req, true)?;
         let mut resp = self.0.write(|| self.0.store.put(req))?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -66,7 +75,7 @@ impl PbKvService for KvService {
     async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
         self.0.metrics.delete.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
-        self.too_large(req)?;
+        self.too_large(req, true)?;
         let mut resp = self.0.write(|| self.0.store.delete_range(req))?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -75,13 +84,14 @@ impl PbKvService for KvService {
     async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
         self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
-        self.too_large(req)?;
+        self.too_large(req, true)?;
         let mut resp = self.0.write(|| self.0.store.txn(req))?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn compact(&self, request: Request<PbCompactionRequest>) -> Result<Response<PbCompactionResponse>, Status> {
+        self.too_large(request.get_ref(), true)?;
         let rev = self.0.store.compact(request.get_ref().revision)?;
         Ok(Response::new(PbCompactionResponse { header: self.0.header(rev) }))
     }

@@ -17,6 +17,15 @@ use crate::mvcc::Store;
 /// requests (consistent reads from cache) only for >= 3.5.13 / 3.4.31.
 pub const ETCD_COMPAT_VERSION: &str = "3.6.0";
 
+/// gRPC accepts this much above --max-request-bytes, as etcd's server does.
+pub const GRPC_OVERHEAD: usize = 512 * 1024;
+
+/// What tonic itself decodes at most: well above the limit above, so that an
+/// oversized request reaches our check and gets etcd's exact status.
+pub fn decode_limit(max_request_bytes: usize) -> usize {
+    (4 * (max_request_bytes + GRPC_OVERHEAD)).max(16 << 20)
+}
+
 pub struct Ctx {
     pub store: Arc<Store>,
     pub cfg: Config,

@@ -17,7 +17,6 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Ctx;
-use crate::errors::StoreError;
 use crate::mvcc::key_history::Version;
 use crate::mvcc::shard::KeyRange;
 use crate::mvcc::watch_hub::{Event, LogRead};
@@ -41,6 +40,10 @@ struct Watcher {
     fragment: bool,
     /// The next revision this watcher has not seen.
     next_rev: i64,
+    /// Created with a start revision in the past: its first delivery reads
+    /// history and sends everything up to now in one response (etcd's unsynced
+    /// path), after which it follows the log one revision per response.
+    catch_up: bool,
 }
 
 impl Watcher {
@@ -91,7 +94,7 @@ impl Session {
         let cur = self.ctx.store.current_rev();
         let id = if c.watch_id != 0 {
             if self.watchers.contains_key(&c.watch_id) {
-                let mut r = self.resp(cur, c.watch_id);
+                let mut r = self.resp(cur, -1);
                 r.created = true;
                 r.canceled = true;
                 r.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream".into();
@@ -105,16 +108,24 @@ impl Session {
             self.next_id
         };
         let end = if c.range_end == [0u8] { vec![0u8] } else { c.range_end.clone() };
+        if KeyRange::new(&c.key, &end).is_empty() {
+            let mut r = self.resp(cur, -1);
+            r.created = true;
+            r.canceled = true;
+            r.cancel_reason = "mvcc: watcher range is empty".into();
+            return self.send(r).await;
+        }
         let start = if c.start_revision > 0 { c.start_revision } else { cur + 1 };
         let mut r = self.resp(cur, id);
         r.created = true;
         self.send(r).await?;
         let compacted = self.ctx.store.compacted_rev();
         if start < compacted {
+            // No cancel reason, as etcd: the Go client would pass a reason on to
+            // every watcher of the stream.
             let mut r = self.resp(cur, id);
             r.compact_revision = compacted;
             r.canceled = true;
-            r.cancel_reason = StoreError::Compacted.message().into();
             return self.send(r).await;
         }
         self.watchers.insert(
@@ -129,6 +140,7 @@ impl Session {
                 progress_notify: c.progress_notify,
                 fragment: c.fragment,
                 next_rev: start,
+                catch_up: start <= cur,
             },
         );
         self.ctx.metrics.watchers.fetch_add(1, Ordering::Relaxed);
@@ -154,7 +166,8 @@ impl Session {
                 if w.next_rev > cur {
                     break;
                 }
-                match self.ctx.store.hub.read_from(w.next_rev, LOG_READ_BATCH) {
+                let read = if w.catch_up { LogRead::Gap } else { self.ctx.store.hub.read_from(w.next_rev, LOG_READ_BATCH) };
+                match read {
                     LogRead::Batches(batches) => {
                         if batches.is_empty() {
                             break;
@@ -179,13 +192,17 @@ impl Session {
                         }
                     }
                     LogRead::Gap => {
-                        // Behind the log: rebuild the missed events from history.
-                        self.ctx.metrics.slow_watcher_catchups.fetch_add(1, Ordering::Relaxed);
+                        // New with a past start revision, or behind the log: rebuild the
+                        // missed events from history.
+                        if !w.catch_up {
+                            self.ctx.metrics.slow_watcher_catchups.fetch_add(1, Ordering::Relaxed);
+                        }
                         let (key, end, from, fragment, prev) = (w.key.clone(), w.end.clone(), w.next_rev, w.fragment, w.prev_kv);
                         match self.ctx.store.events_between(&key, &end, from, cur) {
                             Ok(events) => {
                                 let w = self.watchers.get_mut(&id).unwrap();
                                 w.next_rev = cur + 1;
+                                w.catch_up = false;
                                 let evs: Vec<PbEvent> = events.iter().filter(|e| w.matches(e)).map(|e| pb_event(e, prev)).collect();
                                 if !evs.is_empty() {
                                     self.send_events(id, cur, evs, fragment).await?;
@@ -197,7 +214,6 @@ impl Session {
                                 let mut r = self.resp(cur, id);
                                 r.compact_revision = self.ctx.store.compacted_rev();
                                 r.canceled = true;
-                                r.cancel_reason = StoreError::Compacted.message().into();
                                 self.send(r).await?;
                             }
                         }

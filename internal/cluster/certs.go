@@ -1,0 +1,203 @@
+package cluster
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"time"
+)
+
+// PKI is every certificate and key the control plane uses, as files in one directory:
+// a cluster CA (apiserver serving cert and the client certs of admin, controller-manager,
+// scheduler and KWOK), a separate front-proxy CA (kube-apiserver 1.36 refuses a
+// requestheader CA that overlaps the client CA) and the service-account signing key.
+type PKI struct {
+	Dir string
+
+	CACert, CAKey            string
+	FrontProxyCA             string
+	FrontProxyCert, ProxyKey string
+	ServerCert, ServerKey    string
+	AdminCert, AdminKey      string
+	CMCert, CMKey            string
+	SchedCert, SchedKey      string
+	SAKey, SAPub             string
+}
+
+// FrontProxyClientName is the CN the apiserver accepts on requestheader (aggregation) requests.
+const FrontProxyClientName = "front-proxy-client"
+
+type ca struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+// GeneratePKI writes a fresh PKI into dir (valid for a year).
+func GeneratePKI(dir string) (*PKI, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f := func(n string) string { return filepath.Join(dir, n) }
+	p := &PKI{Dir: dir,
+		CACert: f("ca.crt"), CAKey: f("ca.key"),
+		FrontProxyCA:   f("front-proxy-ca.crt"),
+		FrontProxyCert: f("front-proxy-client.crt"), ProxyKey: f("front-proxy-client.key"),
+		ServerCert: f("apiserver.crt"), ServerKey: f("apiserver.key"),
+		AdminCert: f("admin.crt"), AdminKey: f("admin.key"),
+		CMCert: f("controller-manager.crt"), CMKey: f("controller-manager.key"),
+		SchedCert: f("scheduler.crt"), SchedKey: f("scheduler.key"),
+		SAKey: f("sa.key"), SAPub: f("sa.pub"),
+	}
+	clusterCA, err := newCA("meganode-ca", p.CACert, p.CAKey)
+	if err != nil {
+		return nil, err
+	}
+	fpCA, err := newCA("meganode-front-proxy-ca", p.FrontProxyCA, f("front-proxy-ca.key"))
+	if err != nil {
+		return nil, err
+	}
+	server := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "kube-apiserver"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")},
+		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
+	}
+	if err := clusterCA.issue(server, p.ServerCert, p.ServerKey); err != nil {
+		return nil, err
+	}
+	clients := []struct {
+		cn, org  string
+		crt, key string
+		signer   *ca
+	}{
+		{"meganode-admin", "system:masters", p.AdminCert, p.AdminKey, clusterCA},
+		{"system:kube-controller-manager", "", p.CMCert, p.CMKey, clusterCA},
+		{"system:kube-scheduler", "", p.SchedCert, p.SchedKey, clusterCA},
+		{FrontProxyClientName, "", p.FrontProxyCert, p.ProxyKey, fpCA},
+	}
+	for _, c := range clients {
+		t := &x509.Certificate{Subject: pkix.Name{CommonName: c.cn}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+		if c.org != "" {
+			t.Subject.Organization = []string{c.org}
+		}
+		if err := c.signer.issue(t, c.crt, c.key); err != nil {
+			return nil, err
+		}
+	}
+	// Service-account token signing key (ES256).
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeKey(p.SAKey, k); err != nil {
+		return nil, err
+	}
+	pub, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(p.SAPub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pub}), 0o644); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+func newCA(cn, certPath, keyPath string) (*ca, error) {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return nil, err
+	}
+	now := time.Now()
+	t := &x509.Certificate{
+		SerialNumber: serial(), Subject: pkix.Name{CommonName: cn, Organization: []string{"meganode"}},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
+		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
+		BasicConstraintsValid: true, IsCA: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, t, t, &k.PublicKey, k)
+	if err != nil {
+		return nil, err
+	}
+	c, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, err
+	}
+	if err := writeCert(certPath, der); err != nil {
+		return nil, err
+	}
+	if err := writeKey(keyPath, k); err != nil {
+		return nil, err
+	}
+	return &ca{cert: c, key: k}, nil
+}
+
+func (c *ca) issue(t *x509.Certificate, certPath, keyPath string) error {
+	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return err
+	}
+	now := time.Now()
+	t.SerialNumber = serial()
+	t.NotBefore, t.NotAfter = now.Add(-time.Hour), now.Add(365*24*time.Hour)
+	t.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
+	der, err := x509.CreateCertificate(rand.Reader, t, c.cert, &k.PublicKey, c.key)
+	if err != nil {
+		return fmt.Errorf("issue %s: %w", t.Subject.CommonName, err)
+	}
+	if err := writeCert(certPath, der); err != nil {
+		return err
+	}
+	return writeKey(keyPath, k)
+}
+
+func serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n.Add(n, big.NewInt(1))
+}
+
+func writeCert(path string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+func writeKey(path string, k *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}
+
+// WriteKubeconfig writes a kubeconfig for server authenticated by a client certificate.
+func WriteKubeconfig(path, server, caFile, certFile, keyFile, user string) error {
+	s := fmt.Sprintf(`apiVersion: v1
+kind: Config
+clusters:
+- name: meganode
+  cluster:
+    server: %s
+    certificate-authority: %s
+users:
+- name: %s
+  user:
+    client-certificate: %s
+    client-key: %s
+contexts:
+- name: meganode
+  context:
+    cluster: meganode
+    user: %s
+current-context: meganode
+`, server, caFile, user, certFile, keyFile, user)
+	return os.WriteFile(path, []byte(s), 0o600)
+}

@@ -1,0 +1,99 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"github.com/meganode/meganode/internal/doctor"
+)
+
+// Store kinds.
+const (
+	StoreMeganode = "meganode"
+	StoreEtcd     = "etcd"
+)
+
+// shardResources is the order in which resources get a store of their own as --store-shards
+// grows: the heaviest writers first (design §5: leases, events, pods).
+var shardResources = []string{"", "leases", "events", "pods"}
+
+// MaxStoreShards is one default store plus one each for leases, events and pods.
+var MaxStoreShards = len(shardResources)
+
+// storeComponents describes the store processes for shards stores.
+func storeComponents(st *State, o *UpOptions) ([]Component, error) {
+	var comps []Component
+	for i := 0; i < o.StoreShards; i++ {
+		res := shardResources[i]
+		name := "store"
+		if res != "" {
+			name = "store-" + res
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		url := fmt.Sprintf("http://127.0.0.1:%d", port)
+		data := filepath.Join(st.Dir, "data", name)
+		if err := os.MkdirAll(data, 0o700); err != nil {
+			return nil, err
+		}
+		c := Component{Name: name, Kind: o.Store, URL: url, DataDir: data, Log: filepath.Join(st.Dir, "logs", name+".log")}
+		switch o.Store {
+		case StoreMeganode:
+			mport, err := freePort()
+			if err != nil {
+				return nil, err
+			}
+			c.Kind = BinStore
+			c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d", mport)
+			c.Args = append([]string{filepath.Join(o.BinDir, BinStore),
+				"--name", name, "--data-dir", data,
+				"--listen-client-urls", url, "--advertise-client-urls", url,
+				"--listen-metrics-urls", c.MetricsURL}, o.StoreArgs...)
+		case StoreEtcd:
+			c.MetricsURL = url // etcd serves /metrics on its client URL
+			c.Args = append(append([]string{}, o.EtcdCmd...), "--data-dir", data, "--listen-client-urls", url)
+			c.Args = append(c.Args, o.StoreArgs...)
+		default:
+			return nil, fmt.Errorf("--store: want meganode or etcd, got %q", o.Store)
+		}
+		comps = append(comps, c)
+		sh := StoreShard{Component: name, Resource: res, URL: url}
+		if res != "" {
+			sh.Override = doctor.StoreOverride(res, url)
+		}
+		st.Shards = append(st.Shards, sh)
+	}
+	return comps, nil
+}
+
+// waitStore waits until the store answers a Status call.
+func waitStore(ctx context.Context, c *Component) error {
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if !c.Alive() {
+			return fmt.Errorf("%s exited; see %s:\n%s", c.Name, c.Log, tail(c.Log, 15))
+		}
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.URL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		if err == nil {
+			cctx, cancel := context.WithTimeout(ctx, time.Second)
+			_, err = cli.Status(cctx, c.URL)
+			cancel()
+			cli.Close()
+			if err == nil {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("%s not serving at %s: %v; see %s", c.Name, c.URL, err, c.Log)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

@@ -1,0 +1,222 @@
+package cluster
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/doctor"
+)
+
+// UpOptions configure Up. Zero values take defaults.
+type UpOptions struct {
+	StateDir      string
+	Store         string   // meganode (default) | etcd
+	StoreShards   int      // 0: as many as the sizing plan asks for (1–4)
+	Nodes         int      // KWOK nodes to create once the control plane is healthy (also sizes the plan)
+	Pods          int      // sizes the plan only
+	BinDir        string   // default: BinDir()
+	EtcdCmd       []string // how to run real etcd; default: <bin>/meganode etcd
+	StoreArgs     []string // extra flags for every store process
+	APIServerArgs []string // extra kube-apiserver flags
+	Progress      *bench.Progress
+}
+
+// DefaultStateDir is where `up` keeps pids, certificates, logs and store data.
+func DefaultStateDir() string { return filepath.Join(os.TempDir(), "meganode-cluster") }
+
+// Plan is the sizing plan `up` takes its flags from.
+func (o *UpOptions) Plan() doctor.PlanOutput {
+	return doctor.Plan(doctor.PlanInput{Nodes: max(o.Nodes, 1), Pods: o.Pods,
+		LeaseDurationSeconds: NodeLeaseDurationSeconds, KubeMinor: doctor.DefaultKubeMinor})
+}
+
+// Up starts the control plane and, with o.Nodes > 0, creates the nodes. On failure it stops
+// whatever it had started.
+func Up(ctx context.Context, o UpOptions) (st *State, err error) {
+	prog := o.Progress
+	if o.StateDir == "" {
+		o.StateDir = DefaultStateDir()
+	}
+	if o.Store == "" {
+		o.Store = StoreMeganode
+	}
+	if o.Store != StoreMeganode && o.Store != StoreEtcd {
+		return nil, fmt.Errorf("--store: want meganode or etcd, got %q", o.Store)
+	}
+	if o.BinDir == "" {
+		if o.BinDir, err = BinDir(); err != nil {
+			return nil, err
+		}
+	}
+	if err := CheckBins(o.BinDir, o.Store); err != nil {
+		return nil, err
+	}
+	if o.Store == StoreEtcd && len(o.EtcdCmd) == 0 {
+		self := filepath.Join(o.BinDir, "meganode")
+		if _, err := os.Stat(self); err != nil {
+			if self, err = os.Executable(); err != nil {
+				return nil, err
+			}
+		}
+		o.EtcdCmd = []string{self, "etcd"}
+	}
+	plan := o.Plan()
+	if o.StoreShards <= 0 {
+		o.StoreShards = len(plan.Store.Shards)
+	}
+	if o.StoreShards > MaxStoreShards {
+		return nil, fmt.Errorf("--store-shards: at most %d (default store + leases, events, pods)", MaxStoreShards)
+	}
+	if old, err := LoadState(o.StateDir); err == nil && len(old.Running()) > 0 {
+		return nil, fmt.Errorf("a cluster from %s is still running (%d processes): run `meganode down --state-dir %s` first",
+			o.StateDir, len(old.Running()), o.StateDir)
+	}
+	for _, d := range []string{"data", "logs", "pki", "apiserver", "controller-manager", "scheduler"} {
+		if err := os.RemoveAll(filepath.Join(o.StateDir, d)); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.MkdirAll(o.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	abs, err := filepath.Abs(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	st = &State{Dir: abs, Store: o.Store, StartedAt: time.Now(), Kubeconfig: filepath.Join(abs, "kubeconfig")}
+	defer func() {
+		if err != nil {
+			prog.Printf("up failed: stopping what was started (logs stay in %s/logs)", st.Dir)
+			_ = st.Down(5*time.Second, nil)
+		}
+	}()
+	launch := func(c Component) (*Component, error) {
+		st.Components = append(st.Components, c)
+		p := &st.Components[len(st.Components)-1]
+		if err := p.start(); err != nil {
+			return nil, err
+		}
+		return p, st.Save()
+	}
+
+	prog.Phase("generating certificates…")
+	pki, err := GeneratePKI(filepath.Join(abs, "pki"))
+	if err != nil {
+		return st, err
+	}
+
+	stores, err := storeComponents(st, &o)
+	if err != nil {
+		return st, err
+	}
+	for _, c := range stores {
+		prog.Phase(fmt.Sprintf("starting %s (%s) on %s…", c.Name, o.Store, c.URL))
+		p, err := launch(c)
+		if err != nil {
+			return st, err
+		}
+		if err := waitStore(ctx, p); err != nil {
+			return st, err
+		}
+		prog.Printf("  %-24s pid %-7d %s", p.Name, p.Pid, p.URL)
+	}
+
+	ports := make([]int, 4)
+	for i := range ports {
+		if ports[i], err = freePort(); err != nil {
+			return st, err
+		}
+	}
+	api := apiServerComponent(st, &o, pki, plan, ports[0])
+	st.APIServerURL = api.URL
+	prog.Phase("starting kube-apiserver…")
+	apiP, err := launch(api)
+	if err != nil {
+		return st, err
+	}
+	admin, err := AdminHTTPClient(st)
+	if err != nil {
+		return st, err
+	}
+	if err := waitHealthy(ctx, apiP, admin, api.URL+"/readyz", 180*time.Second); err != nil {
+		return st, err
+	}
+	prog.Printf("  %-24s pid %-7d %s", apiP.Name, apiP.Pid, apiP.URL)
+
+	kc := func(name, crt, key, user string) (string, error) {
+		p := filepath.Join(abs, name)
+		return p, WriteKubeconfig(p, api.URL, pki.CACert, crt, key, user)
+	}
+	if _, err := kc("kubeconfig", pki.AdminCert, pki.AdminKey, "meganode-admin"); err != nil {
+		return st, err
+	}
+	cmKC, err := kc("controller-manager.kubeconfig", pki.CMCert, pki.CMKey, "system:kube-controller-manager")
+	if err != nil {
+		return st, err
+	}
+	schedKC, err := kc("scheduler.kubeconfig", pki.SchedCert, pki.SchedKey, "system:kube-scheduler")
+	if err != nil {
+		return st, err
+	}
+
+	cm := controllerManagerComponent(st, &o, pki, plan, cmKC, ports[1])
+	sched, err := schedulerComponent(st, &o, plan, schedKC, ports[2])
+	if err != nil {
+		return st, err
+	}
+	kw, err := kwokComponent(st, &o, st.Kubeconfig, ports[3])
+	if err != nil {
+		return st, err
+	}
+	var started []*Component
+	for _, c := range []Component{cm, sched, kw} {
+		prog.Phase(fmt.Sprintf("starting %s…", c.Name))
+		p, err := launch(c)
+		if err != nil {
+			return st, err
+		}
+		started = append(started, p)
+	}
+	for _, p := range started {
+		prog.Phase(fmt.Sprintf("waiting for %s…", p.Name))
+		if err := waitHealthy(ctx, p, insecureClient, p.URL+"/healthz", 90*time.Second); err != nil {
+			return st, err
+		}
+		prog.Printf("  %-24s pid %-7d %s", p.Name, p.Pid, p.URL)
+	}
+	st.Ready = true
+	if err := st.Save(); err != nil {
+		return st, err
+	}
+	if o.Nodes > 0 {
+		cs, err := Clientset(st)
+		if err != nil {
+			return st, err
+		}
+		if err := MakeNodes(ctx, cs, NodeOptions{Count: o.Nodes, Progress: prog}); err != nil {
+			return st, err
+		}
+		st.Nodes = o.Nodes
+		if err := WaitNodesReady(ctx, cs, o.Nodes, max(5*time.Minute, time.Duration(o.Nodes)*40*time.Millisecond), prog); err != nil {
+			return st, err
+		}
+	}
+	return st, st.Save()
+}
+
+// Down stops the cluster recorded in dir.
+func Down(dir string, log func(string, ...any)) error {
+	st, err := LoadState(dir)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return fmt.Errorf("no cluster recorded in %s", dir)
+		}
+		return err
+	}
+	return st.Down(15*time.Second, log)
+}
