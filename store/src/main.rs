@@ -98,12 +98,19 @@ async fn run(cfg: Config) -> Result<(), String> {
     let mode = |m: &str| wal::Mode::parse(m).expect("validated by config");
     let overrides: Vec<(String, wal::Mode)> = cfg.durability_prefixes.iter().map(|(p, m)| (p.clone(), mode(m))).collect();
     let dur = wal::Durability::new(mode(&cfg.durability), &overrides);
-    let (log, rep, _lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur, &store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
+    let (log, rep, _lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), &store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
     eprintln!(
         "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}{}",
         store.key_count(), rep.leases, rep.files, rep.records, rep.millis, rep.rev, rep.compacted,
         if rep.torn.is_empty() { String::new() } else { format!("; {} torn tails cut", rep.torn.len()) }
     );
+    // History of memory-only prefixes did not survive: serve them as compacted
+    // up to now, so watchers of those prefixes relist.
+    store.set_volatile(meganode_store::mvcc::kvstore::Volatile {
+        since: store.current_rev(),
+        prefixes: dur.prefixes.iter().filter(|(_, m)| *m == wal::Mode::None).map(|(p, _)| p.clone()).collect(),
+        all: dur.default == wal::Mode::None,
+    });
     let orphans = store.relink_leases();
     store.set_sink(log.clone());
     for k in orphans {

@@ -47,13 +47,15 @@ impl KeyHistory {
         self.versions.iter().rev().find(|v| v.mod_rev < rev).filter(|v| !v.is_tombstone())
     }
 
-    /// Drops every revision that no read at or after `rev` can see: all but the
-    /// newest version at or below `rev`, and that one too when it is a tombstone.
+    /// Drops every revision that no read or watch at or after `rev` can see: all
+    /// but the newest version at or below `rev`, and that one too when it is a
+    /// tombstone older than `rev` (a tombstone at exactly `rev` stays, as in
+    /// etcd, so a watch from the compaction revision still sees that delete).
     /// Returns true when nothing is left (the key can leave the index).
     pub fn compact(&mut self, rev: i64) -> bool {
         let keep_from = match self.versions.iter().rposition(|v| v.mod_rev <= rev) {
             None => return self.versions.is_empty(),
-            Some(i) if self.versions[i].is_tombstone() => i + 1,
+            Some(i) if self.versions[i].is_tombstone() && self.versions[i].mod_rev < rev => i + 1,
             Some(i) => i,
         };
         if keep_from > 0 {
@@ -96,8 +98,11 @@ mod tests {
         assert!(!h.compact(6));
         assert_eq!(h.versions[0].mod_rev, 5);
         assert_eq!(h.at(6).unwrap().mod_rev, 5);
-        // Compacting at the tombstone drops the tombstone too.
+        // Compacting at the tombstone keeps it (a watch from 7 sees the delete);
+        // compacting past it drops it.
         assert!(!h.compact(7));
+        assert_eq!(h.versions[0].mod_rev, 7);
+        assert!(!h.compact(8));
         assert_eq!(h.versions.len(), 1);
         assert_eq!(h.versions[0].mod_rev, 9);
     }
@@ -105,7 +110,8 @@ mod tests {
     #[test]
     fn compaction_removes_deleted_keys() {
         let mut h = KeyHistory { versions: vec![put(2, 2, 1), del(3)] };
-        assert!(h.compact(3));
+        assert!(!h.compact(3));
+        assert!(h.compact(4));
         let mut h2 = KeyHistory { versions: vec![put(2, 2, 1), del(3)] };
         assert!(!h2.compact(2));
         assert_eq!(h2.versions.len(), 2);

@@ -59,6 +59,19 @@ pub struct Store {
     pub leases: LeaseTable,
     pub hub: WatchHub,
     sink: RwLock<Option<Arc<dyn CommitSink>>>,
+    volatile: RwLock<Option<Volatile>>,
+}
+
+/// Key areas whose history before a restart is gone (memory-only prefixes):
+/// reads and watches that need it are answered as if compacted, so clients
+/// (kube-apiserver's watch cache) relist instead of trusting stale state.
+#[derive(Clone, Debug)]
+pub struct Volatile {
+    /// The first revision after the restart.
+    pub since: i64,
+    pub prefixes: Vec<Vec<u8>>,
+    /// Everything is memory-only (default durability none).
+    pub all: bool,
 }
 
 pub type ReadGuard = ArcRwLockReadGuard<RawRwLock, ShardData>;
@@ -154,7 +167,9 @@ impl WriteBatch {
             None => (self.rev, 1),
         };
         let v = Version { mod_rev: self.rev, sub, create_rev, version, value, lease };
-        let before = h.before_rev(self.rev).cloned();
+        // etcd gives a create event (create == mod revision) no prev_kv, even
+        // when the key existed before an earlier delete in the same txn.
+        let before = if create_rev == self.rev { None } else { h.before_rev(self.rev).cloned() };
         h.versions.push(v.clone());
         data.bytes += v.value.len() + 48;
         let old_lease = prev.as_ref().map_or(0, |p| p.lease);
@@ -199,6 +214,7 @@ impl Store {
             leases: LeaseTable::new(),
             hub: WatchHub::new(100_000, 1),
             sink: RwLock::new(None),
+            volatile: RwLock::new(None),
         }
     }
 
@@ -213,6 +229,29 @@ impl Store {
 
     pub fn compacted_rev(&self) -> i64 {
         self.compacted.load(Ordering::Acquire)
+    }
+
+    pub fn set_volatile(&self, v: Volatile) {
+        *self.volatile.write() = Some(v);
+    }
+
+    /// The oldest revision a read or watch of `r` can be served from: the
+    /// compaction point, raised past a restart for memory-only prefixes.
+    pub fn floor_for(&self, r: &KeyRange<'_>) -> i64 {
+        let c = self.compacted_rev();
+        match &*self.volatile.read() {
+            Some(v) if v.all || v.prefixes.iter().any(|p| r.overlaps_prefix(p)) => c.max(v.since),
+            _ => c,
+        }
+    }
+
+    /// Checks a read revision for the keys of `r`.
+    pub fn check_rev_for(&self, r: &KeyRange<'_>, rev: i64) -> Result<i64> {
+        let rev = self.check_rev(rev)?;
+        if rev < self.floor_for(r) {
+            return Err(StoreError::Compacted);
+        }
+        Ok(rev)
     }
 
     /// Sets the revision counters after recovery.
@@ -356,7 +395,7 @@ impl Store {
         check_put_flags(req)?;
         let shard = self.shard_for(&req.key);
         let mut locked = self.lock_write(vec![shard]);
-        self.check_put_against_state(&locked, req)?;
+        self.check_put_against_state(&locked, req, false)?;
         let key = Bytes::copy_from_slice(&req.key);
         let value = Bytes::copy_from_slice(&req.value);
         let data = &mut *locked.shards[0].1;
@@ -378,13 +417,28 @@ impl Store {
     }
 
     /// The checks a put must pass against the current state before it may commit.
-    pub fn check_put_against_state<G: std::ops::Deref<Target = ShardData>>(&self, locked: &Locked<G>, req: &PbPutRequest) -> Result<()> {
-        // etcd checks the lease first.
-        if !req.ignore_lease && req.lease != 0 && !self.leases.exists(req.lease) {
-            return Err(StoreError::LeaseNotFound);
-        }
-        if req.ignore_value || req.ignore_lease {
-            if locked.get(&req.key).and_then(|h| h.latest()).is_none() {
+    /// etcd orders them differently for a plain Put (lease first) and a put
+    /// inside a Txn (key first).
+    pub fn check_put_against_state<G: std::ops::Deref<Target = ShardData>>(
+        &self,
+        locked: &Locked<G>,
+        req: &PbPutRequest,
+        in_txn: bool,
+    ) -> Result<()> {
+        let lease_ok = || req.ignore_lease || req.lease == 0 || self.leases.exists(req.lease);
+        let key_ok = || !(req.ignore_value || req.ignore_lease) || locked.get(&req.key).and_then(|h| h.latest()).is_some();
+        if in_txn {
+            if !key_ok() {
+                return Err(StoreError::KeyNotFound);
+            }
+            if !lease_ok() {
+                return Err(StoreError::LeaseNotFound);
+            }
+        } else {
+            if !lease_ok() {
+                return Err(StoreError::LeaseNotFound);
+            }
+            if !key_ok() {
                 return Err(StoreError::KeyNotFound);
             }
         }
@@ -408,7 +462,7 @@ impl Store {
         let locked = self.lock_read(shards);
         // Checked with the shards held so compaction cannot pass under us.
         let cur = self.current_rev();
-        let rev = self.check_rev(req.revision)?.min(cur);
+        let rev = self.check_rev_for(&r, req.revision)?.min(cur);
         let mut resp = self.range_locked(&locked, req, rev);
         // etcd's header always carries the current revision, whatever was read.
         resp.header = header(cur);

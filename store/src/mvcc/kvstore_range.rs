@@ -52,15 +52,19 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
         });
     }
     if sorting {
+        // Stable in both directions: equal elements keep key order, as Go's
+        // sort does on the small inputs Kubernetes-sized ranges give it.
+        let desc = sort_order == 2;
         match req.sort_target {
-            1 => kvs.sort_by_key(|(_, v)| v.version),
-            2 => kvs.sort_by_key(|(_, v)| v.create_rev),
-            3 => kvs.sort_by_key(|(_, v)| v.mod_rev),
-            4 => kvs.sort_by(|a, b| a.1.value.cmp(&b.1.value)),
-            _ => {} // key order already
-        }
-        if sort_order == 2 {
-            kvs.reverse();
+            1 => kvs.sort_by(|a, b| ord(a.1.version.cmp(&b.1.version), desc)),
+            2 => kvs.sort_by(|a, b| ord(a.1.create_rev.cmp(&b.1.create_rev), desc)),
+            3 => kvs.sort_by(|a, b| ord(a.1.mod_rev.cmp(&b.1.mod_rev), desc)),
+            4 => kvs.sort_by(|a, b| ord(a.1.value.cmp(&b.1.value), desc)),
+            _ => {
+                if desc {
+                    kvs.reverse();
+                }
+            }
         }
     }
     let mut more = false;
@@ -76,3 +80,11 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
     }
 }
 
+
+fn ord(o: std::cmp::Ordering, desc: bool) -> std::cmp::Ordering {
+    if desc {
+        o.reverse()
+    } else {
+        o
+    }
+}

@@ -62,11 +62,11 @@ impl Store {
                     if r.revision > cur {
                         return Err(StoreError::FutureRev);
                     }
-                    if r.revision > 0 && r.revision < self.compacted_rev() {
+                    if r.revision > 0 && r.revision < self.floor_for(&KeyRange::new(&r.key, &r.range_end)) {
                         return Err(StoreError::Compacted);
                     }
                 }
-                Some(PbTxnOpRequest::RequestPut(p)) => self.check_put_against_state(locked, p)?,
+                Some(PbTxnOpRequest::RequestPut(p)) => self.check_put_against_state(locked, p, true)?,
                 Some(PbTxnOpRequest::RequestTxn(t)) => {
                     let ok = eval_compares(locked, &t.compare, i64::MAX);
                     self.check_ops(locked, if ok { &t.success } else { &t.failure }, cur)?;
@@ -160,7 +160,9 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                 })
             }
             Some(PbTxnOpRequest::RequestTxn(t)) => {
-                let ok = eval_compares(locked, &t.compare, i64::MAX);
+                // etcd decides every nested branch against the state before the
+                // txn, not after the writes that precede it.
+                let ok = eval_compares(locked, &t.compare, b.rev - 1);
                 let responses = exec_writes(locked, if ok { &t.success } else { &t.failure }, b);
                 PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(b.rev), succeeded: ok, responses })
             }

@@ -14,7 +14,7 @@ impl Store {
         let r = KeyRange::new(key, end);
         let shards = self.shards_for(std::slice::from_ref(&r), false);
         let locked = self.lock_read(shards);
-        if from < self.compacted_rev() {
+        if from < self.floor_for(&r) {
             return Err(StoreError::Compacted);
         }
         let mut out: Vec<Event> = Vec::new();
@@ -23,7 +23,8 @@ impl Store {
                 if v.mod_rev < from || v.mod_rev > to {
                     continue;
                 }
-                let prev: Option<Version> = h.before_rev(v.mod_rev).cloned();
+                let is_create = !v.is_tombstone() && v.create_rev == v.mod_rev;
+                let prev: Option<Version> = if is_create { None } else { h.before_rev(v.mod_rev).cloned() };
                 out.push(Event { key: k.clone(), kv: v.clone(), prev });
             }
         }

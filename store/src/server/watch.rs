@@ -119,7 +119,7 @@ impl Session {
         let mut r = self.resp(cur, id);
         r.created = true;
         self.send(r).await?;
-        let compacted = self.ctx.store.compacted_rev();
+        let compacted = self.ctx.store.floor_for(&KeyRange::new(&c.key, &end));
         if start < compacted {
             // No cancel reason, as etcd: the Go client would pass a reason on to
             // every watcher of the stream.
@@ -212,7 +212,7 @@ impl Session {
                                 self.watchers.remove(&id);
                                 self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
                                 let mut r = self.resp(cur, id);
-                                r.compact_revision = self.ctx.store.compacted_rev();
+                                r.compact_revision = self.ctx.store.floor_for(&KeyRange::new(&key, &end));
                                 r.canceled = true;
                                 self.send(r).await?;
                             }

@@ -186,7 +186,9 @@ func checkAcked(t *testing.T, cli *clientv3.Client, round int, all []acked) {
 }
 
 // A watch resumed from the last revision the old watcher saw must deliver every
-// acknowledged durable write after it, in revision order.
+// acknowledged durable write after it, in revision order, on each durable
+// prefix; on the memory-only prefix the history is gone, so the resumed watch
+// must be told it was compacted (and relist) rather than silently miss events.
 func checkWatchResume(t *testing.T, cli *clientv3.Client, round int, seen int64, acks []acked) {
 	t.Helper()
 	want := map[string]int64{}
@@ -202,21 +204,36 @@ func checkWatchResume(t *testing.T, cli *clientv3.Client, round int, seen int64,
 		t.Fatal(err)
 	}
 	end := cur.Header.Revision
-	wch := cli.Watch(ctx, "/registry/", clientv3.WithPrefix(), clientv3.WithRev(seen+1))
-	last := seen
-	for last < end {
-		r, ok := <-wch
-		if !ok || r.Err() != nil {
-			t.Fatalf("round %d: resumed watch from %d ended at %d of %d: %v", round, seen+1, last, end, r.Err())
+	for _, prefix := range []string{bufferedPrefix, fsyncPrefix} {
+		wch := cli.Watch(ctx, prefix, clientv3.WithPrefix(), clientv3.WithRev(seen+1), clientv3.WithProgressNotify())
+		last := seen
+		cli.RequestProgress(ctx)
+		for done := false; !done; {
+			r, ok := <-wch
+			if !ok || r.Err() != nil {
+				t.Fatalf("round %d: resumed watch on %s from %d ended at %d of %d: %v", round, prefix, seen+1, last, end, r.Err())
+			}
+			for _, e := range r.Events {
+				if e.Kv.ModRevision < last {
+					t.Fatalf("round %d: resumed watch went back from %d to %d", round, last, e.Kv.ModRevision)
+				}
+				last = e.Kv.ModRevision
+				if rev, ok := want[string(e.Kv.Key)]; ok && rev == e.Kv.ModRevision {
+					delete(want, string(e.Kv.Key))
+				}
+			}
+			// Caught up once a response (events or progress) reaches the revision we read.
+			done = r.Header.Revision >= end && (len(r.Events) == 0 || last >= end || r.IsProgressNotify())
+			if !done && len(r.Events) == 0 {
+				cli.RequestProgress(ctx)
+			}
 		}
-		for _, e := range r.Events {
-			if e.Kv.ModRevision < last {
-				t.Fatalf("round %d: resumed watch went back from %d to %d", round, last, e.Kv.ModRevision)
-			}
-			last = e.Kv.ModRevision
-			if rev, ok := want[string(e.Kv.Key)]; ok && rev == e.Kv.ModRevision {
-				delete(want, string(e.Kv.Key))
-			}
+	}
+	if seen > 0 {
+		wch := cli.Watch(ctx, nonePrefix, clientv3.WithPrefix(), clientv3.WithRev(seen))
+		r := <-wch
+		if r.CompactRevision == 0 {
+			t.Fatalf("round %d: a watch on memory-only %s from before the restart was not told to relist: %+v", round, nonePrefix, r)
 		}
 	}
 	if len(want) > 0 {
