@@ -27,6 +27,16 @@ var shardResources = []string{"", "leases", "events", "pods"}
 var MaxStoreShards = len(shardResources)
 
 // storeComponents describes the store processes for shards stores.
+// KWOKLeaseDurability makes node leases durable in `up` clusters. The store's
+// default keeps /registry/leases/ in memory: after a store restart the leases
+// are gone and the store answers watches of that prefix as compacted, so
+// kube-apiserver relists. Real kubelets then recreate their lease (the lease
+// controller falls back to Get/Create when an update fails); KWOK does not: its
+// lease informer watches with resourceVersion=0, never sees the deletions, and
+// keeps updating leases that no longer exist. --store-arg can override this
+// (later flags win).
+const KWOKLeaseDurability = "--durability-prefix=/registry/leases/=buffered"
+
 func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 	var comps []Component
 	for i := 0; i < o.StoreShards; i++ {
@@ -56,7 +66,7 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 			c.Args = append([]string{filepath.Join(o.BinDir, BinStore),
 				"--name", name, "--data-dir", data,
 				"--listen-client-urls", url, "--advertise-client-urls", url,
-				"--listen-metrics-urls", c.MetricsURL}, o.StoreArgs...)
+				"--listen-metrics-urls", c.MetricsURL, KWOKLeaseDurability}, o.StoreArgs...)
 		case StoreEtcd:
 			c.MetricsURL = url // etcd serves /metrics on its client URL
 			c.Args = append(append([]string{}, o.EtcdCmd...), "--data-dir", data, "--listen-client-urls", url)

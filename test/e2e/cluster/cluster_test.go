@@ -170,9 +170,9 @@ func TestClusterOnMeganodeStore(t *testing.T) {
 	if n, err := cluster.DeletePods(ctx, cs, ns, 2*time.Minute, nil); err != nil || n != pods+1 { // + after-restart
 		t.Fatalf("delete pods: %d %v", n, err)
 	}
-	// Leases come back through KWOK: every node's lease renewed after the crash.
-	// meganode-store keeps /registry/leases/ in memory only (durability none), so the crash loses them
-	// and KWOK must write them again. (Checked last: nodes go NotReady if it does not.)
+	// Leases keep renewing through KWOK after the crash. `up` makes /registry/leases/ durable
+	// (cluster.KWOKLeaseDurability): KWOK cannot recreate a lease the store lost, see there.
+	// (Checked last: nodes go NotReady if renewals stop.)
 	if !eventually(ctx, t, 90*time.Second, "every node lease renewed after the restart", func() error {
 		l, err := cs.CoordinationV1().Leases(corev1.NamespaceNodeLease).List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -190,8 +190,7 @@ func TestClusterOnMeganodeStore(t *testing.T) {
 		return nil
 	}) {
 		t.Errorf("node leases were not renewed after the store restart. If kwok.log shows \"Precondition failed: UID in precondition: …, UID in object meta: \" " +
-			"the store dropped the in-memory lease keys on restart without telling watchers (no DELETE events, compact revision not raised), " +
-			"so kube-apiserver's watch cache and KWOK still hold the old leases and every renewal fails")
+			"the leases were lost in the restart: KWOK's informer (resourceVersion=0 watches) never learns of it and keeps updating them")
 	} else if _, ready, err := cluster.CountReadyNodes(ctx, cs); err != nil || ready != nodes {
 		t.Errorf("%d of %d nodes Ready after the restart (%v)", ready, nodes, err)
 	}
