@@ -9,7 +9,7 @@ export MEGANODE_STORE_BIN := $(STORE_BIN)
 # The differential test's operation count; `make test-long` raises it.
 DIFF_OPS ?= 24000
 
-.PHONY: all deps store meganode build test test-store test-go test-long demo bench clean
+.PHONY: all deps store meganode build test test-store test-go test-long test-k8s demo bench clean
 
 all: build
 
@@ -38,6 +38,11 @@ test-store: deps
 test-go: build
 	$(GO) vet ./...
 	MEGANODE_DIFF_OPS=$(DIFF_OPS) $(GO) test -count=1 -timeout 40m ./...
+
+# Kubernetes' own storage integration tests against meganode-store: `make test` runs the
+# k8s.io/kubernetes/test/integration/etcd part; this adds the apiserver list/watch subset.
+test-k8s: build
+	MEGANODE_K8S_FULL=1 $(GO) test -count=1 -timeout 60m -v -run TestKubernetesIntegration ./test/k8s/
 
 test-long: build
 	MEGANODE_DIFF_OPS=200000 $(GO) test -count=1 -timeout 120m ./test/e2e/...
