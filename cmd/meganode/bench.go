@@ -25,6 +25,7 @@ func init() {
 const benchUsage = `usage: meganode bench <put|lease-flood|watch|range> [flags]
        meganode bench report --in DIR[,DIR...] --md FILE [--charts DIR]
        meganode bench replay [--keys 1000000] [--val-size 350] [--durability buffered|fsync]
+       meganode bench memory [--keys 1000000] [--updates 10] [--target both]
 
 Runs one workload against meganode-store and/or real etcd (each started fresh on a
 free loopback port for every run, or --endpoints for a server already running) and
@@ -52,6 +53,9 @@ func runBench(args []string) error {
 	}
 	if workload == "replay" {
 		return runBenchReplay(args[1:])
+	}
+	if workload == "memory" {
+		return runBenchMemory(args[1:])
 	}
 	known := false
 	for _, w := range bench.Workloads {

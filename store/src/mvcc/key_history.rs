@@ -60,6 +60,10 @@ impl KeyHistory {
         };
         if keep_from > 0 {
             self.versions.drain(..keep_from);
+            // Histories grow between compactions; give the slack back.
+            if self.versions.capacity() > 2 * self.versions.len() + 2 {
+                self.versions.shrink_to_fit();
+            }
         }
         self.versions.is_empty()
     }

@@ -594,6 +594,7 @@ impl Store {
         for s in self.all_shards() {
             s.data.write().compact(rev);
         }
+        release_free_memory();
         Ok(self.current_rev())
     }
 
@@ -634,6 +635,22 @@ impl Store {
             }
         }
         crc
+    }
+}
+
+/// Hands memory freed by compaction back to the OS: glibc keeps freed small
+/// blocks in its arenas, so without this a compacted store keeps the RSS of
+/// its uncompacted peak.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        extern "C" {
+            fn malloc_trim(pad: usize) -> i32;
+        }
+        // SAFETY: malloc_trim only walks glibc's own arenas.
+        unsafe {
+            malloc_trim(0);
+        }
     }
 }
 

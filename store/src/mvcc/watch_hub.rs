@@ -30,6 +30,10 @@ pub struct RevBatch {
     pub events: Vec<Event>,
 }
 
+/// Bounds of the ring; a watcher behind it reads key histories instead.
+const MAX_EVENTS: usize = 200_000;
+const MAX_BYTES: usize = 64 << 20;
+
 pub struct WatchHub {
     log: Mutex<Log>,
     cap: usize,
@@ -38,6 +42,11 @@ pub struct WatchHub {
 
 struct Log {
     batches: VecDeque<Arc<RevBatch>>,
+    /// Events and value bytes the ring holds: it is bounded by these too, not
+    /// only by revisions, because a batch can hold many events and the ring
+    /// keeps their values alive after compaction freed them from history.
+    events: usize,
+    bytes: usize,
     /// Revision of batches[0], or of the next batch when the log is empty.
     start: i64,
 }
@@ -49,23 +58,32 @@ pub enum LogRead {
     Gap,
 }
 
+fn batch_size(events: &[Event]) -> (usize, usize) {
+    let bytes = events.iter().map(|e| e.key.len() + e.kv.value.len() + e.prev.as_ref().map_or(0, |p| p.value.len()) + 96).sum();
+    (events.len(), bytes)
+}
+
 impl WatchHub {
     pub fn new(cap: usize, rev: i64) -> Self {
         let (tx, _) = watch::channel(rev);
-        WatchHub { log: Mutex::new(Log { batches: VecDeque::with_capacity(cap.min(1 << 16)), start: rev + 1 }), cap, tx }
+        WatchHub { log: Mutex::new(Log { batches: VecDeque::with_capacity(cap.min(1 << 16)), events: 0, bytes: 0, start: rev + 1 }), cap, tx }
     }
 
     /// Appends the events of revision `rev`. Called in revision order.
     pub fn publish(&self, rev: i64, events: Vec<Event>) {
         {
+            let (n, b) = batch_size(&events);
             let mut log = self.log.lock();
-            if log.batches.len() >= self.cap {
-                log.batches.pop_front();
-            }
-            if log.batches.is_empty() {
-                log.start = rev;
-            }
+            log.events += n;
+            log.bytes += b;
             log.batches.push_back(Arc::new(RevBatch { rev, events }));
+            while log.batches.len() > 1 && (log.batches.len() > self.cap || log.events > MAX_EVENTS || log.bytes > MAX_BYTES) {
+                if let Some(old) = log.batches.pop_front() {
+                    let (n, b) = batch_size(&old.events);
+                    log.events -= n;
+                    log.bytes -= b;
+                }
+            }
             log.start = log.batches[0].rev;
         }
         self.tx.send_replace(rev);
@@ -76,6 +94,8 @@ impl WatchHub {
     pub fn reset(&self, rev: i64) {
         let mut log = self.log.lock();
         log.batches.clear();
+        log.events = 0;
+        log.bytes = 0;
         log.start = rev + 1;
         drop(log);
         self.tx.send_replace(rev);
