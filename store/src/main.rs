@@ -133,7 +133,7 @@ async fn run(cfg: Config) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
     }
-    let ctx = Ctx::new(store, cfg.clone());
+    let ctx = Ctx::new(store, cfg.clone(), Some(log.clone()));
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {
         let (_, addr) = host_port(url)?;

@@ -386,7 +386,25 @@ impl WalMetrics {
     }
 }
 
+/// fsync-mode logs are written and synced by one flusher thread; writers wait
+/// asynchronously until `synced` reaches their revision. Every writer that
+/// arrives during an fsync joins the next one (group commit), and no thread
+/// is parked per waiting writer.
+pub struct SyncState {
+    wake: Mutex<bool>,
+    cv: parking_lot::Condvar,
+    /// Newest revision appended to any fsync-mode log.
+    appended: AtomicI64,
+    /// touched[rev % N] == rev when that revision wrote to an fsync-mode log.
+    touched: Vec<AtomicI64>,
+    synced: tokio::sync::watch::Sender<i64>,
+    logs: RwLock<Vec<Arc<LogFile>>>,
+}
+
+const TOUCHED_RING: usize = 1 << 16;
+
 pub struct Wal {
+    sync: Arc<SyncState>,
     dir: PathBuf,
     pub dur: Durability,
     /// Per shard prefix: its log, or None for memory-only prefixes.
@@ -413,7 +431,13 @@ impl Wal {
         } else {
             let path = self.dir.join(format!("{}.wal", file_stem(prefix)));
             match LogFile::open(path.clone(), mode) {
-                Ok(l) => Some(Arc::new(l)),
+                Ok(l) => {
+                    let l = Arc::new(l);
+                    if mode == Mode::Fsync {
+                        self.sync.logs.write().push(l.clone());
+                    }
+                    Some(l)
+                }
                 Err(e) => {
                     // Cannot keep the promise: stop rather than acknowledge writes we would lose.
                     eprintln!("meganode-store: cannot open {}: {e}", path.display());
@@ -490,6 +514,47 @@ impl Wal {
 
 pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT1";
 
+impl Wal {
+    /// Whether the write that committed `rev` must wait for an fsync. When the
+    /// ring slot was reused by a later revision the answer is a safe "yes".
+    pub fn needs_sync(&self, rev: i64) -> bool {
+        rev > 0 && self.sync.touched[rev as usize % TOUCHED_RING].load(Ordering::Acquire) >= rev
+    }
+
+    /// Resolves once every fsync-mode log is on disk up to `rev`.
+    pub async fn wait_synced(&self, rev: i64) {
+        let mut rx = self.sync.synced.subscribe();
+        loop {
+            if *rx.borrow_and_update() >= rev {
+                return;
+            }
+            if rx.changed().await.is_err() {
+                return;
+            }
+        }
+    }
+
+    fn flusher(self: Arc<Self>) {
+        loop {
+            {
+                let mut w = self.sync.wake.lock();
+                while !*w {
+                    self.sync.cv.wait(&mut w);
+                }
+                *w = false;
+            }
+            let target = self.sync.appended.load(Ordering::Acquire);
+            let logs: Vec<Arc<LogFile>> = self.sync.logs.read().clone();
+            for l in &logs {
+                if let Err(e) = l.flush_to(i64::MAX, &self.metrics) {
+                    self.die(&l.path, e);
+                }
+            }
+            self.sync.synced.send_replace(target);
+        }
+    }
+}
+
 impl CommitSink for Wal {
     fn committed(&self, rev: i64, events: &[Event]) {
         if rev >= self.floor.load(Ordering::Relaxed) {
@@ -498,6 +563,7 @@ impl CommitSink for Wal {
             self.floor.store(f, Ordering::Relaxed);
         }
         let mut last: Option<(&[u8], Option<Arc<LogFile>>)> = None;
+        let mut fsync_touched = false;
         for e in events {
             let p = prefix_of(&e.key).unwrap_or(b"");
             let log = match &last {
@@ -513,14 +579,25 @@ impl CommitSink for Wal {
                     encode_event(buf, e);
                     1
                 });
+                if l.mode == Mode::Fsync {
+                    fsync_touched = true;
+                }
             }
+        }
+        if fsync_touched {
+            self.sync.touched[rev as usize % TOUCHED_RING].store(rev, Ordering::Release);
+            self.sync.appended.store(rev, Ordering::Release);
+            *self.sync.wake.lock() = true;
+            self.sync.cv.notify_one();
         }
     }
 
+    /// Buffered logs: write before the answer. fsync logs are the flusher's;
+    /// the server awaits them with `wait_synced`.
     fn wait_durable(&self, rev: i64, events: &[Event]) {
         let mut done: Vec<*const LogFile> = Vec::new();
         for e in events {
-            if let Some(l) = self.log_for(&e.key) {
+            if let Some(l) = self.log_for(&e.key).filter(|l| l.mode != Mode::Fsync) {
                 let ptr = Arc::as_ptr(&l);
                 if done.contains(&ptr) {
                     continue;
@@ -706,7 +783,19 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     let meta = OpenOptions::new().create(true).append(true).open(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?;
     let leases_path = dir.join("leases.wal");
     let leases = Arc::new(LogFile::open(leases_path.clone(), if dur.default == Mode::None { Mode::Buffered } else { dur.default }).map_err(|e| format!("{}: {e}", leases_path.display()))?);
-    let wal = Arc::new(Wal { dir: dir.to_path_buf(), dur, logs: RwLock::new(HashMap::new()), meta: Mutex::new(meta), leases, floor: AtomicI64::new(0), metrics: Arc::new(WalMetrics::default()) });
+    let sync = Arc::new(SyncState {
+        wake: Mutex::new(false),
+        cv: parking_lot::Condvar::new(),
+        appended: AtomicI64::new(0),
+        touched: (0..TOUCHED_RING).map(|_| AtomicI64::new(0)).collect(),
+        synced: tokio::sync::watch::channel(0).0,
+        logs: RwLock::new(Vec::new()),
+    });
+    let wal = Arc::new(Wal { sync, dir: dir.to_path_buf(), dur, logs: RwLock::new(HashMap::new()), meta: Mutex::new(meta), leases, floor: AtomicI64::new(0), metrics: Arc::new(WalMetrics::default()) });
+    {
+        let w = wal.clone();
+        std::thread::Builder::new().name("wal-fsync".into()).spawn(move || w.flusher()).map_err(|e| e.to_string())?;
+    }
     // Reserve revisions above everything seen before accepting writes.
     let f = rev + REV_BLOCK;
     wal.write_meta(REC_REV_FLOOR, f);

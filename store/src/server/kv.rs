@@ -67,7 +67,8 @@ impl PbKvService for KvService {
         self.0.metrics.put.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
         self.too_large(req, true)?;
-        let mut resp = self.0.write(|| self.0.store.put(req))?;
+        let mut resp = self.0.store.put(req)?;
+        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -76,7 +77,8 @@ impl PbKvService for KvService {
         self.0.metrics.delete.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
         self.too_large(req, true)?;
-        let mut resp = self.0.write(|| self.0.store.delete_range(req))?;
+        let mut resp = self.0.store.delete_range(req)?;
+        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -85,7 +87,8 @@ impl PbKvService for KvService {
         self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
         self.too_large(req, true)?;
-        let mut resp = self.0.write(|| self.0.store.txn(req))?;
+        let mut resp = self.0.store.txn(req)?;
+        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }

@@ -21,7 +21,8 @@ impl PbLeaseService for LeaseService {
     }
 
     async fn lease_revoke(&self, r: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
-        let rev = self.0.write(|| self.0.store.revoke_lease(r.get_ref().id))?;
+        let rev = self.0.store.revoke_lease(r.get_ref().id)?;
+        self.0.synced(rev).await;
         Ok(Response::new(PbLeaseRevokeResponse { header: self.0.header(rev) }))
     }
 
@@ -80,7 +81,7 @@ pub async fn expiry_loop(ctx: Arc<Ctx>) {
     loop {
         tick.tick().await;
         for id in ctx.store.leases.expired(Instant::now()) {
-            let _ = ctx.write(|| ctx.store.revoke_lease(id));
+            let _ = ctx.store.revoke_lease(id);
         }
     }
 }

@@ -32,29 +32,28 @@ pub struct Ctx {
     pub member_id: u64,
     pub cluster_id: u64,
     pub metrics: metrics::Metrics,
-    /// Some prefix waits for fsync: writes then run where blocking is allowed.
-    pub blocking_writes: bool,
+    /// The write-ahead log, to wait for fsync-mode prefixes before answering.
+    pub wal: Option<Arc<crate::wal::Wal>>,
 }
 
 impl Ctx {
-    pub fn new(store: Arc<Store>, cfg: Config) -> Arc<Self> {
+    pub fn new(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>) -> Arc<Self> {
         let member_id = fnv(cfg.name.as_bytes()) | 1;
         let cluster_id = fnv(format!("cluster/{}", cfg.name).as_bytes()) | 1;
-        let blocking_writes = cfg.durability == "fsync" || cfg.durability_prefixes.iter().any(|(_, m)| m == "fsync");
-        Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), blocking_writes })
+        Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal })
     }
 
     pub fn header(&self, rev: i64) -> Option<PbResponseHeader> {
         Some(PbResponseHeader { cluster_id: self.cluster_id, member_id: self.member_id, revision: rev, raft_term: 2 })
     }
 
-    /// Runs a write; with fsync prefixes it may wait for the disk, so it runs
-    /// where blocking does not stall the other tasks of this worker.
-    pub fn write<T>(&self, f: impl FnOnce() -> T) -> T {
-        if self.blocking_writes {
-            tokio::task::block_in_place(f)
-        } else {
-            f()
+    /// Before answering a write at `rev`: waits for the fsync that covers it
+    /// when it touched an fsync-mode prefix (other writes return at once).
+    pub async fn synced(&self, rev: i64) {
+        if let Some(w) = &self.wal {
+            if w.needs_sync(rev) {
+                w.wait_synced(rev).await;
+            }
         }
     }
 
