@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -51,44 +50,15 @@ func runBenchMemory(args []string) error {
 		}
 		start := time.Now()
 		value := strings.Repeat("l", *valSize)
-		const perTxn = 128
 		var lastRev int64
 		for u := 0; u < *updates; u++ {
-			var wg sync.WaitGroup
-			var mu sync.Mutex
-			var firstErr error
-			work := make(chan int, 64)
-			for w := 0; w < 8; w++ {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					for b := range work {
-						ops := make([]clientv3.Op, 0, perTxn)
-						for i := b * perTxn; i < (b+1)*perTxn && i < *keys; i++ {
-							ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/leases/kube-node-lease/node-%07d", i), value))
-						}
-						r, err := cli.Txn(context.Background()).Then(ops...).Commit()
-						mu.Lock()
-						if err != nil && firstErr == nil {
-							firstErr = err
-						}
-						if err == nil && r.Header.Revision > lastRev {
-							lastRev = r.Header.Revision
-						}
-						mu.Unlock()
-					}
-				}()
-			}
-			for b := 0; b < (*keys+perTxn-1)/perTxn; b++ {
-				work <- b
-			}
-			close(work)
-			wg.Wait()
-			if firstErr != nil {
+			rev, err := writeLeaseKeys(cli, *keys, value, nil)
+			if err != nil {
 				cli.Close()
 				t.Close()
-				return fmt.Errorf("%s: %w", kind, firstErr)
+				return fmt.Errorf("%s: %w", kind, err)
 			}
+			lastRev = rev
 			fmt.Fprintf(os.Stderr, "\r%s: pass %d/%d done (%s)", kind, u+1, *updates, time.Since(start).Round(time.Second))
 		}
 		if _, err := cli.Compact(context.Background(), lastRev, clientv3.WithCompactPhysical()); err != nil {

@@ -49,42 +49,10 @@ func runBenchReplay(args []string) error {
 	}
 	value := strings.Repeat("l", *valSize)
 	start := time.Now()
-	const perTxn = 128
-	var wg sync.WaitGroup
-	var firstErr error
-	var mu sync.Mutex
-	batches := (*keys + perTxn - 1) / perTxn
-	work := make(chan int, 64)
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for b := range work {
-				ops := make([]clientv3.Op, 0, perTxn)
-				for i := b * perTxn; i < (b+1)*perTxn && i < *keys; i++ {
-					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/leases/kube-node-lease/node-%07d", i), value))
-				}
-				if _, err := cli.Txn(context.Background()).Then(ops...).Commit(); err != nil {
-					mu.Lock()
-					if firstErr == nil {
-						firstErr = err
-					}
-					mu.Unlock()
-				}
-			}
-		}()
-	}
-	for b := 0; b < batches; b++ {
-		if b%(batches/20+1) == 0 {
-			fmt.Fprintf(os.Stderr, "\rwriting %d/%d keys", b*perTxn, *keys)
-		}
-		work <- b
-	}
-	close(work)
-	wg.Wait()
+	_, err = writeLeaseKeys(cli, *keys, value, func(done int) { fmt.Fprintf(os.Stderr, "\rwriting %d/%d keys", done, *keys) })
 	cli.Close()
-	if firstErr != nil {
-		return firstErr
+	if err != nil {
+		return err
 	}
 	load := time.Since(start)
 	fmt.Fprintf(os.Stderr, "\rwrote %d keys of %d B in %s (%.0f keys/s)\n", *keys, *valSize, load.Round(time.Millisecond), float64(*keys)/load.Seconds())
@@ -144,4 +112,46 @@ func rssOf(pid int) float64 {
 		}
 	}
 	return 0
+}
+
+// writeLeaseKeys writes n Lease keys (/registry/leases/kube-node-lease/node-NNNNNNN)
+// in 128-put txns from 8 goroutines and returns the highest revision it saw.
+func writeLeaseKeys(cli *clientv3.Client, n int, value string, progress func(done int)) (int64, error) {
+	const perTxn = 128
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var firstErr error
+	var lastRev int64
+	batches := (n + perTxn - 1) / perTxn
+	work := make(chan int, 64)
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for b := range work {
+				ops := make([]clientv3.Op, 0, perTxn)
+				for i := b * perTxn; i < (b+1)*perTxn && i < n; i++ {
+					ops = append(ops, clientv3.OpPut(fmt.Sprintf("/registry/leases/kube-node-lease/node-%07d", i), value))
+				}
+				r, err := cli.Txn(context.Background()).Then(ops...).Commit()
+				mu.Lock()
+				if err != nil && firstErr == nil {
+					firstErr = err
+				}
+				if err == nil && r.Header.Revision > lastRev {
+					lastRev = r.Header.Revision
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	for b := 0; b < batches; b++ {
+		if progress != nil && b%(batches/20+1) == 0 {
+			progress(b * perTxn)
+		}
+		work <- b
+	}
+	close(work)
+	wg.Wait()
+	return lastRev, firstErr
 }
