@@ -22,7 +22,7 @@ deps:
 
 store: deps
 	cd store && $(CARGO) build --release --locked --quiet
-	@mkdir -p $(BIN) && cp store/target/release/meganode-store $(STORE_BIN)
+	@mkdir -p $(BIN) && cp --remove-destination store/target/release/meganode-store $(STORE_BIN)
 
 meganode: deps
 	@mkdir -p $(BIN)

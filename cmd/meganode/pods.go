@@ -24,6 +24,7 @@ func runCreatePods(args []string) error {
 	timeout := fs.Duration("timeout", 10*time.Minute, "how long to wait for every pod to run")
 	out := fs.String("out", "", "directory for report.json and charts (default <state-dir>/report)")
 	stateDir := fs.String("state-dir", cluster.DefaultStateDir(), "state directory of the cluster")
+	schedName := fs.String("scheduler-name", "", "spec.schedulerName of the pods (\"\" = default-scheduler; meganode for `up --scheduler meganode`)")
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
@@ -34,7 +35,7 @@ func runCreatePods(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	rep, err := measurePods(ctx, st, cluster.PodOptions{Count: *count, Deployment: *deploy, Concurrency: *conc, QPS: *qps, Timeout: *timeout,
-		Progress: bench.NewProgress(os.Stderr)})
+		Progress: bench.NewProgress(os.Stderr), SchedulerName: *schedName})
 	if rep != nil {
 		dir := *out
 		if dir == "" {

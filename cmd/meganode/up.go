@@ -50,6 +50,8 @@ type upFlags struct {
 	stateDir  *string
 	storeArgs stringList
 	apiArgs   stringList
+	record    *string
+	sched     *schedulerUpFlags // --scheduler, --shards, --scheduler-arg (scheduler.go)
 }
 
 func addUpFlags(fs *flag.FlagSet, nodes, pods int) *upFlags {
@@ -62,12 +64,14 @@ func addUpFlags(fs *flag.FlagSet, nodes, pods int) *upFlags {
 	}
 	fs.Var(&f.storeArgs, "store-arg", "extra flag for every store process (repeatable), e.g. --store-arg=--durability=fsync")
 	fs.Var(&f.apiArgs, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
+	f.sched = addSchedulerUpFlags(fs)
+	f.record = fs.String("record", "", "put `meganode etcd-proxy` between kube-apiserver and the (default) store and record its traffic to this file as JSON lines")
 	return f
 }
 
 func (f *upFlags) options(prog *bench.Progress) cluster.UpOptions {
 	return cluster.UpOptions{StateDir: *f.stateDir, Store: *f.store, StoreShards: *f.shards, Nodes: *f.nodes, Pods: *f.pods,
-		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Progress: prog}
+		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: *f.record, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
 }
 
 func runUp(args []string) error {

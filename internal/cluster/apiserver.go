@@ -25,6 +25,9 @@ func apiServerComponent(st *State, o *UpOptions, pki *PKI, plan doctor.PlanOutpu
 			overrides = append(overrides, sh.Override)
 		}
 	}
+	if st.EtcdProxyURL != "" {
+		servers = st.EtcdProxyURL
+	}
 	args := []string{filepath.Join(o.BinDir, BinAPIServer),
 		"--etcd-servers=" + servers,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1", fmt.Sprintf("--secure-port=%d", port),

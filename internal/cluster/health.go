@@ -95,7 +95,7 @@ func Health(ctx context.Context, st *State) (map[string]string, bool) {
 			if code, body, e := get(ctx, admin, c.URL+"/readyz"); e != nil || code != 200 {
 				status = fmt.Sprintf("readyz: %v %d %s", e, code, strings.TrimSpace(body))
 			}
-		case c.Kind == BinCM || c.Kind == BinScheduler:
+		case c.Kind == BinCM || c.Kind == BinScheduler || c.Kind == KindMeganodeScheduler:
 			if code, _, e := get(ctx, insecureClient, c.URL+"/healthz"); e != nil || code != 200 {
 				status = fmt.Sprintf("healthz: %v %d", e, code)
 			}

@@ -38,6 +38,8 @@ type PodOptions struct {
 	QPS         float64 // creates per second (direct mode); 0 = as fast as the apiserver takes them
 	Timeout     time.Duration
 	Progress    *bench.Progress
+	// SchedulerName sets spec.schedulerName ("" = the default scheduler; "meganode" for `up --scheduler meganode`).
+	SchedulerName string
 }
 
 // PodRun is what a pod batch measured through a watch.
@@ -89,6 +91,11 @@ func podSpec() corev1.PodSpec {
 		NodeSelector:                  map[string]string{"type": "kwok"},
 		TerminationGracePeriodSeconds: &zero,
 	}
+}
+
+func withScheduler(s corev1.PodSpec, name string) corev1.PodSpec {
+	s.SchedulerName = name
+	return s
 }
 
 // EnsureNamespace creates ns if needed and waits for its default ServiceAccount (the
@@ -208,7 +215,7 @@ func CreatePods(ctx context.Context, cs kubernetes.Interface, o PodOptions) (*Po
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Name: LoadName + "-" + run, Namespace: o.Namespace, Labels: lbl},
 			Spec: appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: lbl},
-				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: podSpec()}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: lbl}, Spec: withScheduler(podSpec(), o.SchedulerName)}},
 		}
 		_, createErr = cs.AppsV1().Deployments(o.Namespace).Create(ctx, d, metav1.CreateOptions{})
 		res.CreateSeconds = time.Since(res.Start).Seconds()
@@ -235,7 +242,9 @@ func CreatePods(ctx context.Context, cs kubernetes.Interface, o PodOptions) (*Po
 					mu.Unlock()
 					var err error
 					for attempt := 0; attempt < 5; attempt++ {
-						_, err = cs.CoreV1().Pods(o.Namespace).Create(ctx, PodObject(o.Namespace, name, run), metav1.CreateOptions{})
+						p := PodObject(o.Namespace, name, run)
+						p.Spec = withScheduler(p.Spec, o.SchedulerName)
+						_, err = cs.CoreV1().Pods(o.Namespace).Create(ctx, p, metav1.CreateOptions{})
 						if err == nil || apierrors.IsAlreadyExists(err) {
 							err = nil
 							break

@@ -48,6 +48,8 @@ type State struct {
 	APIServerURL string       `json:"apiserver_url"`
 	Kubeconfig   string       `json:"kubeconfig"`
 	Shards       []StoreShard `json:"shards"`
+	EtcdProxyURL string       `json:"etcd_proxy_url,omitempty"` // `up --record`: kube-apiserver's --etcd-servers
+	RecordFile   string       `json:"record_file,omitempty"`
 	Components   []Component  `json:"components"`
 	StartedAt    time.Time    `json:"started_at"`
 	Ready        bool         `json:"ready"`

@@ -23,7 +23,13 @@ type UpOptions struct {
 	EtcdCmd       []string // how to run real etcd; default: <bin>/meganode etcd
 	StoreArgs     []string // extra flags for every store process
 	APIServerArgs []string // extra kube-apiserver flags
-	Progress      *bench.Progress
+	// Scheduler: SchedulerKube ("" = default) or SchedulerMeganode (`meganode scheduler`, SchedulerShards shards).
+	Scheduler       string
+	SchedulerShards int
+	SchedulerArgs   []string // extra `meganode scheduler` flags
+	Record          string   // with a file name: run `meganode etcd-proxy --record` between kube-apiserver and the default store
+	ProxyCmd        []string // how to run the proxy; default: this executable with "etcd-proxy"
+	Progress        *bench.Progress
 }
 
 // DefaultStateDir is where `up` keeps pids, certificates, logs and store data.
@@ -126,6 +132,23 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		prog.Printf("  %-24s pid %-7d %s", p.Name, p.Pid, p.URL)
 	}
 
+	if o.Record != "" {
+		pc, err := proxyComponent(st, &o)
+		if err != nil {
+			return st, err
+		}
+		prog.Phase(fmt.Sprintf("starting %s recording to %s…", pc.Name, o.Record))
+		p, err := launch(pc)
+		if err != nil {
+			return st, err
+		}
+		if err := waitStore(ctx, p); err != nil {
+			return st, err
+		}
+		st.EtcdProxyURL, st.RecordFile = p.URL, p.Args[len(p.Args)-1]
+		prog.Printf("  %-24s pid %-7d %s → %s", p.Name, p.Pid, p.URL, st.Shards[0].URL)
+	}
+
 	ports := make([]int, 4)
 	for i := range ports {
 		if ports[i], err = freePort(); err != nil {
@@ -165,7 +188,15 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	}
 
 	cm := controllerManagerComponent(st, &o, pki, plan, cmKC, ports[1])
-	sched, err := schedulerComponent(st, &o, plan, schedKC, ports[2])
+	var sched Component
+	switch o.Scheduler {
+	case "", SchedulerKube:
+		sched, err = schedulerComponent(st, &o, plan, schedKC, ports[2])
+	case SchedulerMeganode:
+		sched, err = meganodeSchedulerComponent(st, &o, schedKC, ports[2])
+	default:
+		err = fmt.Errorf("--scheduler: want %s or %s, got %q", SchedulerKube, SchedulerMeganode, o.Scheduler)
+	}
 	if err != nil {
 		return st, err
 	}

@@ -116,8 +116,8 @@ func TestCorruptionInTheMiddleStopsStartup(t *testing.T) {
 }
 
 type dumpRow struct {
-	Key                        string
-	Value                      string
+	Key                         string
+	Value                       string
 	Create, Mod, Version, Lease int64
 }
 

@@ -1,0 +1,369 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"time"
+)
+
+// CollectorConfig configures one collector.
+type CollectorConfig struct {
+	Index    int
+	Shards   map[int]DecisionSink // by shard id
+	Live     func() []int         // current live shard ids
+	Fraction float64              // decide once this fraction of live shards answered (default 1)
+	Deadline time.Duration        // …or this long after the first answer (default 250ms)
+	// HardDeadline: with no feasible answer yet, wait this long after the first answer for the
+	// rest (default 4×Deadline).
+	HardDeadline time.Duration
+	// NoAnswerTimeout: an attempt no shard has answered this long after it was sent is requeued
+	// (lost frames, every shard down). Long, because under a backlog frames wait in the shards'
+	// queues; a short one would requeue work the shards are about to do (default 30s).
+	NoAnswerTimeout time.Duration
+	CommitTimeout   time.Duration // winner must report its bind within this (default 30s)
+	// AwaitAfterMisses: a shard that missed this many decisions in a row is waited for (up to
+	// HardDeadline) on the next attempts, so a slow shard is never starved (default 3).
+	AwaitAfterMisses int
+	// DeadAfter: a live shard silent this long while others answer is reported dead (0: never).
+	DeadAfter   time.Duration
+	OnShardDead func(shard int)
+	Requeue     func(key AttemptKey, delay time.Duration, why string) // intake retries with Attempt+1
+	Finished    func(key AttemptKey, node string, bound bool)         // bound, or gone
+	Decided     func(key AttemptKey)                                  // the attempt left the gather stage (frees an in-flight slot)
+}
+
+type attempt struct {
+	key       AttemptKey
+	expected  time.Time
+	first     time.Time
+	got       map[int]Proposal
+	decided   bool
+	feasible  bool
+	timer     *time.Timer
+	hardTimer *time.Timer
+	unsched   int // unschedulable rounds so far (for backoff), carried by intake through Expect
+}
+
+// Collector gathers the shards' proposals for the pods that hash to it, decides, and follows
+// each winner's bind to its end.
+type Collector struct {
+	cfg      CollectorConfig
+	mu       sync.Mutex
+	pending  map[AttemptKey]*attempt
+	decided  map[AttemptKey]time.Time // recently decided: late answers are counted, not acted on
+	commits  map[AttemptKey]*time.Timer
+	misses   map[int]int
+	awaited  map[int]bool // shards with misses ≥ AwaitAfterMisses
+	heard    map[int]time.Time
+	lastDone time.Time
+	m        *counters
+}
+
+// NewCollector makes a collector.
+func NewCollector(cfg CollectorConfig) *Collector {
+	if cfg.Fraction <= 0 || cfg.Fraction > 1 {
+		cfg.Fraction = 1
+	}
+	if cfg.Deadline <= 0 {
+		cfg.Deadline = 250 * time.Millisecond
+	}
+	if cfg.HardDeadline <= 0 {
+		cfg.HardDeadline = 4 * cfg.Deadline
+	}
+	if cfg.NoAnswerTimeout <= 0 {
+		cfg.NoAnswerTimeout = 30 * time.Second
+	}
+	if cfg.CommitTimeout <= 0 {
+		cfg.CommitTimeout = 30 * time.Second
+	}
+	if cfg.AwaitAfterMisses <= 0 {
+		cfg.AwaitAfterMisses = 3
+	}
+	return &Collector{cfg: cfg, pending: map[AttemptKey]*attempt{}, decided: map[AttemptKey]time.Time{},
+		commits: map[AttemptKey]*time.Timer{}, misses: map[int]int{}, awaited: map[int]bool{}, heard: map[int]time.Time{},
+		m: metricsFor(fmt.Sprintf("collector/%d", cfg.Index))}
+}
+
+// Expect registers an attempt before its frame is scattered, so that an attempt no shard
+// answers (frames lost, all shards down) still times out and is requeued.
+func (c *Collector) Expect(key AttemptKey, unsched int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := &attempt{key: key, expected: time.Now(), got: map[int]Proposal{}, unsched: unsched}
+	a.hardTimer = time.AfterFunc(c.cfg.NoAnswerTimeout, func() { c.timeout(key, true) })
+	c.pending[key] = a
+	c.m.add("expected", 1)
+}
+
+// Propose implements ProposalSink.
+func (c *Collector) Propose(ctx context.Context, p Proposal) error {
+	c.mu.Lock()
+	now := time.Now()
+	c.heard[p.Shard] = now
+	a, ok := c.pending[p.Key]
+	if !ok || a.decided {
+		_, wasDecided := c.decided[p.Key]
+		c.mu.Unlock()
+		if wasDecided {
+			metricsFor(fmt.Sprintf("shard/%d", p.Shard)).add("late", 1)
+			c.m.add("late_proposals", 1)
+		} else {
+			c.m.add("unknown_proposals", 1)
+		}
+		if p.Feasible {
+			c.send(ctx, p.Shard, Decision{Key: p.Key, Allow: false, Collector: c.cfg.Index})
+		}
+		return nil
+	}
+	if a.first.IsZero() {
+		a.first = now
+		a.timer = time.AfterFunc(c.cfg.Deadline, func() { c.timeout(p.Key, false) })
+		// From the first answer on, the hard deadline bounds the wait for the rest.
+		a.hardTimer.Reset(c.cfg.HardDeadline)
+	}
+	a.got[p.Shard] = p
+	a.feasible = a.feasible || p.Feasible
+	if c.ready(a, false) {
+		c.decide(ctx, a) // unlocks
+		return nil
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// ready: every live shard answered; or the fraction answered, every awaited straggler too and
+// at least one answer is feasible. On the deadline: any feasible answer (stragglers included
+// only if awaited), else wait for the hard deadline. O(awaited) per call, not O(shards).
+func (c *Collector) ready(a *attempt, deadline bool) bool {
+	nLive := len(c.cfg.Live())
+	answered := len(a.got)
+	if answered >= nLive {
+		return true
+	}
+	for s := range c.awaited {
+		if _, ok := a.got[s]; !ok {
+			return false
+		}
+	}
+	if deadline {
+		return a.feasible
+	}
+	need := int(math.Ceil(c.cfg.Fraction * float64(nLive)))
+	return a.feasible && answered >= need
+}
+
+func (c *Collector) timeout(key AttemptKey, hard bool) {
+	c.mu.Lock()
+	a, ok := c.pending[key]
+	if !ok || a.decided {
+		c.mu.Unlock()
+		return
+	}
+	if hard || c.ready(a, true) {
+		c.decide(context.Background(), a)
+		return
+	}
+	c.mu.Unlock()
+}
+
+// decide is called with c.mu held and releases it.
+func (c *Collector) decide(ctx context.Context, a *attempt) {
+	a.decided = true
+	delete(c.pending, a.key)
+	if a.timer != nil {
+		a.timer.Stop()
+	}
+	a.hardTimer.Stop()
+	now := time.Now()
+	c.decided[a.key] = now
+	if len(c.decided) > 100000 {
+		for k, t := range c.decided {
+			if now.Sub(t) > time.Minute {
+				delete(c.decided, k)
+			}
+		}
+	}
+	live := c.cfg.Live()
+	for _, s := range live {
+		if _, ok := a.got[s]; ok {
+			if c.misses[s] != 0 {
+				c.misses[s] = 0
+				delete(c.awaited, s)
+			}
+		} else {
+			c.misses[s]++
+			if c.misses[s] >= c.cfg.AwaitAfterMisses {
+				c.awaited[s] = true
+			}
+			metricsFor(fmt.Sprintf("shard/%d", s)).add("missed_decisions", 1)
+		}
+	}
+	winner, ties := -1, 0
+	var best Proposal
+	for _, s := range live {
+		p, ok := a.got[s]
+		if !ok || !p.Feasible {
+			continue
+		}
+		switch {
+		case winner < 0 || p.Score > best.Score:
+			winner, best, ties = s, p, 1
+		case p.Score == best.Score:
+			ties++
+			if rand.IntN(ties) == 0 {
+				winner, best = s, p
+			}
+		}
+	}
+	if !a.first.IsZero() {
+		c.m.observe("gather", now.Sub(a.first))
+	}
+	c.m.add("decided", 1)
+	var deny []int
+	for s, p := range a.got {
+		if p.Feasible && s != winner {
+			deny = append(deny, s)
+		}
+	}
+	if winner >= 0 {
+		key := a.key
+		c.commits[key] = time.AfterFunc(c.cfg.CommitTimeout, func() { c.commitTimeout(key) })
+	}
+	c.mu.Unlock()
+	if c.cfg.Decided != nil {
+		c.cfg.Decided(a.key)
+	}
+
+	if len(deny) > 0 {
+		go func() { // one goroutine per decision, not per loser
+			for _, s := range deny {
+				_ = c.send(ctx, s, Decision{Key: a.key, Allow: false, Collector: c.cfg.Index})
+			}
+		}()
+	}
+	if winner < 0 {
+		c.m.add("unschedulable", 1)
+		why := "no shard has a feasible node"
+		for _, p := range a.got {
+			if p.Reason != "" {
+				why = p.Reason
+				break
+			}
+		}
+		delay := min(100*time.Millisecond<<min(a.unsched, 6), 5*time.Second)
+		c.requeue(a.key, delay, "unschedulable: "+why)
+		return
+	}
+	c.m.add("allowed", 1)
+	if err := c.send(context.WithoutCancel(ctx), winner, Decision{Key: a.key, Allow: true, Collector: c.cfg.Index}); err != nil {
+		c.mu.Lock()
+		if t, ok := c.commits[a.key]; ok {
+			t.Stop()
+			delete(c.commits, a.key)
+		}
+		c.mu.Unlock()
+		c.requeue(a.key, 0, "winner unreachable: "+err.Error())
+	}
+}
+
+func (c *Collector) send(ctx context.Context, shard int, d Decision) error {
+	sink, ok := c.cfg.Shards[shard]
+	if !ok {
+		return fmt.Errorf("unknown shard %d", shard)
+	}
+	return sink.Decide(ctx, d)
+}
+
+func (c *Collector) requeue(key AttemptKey, delay time.Duration, why string) {
+	c.m.add("requeued", 1)
+	if c.cfg.Requeue != nil {
+		c.cfg.Requeue(key, delay, why)
+	}
+}
+
+func (c *Collector) commitTimeout(key AttemptKey) {
+	c.mu.Lock()
+	_, ok := c.commits[key]
+	delete(c.commits, key)
+	c.mu.Unlock()
+	if ok {
+		c.m.add("commit_timeouts", 1)
+		c.requeue(key, 0, "winner did not report its bind")
+	}
+}
+
+// Result implements ProposalSink: the winner's bind outcome.
+func (c *Collector) Result(_ context.Context, r CommitResult) error {
+	c.mu.Lock()
+	t, ok := c.commits[r.Key]
+	if ok {
+		t.Stop()
+		delete(c.commits, r.Key)
+	}
+	c.lastDone = time.Now()
+	c.mu.Unlock()
+	if !ok {
+		c.m.add("stale_results", 1)
+		return nil
+	}
+	switch {
+	case r.Bound:
+		c.m.add("bound", 1)
+		if c.cfg.Finished != nil {
+			c.cfg.Finished(r.Key, r.Node, true)
+		}
+	case r.Gone:
+		c.m.add("gone", 1)
+		if c.cfg.Finished != nil {
+			c.cfg.Finished(r.Key, r.Node, false)
+		}
+	default:
+		c.m.add("conflicts", 1)
+		c.requeue(r.Key, 0, "conflict: "+r.Error)
+	}
+	return nil
+}
+
+// WatchDead reports live shards that have been silent for DeadAfter while others answered.
+func (c *Collector) WatchDead(ctx context.Context) {
+	if c.cfg.DeadAfter <= 0 || c.cfg.OnShardDead == nil {
+		return
+	}
+	t := time.NewTicker(c.cfg.DeadAfter / 4)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			c.mu.Lock()
+			var newest time.Time
+			for _, h := range c.heard {
+				if h.After(newest) {
+					newest = h
+				}
+			}
+			var dead []int
+			if now.Sub(newest) < c.cfg.DeadAfter { // others are answering
+				for _, s := range c.cfg.Live() {
+					if h, ok := c.heard[s]; ok && now.Sub(h) > c.cfg.DeadAfter && c.misses[s] > 0 {
+						dead = append(dead, s)
+					}
+				}
+			}
+			for _, s := range dead {
+				delete(c.heard, s)
+				c.misses[s] = 0
+				delete(c.awaited, s)
+			}
+			c.mu.Unlock()
+			for _, s := range dead {
+				c.m.add("shards_declared_dead", 1)
+				c.cfg.OnShardDead(s)
+			}
+		}
+	}
+}

@@ -1,0 +1,17 @@
+// Package scheduler is the meganode scheduler: sharded scatter/gather scheduling on the
+// unmodified kube-scheduler framework (k8s.io/kubernetes v1.36.3 used as a library).
+//
+// Nodes are documents and a pod is a query (design.md §4):
+//
+//	intake (watch, per collector) ──frame──► relay tree (fanout F) ──frame──► every shard
+//	shard: PreFilter/Filter/Score over its slice of nodes ──Proposal{node,score}──► collector(hash ns/name)
+//	collector: best score wins (random tie-break), once a fraction of shards answered or a deadline passed
+//	          ──Decision{allow|deny}──► shards; the winner re-checks, Reserves, assumes and binds
+//	winner ──CommitResult──► collector: success ends the pod; a conflict requeues it (never dropped)
+//
+// One concern per file: hash.go (node→shard, pod→collector), envelope.go (the frame relays
+// forward without decoding), wire.go (gRPC with a raw/JSON codec, no protoc), relay.go (scatter
+// tree, bounded queues), shard*.go (framework, informers, evaluation, commit), equivalence.go,
+// collector.go (gather/decide, stragglers), intake.go (watch), metrics.go, run.go (roles),
+// simulate.go and projection.go (in-process simulator and the N-node projection).
+package scheduler

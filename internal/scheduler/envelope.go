@@ -1,0 +1,75 @@
+package scheduler
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// Header describes the pod a frame carries. It is small and read only by shards; relays forward
+// the whole frame as opaque bytes.
+type Header struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"ns"`
+	Name      string `json:"name"`
+	Attempt   int    `json:"attempt"`   // 0 for the first try, +1 per requeue
+	Collector int    `json:"collector"` // index of the collector that gathers the proposals
+	SentNanos int64  `json:"sent"`      // unix nanos when intake sent it (stage timing)
+}
+
+// Key identifies one scheduling attempt of one pod.
+func (h Header) Key() AttemptKey { return AttemptKey{UID: h.UID, Attempt: h.Attempt} }
+
+// AttemptKey identifies one scheduling attempt.
+type AttemptKey struct {
+	UID     string `json:"uid"`
+	Attempt int    `json:"attempt"`
+}
+
+// EncodeFrame builds a frame: 4-byte big-endian header length, JSON header, then the pod in
+// Kubernetes protobuf (the generated Marshal of corev1.Pod).
+func EncodeFrame(h Header, pod *corev1.Pod) ([]byte, error) {
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	pb, err := pod.Marshal()
+	if err != nil {
+		return nil, err
+	}
+	return AppendFrame(hb, pb), nil
+}
+
+// AppendFrame joins an encoded header and encoded pod bytes (requeues reuse the pod bytes).
+func AppendFrame(header, podBytes []byte) []byte {
+	out := make([]byte, 4+len(header)+len(podBytes))
+	binary.BigEndian.PutUint32(out, uint32(len(header)))
+	copy(out[4:], header)
+	copy(out[4+len(header):], podBytes)
+	return out
+}
+
+// SplitFrame returns the header and the pod bytes of a frame without decoding the pod.
+func SplitFrame(frame []byte) (Header, []byte, error) {
+	var h Header
+	if len(frame) < 4 {
+		return h, nil, errors.New("frame too short")
+	}
+	n := int(binary.BigEndian.Uint32(frame))
+	if 4+n > len(frame) {
+		return h, nil, fmt.Errorf("frame header length %d beyond %d bytes", n, len(frame))
+	}
+	if err := json.Unmarshal(frame[4:4+n], &h); err != nil {
+		return h, nil, err
+	}
+	return h, frame[4+n:], nil
+}
+
+// DecodePod decodes the pod bytes of a frame.
+func DecodePod(b []byte) (*corev1.Pod, error) {
+	p := &corev1.Pod{}
+	return p, p.Unmarshal(b)
+}

@@ -1,0 +1,165 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+// Equivalence classes: pods with the same scheduling signature — same owner and same
+// framework signature (framework.SignPod, KEP 5598: requests, selectors, tolerations, node
+// affinity, … as each default plugin declares it) — get the same Filter verdict on a node as
+// long as that node has not changed. A shard remembers, per signature, each node's verdict and
+// the node's NodeInfo generation; for the next pod of the class it runs Filter only on nodes
+// whose generation moved (a pod landed or left, the node changed) and reuses the rest, for at
+// most ttl. Pods whose Filter verdict depends on other nodes (pod affinity/anti-affinity,
+// topology spread) or on volumes are never classed: their key is empty.
+
+type verdict struct {
+	gen int64
+	ok  bool
+}
+
+type equivEntry struct {
+	at    time.Time
+	nodes map[string]verdict
+}
+
+type equivCache struct {
+	ttl time.Duration
+	mu  sync.Mutex
+	m   map[uint64]*equivEntry
+}
+
+func newEquivCache(ttl time.Duration) *equivCache {
+	return &equivCache{ttl: ttl, m: map[uint64]*equivEntry{}}
+}
+
+func (c *equivCache) clear() {
+	c.mu.Lock()
+	c.m = map[uint64]*equivEntry{}
+	c.mu.Unlock()
+}
+
+// get returns the verdicts for key if still fresh.
+func (c *equivCache) get(key uint64, now time.Time) map[string]verdict {
+	if c.ttl <= 0 || key == 0 {
+		return nil
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	e, ok := c.m[key]
+	if !ok || now.Sub(e.at) > c.ttl {
+		return nil
+	}
+	return e.nodes
+}
+
+// put stores fresh verdicts; the entry's age counts from its first computation so a class is
+// fully re-filtered at least every ttl.
+func (c *equivCache) put(key uint64, nodes map[string]verdict, now time.Time, refreshed bool) {
+	if c.ttl <= 0 || key == 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.m) > 4096 {
+		for k, e := range c.m {
+			if now.Sub(e.at) > c.ttl {
+				delete(c.m, k)
+			}
+		}
+	}
+	at := now
+	if e, ok := c.m[key]; ok && refreshed {
+		at = e.at
+	}
+	c.m[key] = &equivEntry{at: at, nodes: nodes}
+}
+
+// EquivalenceKey is the class of a pod (0: not classable).
+func EquivalenceKey(ctx context.Context, fw framework.Framework, pod *corev1.Pod) uint64 {
+	if a := pod.Spec.Affinity; a != nil && (a.PodAffinity != nil || a.PodAntiAffinity != nil) {
+		return 0
+	}
+	if len(pod.Spec.TopologySpreadConstraints) > 0 || len(pod.Spec.ResourceClaims) > 0 {
+		return 0
+	}
+	for _, v := range pod.Spec.Volumes {
+		// Volumes no Filter plugin looks at (the service-account token every pod gets is projected).
+		if v.Projected == nil && v.ConfigMap == nil && v.Secret == nil && v.DownwardAPI == nil && v.EmptyDir == nil {
+			return 0
+		}
+	}
+	// The framework's own signature (KEP 5598) when its feature gate is on; otherwise ours.
+	sig := []byte(fw.SignPod(ctx, pod))
+	if sig == nil {
+		var err error
+		if sig, err = podSignature(pod); err != nil {
+			return 0
+		}
+	}
+	owner := ""
+	if ref := ownerOf(pod); ref != nil {
+		owner = string(ref.UID)
+	}
+	b := make([]byte, 0, len(sig)+len(owner)+len(pod.Spec.SchedulerName)+8)
+	b = append(b, owner...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(owner)))
+	b = append(b, pod.Spec.SchedulerName...)
+	b = append(b, sig...)
+	h := Hash64(string(b))
+	if h == 0 {
+		h = 1
+	}
+	return h
+}
+
+// podSignature covers every pod field a default Filter plugin reads when the verdict depends
+// only on the node: requests (containers, init containers, overhead, pod-level resources),
+// host ports, node name/selector/affinity, tolerations, priority and scheduling gates.
+func podSignature(p *corev1.Pod) ([]byte, error) {
+	type ctr struct {
+		R     corev1.ResourceRequirements    `json:"r"`
+		Ports []corev1.ContainerPort         `json:"p,omitempty"`
+		Rp    *corev1.ContainerRestartPolicy `json:"rp,omitempty"`
+	}
+	var cs, ics []ctr
+	for _, c := range p.Spec.Containers {
+		cs = append(cs, ctr{R: c.Resources, Ports: c.Ports})
+	}
+	for _, c := range p.Spec.InitContainers {
+		ics = append(ics, ctr{R: c.Resources, Ports: c.Ports, Rp: c.RestartPolicy})
+	}
+	var na *corev1.NodeAffinity
+	if p.Spec.Affinity != nil {
+		na = p.Spec.Affinity.NodeAffinity
+	}
+	return json.Marshal(struct {
+		C, I  []ctr
+		O     corev1.ResourceList
+		PR    *corev1.ResourceRequirements
+		NN    string
+		NS    map[string]string
+		NA    *corev1.NodeAffinity
+		T     []corev1.Toleration
+		Prio  *int32
+		Gates []corev1.PodSchedulingGate
+		OS    *corev1.PodOS
+	}{cs, ics, p.Spec.Overhead, p.Spec.Resources, p.Spec.NodeName, p.Spec.NodeSelector, na, p.Spec.Tolerations, p.Spec.Priority,
+		p.Spec.SchedulingGates, p.Spec.OS})
+}
+
+func ownerOf(p *corev1.Pod) *corev1.ObjectReference {
+	for _, r := range p.OwnerReferences {
+		if r.Controller != nil && *r.Controller {
+			return &corev1.ObjectReference{Kind: r.Kind, Name: r.Name, UID: r.UID}
+		}
+	}
+	return nil
+}

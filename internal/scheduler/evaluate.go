@@ -1,0 +1,184 @@
+package scheduler
+
+import (
+	"context"
+	"math/rand/v2"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+)
+
+type evalResult struct {
+	node   string
+	score  int64
+	reason string
+	state  fwk.CycleState // the cycle's state, for Reserve/Permit/Bind of the proposal
+}
+
+// evaluate runs the framework's scheduling cycle for pod over this shard's nodes: PreFilter,
+// Filter on every node (all of them: no percentageOfNodesToScore sampling, the shard is small),
+// PreScore and Score on the feasible ones, and returns the best node and its total score
+// (ties broken at random). Unlike kube-scheduler it scores even a single feasible node: the
+// collector needs a score to compare shards.
+func (s *Shard) evaluate(ctx context.Context, pod *corev1.Pod) evalResult {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.evaluateLocked(ctx, pod)
+}
+
+func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult {
+	t0 := time.Now()
+	if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
+		return evalResult{reason: "snapshot: " + err.Error()}
+	}
+	nodes, err := s.snapshot.NodeInfos().List()
+	if err != nil || len(nodes) == 0 {
+		return evalResult{reason: "no nodes in shard"}
+	}
+	s.m.observe("snapshot", time.Since(t0))
+
+	t1 := time.Now()
+	state := framework.NewCycleState()
+	preRes, st, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
+	if !st.IsSuccess() {
+		return evalResult{reason: st.Message()}
+	}
+	if preRes != nil && !preRes.AllNodes() {
+		sub := nodes[:0:0]
+		for _, n := range nodes {
+			if preRes.NodeNames.Has(n.Node().Name) {
+				sub = append(sub, n)
+			}
+		}
+		nodes = sub
+	}
+	s.m.observe("prefilter", time.Since(t1))
+
+	t2 := time.Now()
+	feasible, reason := s.filter(ctx, state, pod, nodes)
+	s.m.observe("filter", time.Since(t2))
+	if len(feasible) == 0 {
+		return evalResult{reason: reason}
+	}
+
+	t3 := time.Now()
+	defer func() { s.m.observe("score", time.Since(t3)) }()
+	if st := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
+		return evalResult{reason: "prescore: " + st.Message()}
+	}
+	scores, st := s.fw.RunScorePlugins(ctx, state, pod, feasible)
+	if !st.IsSuccess() {
+		return evalResult{reason: "score: " + st.Message()}
+	}
+	best, ties := -1, 0
+	for i := range scores {
+		switch {
+		case best < 0 || scores[i].TotalScore > scores[best].TotalScore:
+			best, ties = i, 1
+		case scores[i].TotalScore == scores[best].TotalScore:
+			ties++
+			if rand.IntN(ties) == 0 {
+				best = i
+			}
+		}
+	}
+	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state}
+}
+
+// filter runs Filter over nodes in parallel, reusing verdicts of the pod's equivalence class
+// for nodes whose generation has not moved. With FeasibleToFind > 0 it stops once that many
+// feasible nodes are found (relaxed randomisation: the walk starts where the previous pod's
+// stopped, so every node gets its turn), like kube-scheduler's percentageOfNodesToScore.
+func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) ([]fwk.NodeInfo, string) {
+	now := time.Now()
+	key := EquivalenceKey(ctx, s.fw, pod)
+	prev := s.eq.get(key, now)
+	n := len(nodes)
+	const (
+		unknown = iota
+		pass
+		fail
+	)
+	verdictAt := make([]uint8, n)
+	start := 0
+	limit := int64(s.cfg.FeasibleToFind)
+	if limit > 0 {
+		start = s.nextStart % n
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var firstReason atomic.Pointer[string]
+	var reused, found atomic.Int64
+	s.fw.Parallelizer().Until(fctx, n, func(i int) {
+		idx := (start + i) % n
+		nd := nodes[idx]
+		ok := false
+		if v, hit := prev[nd.Node().Name]; prev != nil && hit && v.gen == nd.GetGeneration() {
+			ok = v.ok
+			reused.Add(1)
+		} else {
+			st := s.fw.RunFilterPluginsWithNominatedPods(fctx, state, pod, nd)
+			ok = st.IsSuccess()
+			if !ok {
+				msg := st.Message()
+				firstReason.CompareAndSwap(nil, &msg)
+			}
+		}
+		if ok {
+			verdictAt[idx] = pass
+			if limit > 0 && found.Add(1) >= limit {
+				cancel()
+			}
+		} else {
+			verdictAt[idx] = fail
+		}
+	}, "Filter")
+	var feasible []fwk.NodeInfo
+	var verdicts map[string]verdict
+	if key != 0 && s.eq.ttl > 0 {
+		verdicts = make(map[string]verdict, n)
+	}
+	examined, last := 0, start
+	for i := range n {
+		idx := (start + i) % n
+		switch verdictAt[idx] {
+		case unknown:
+			continue
+		case pass:
+			if limit <= 0 || int64(len(feasible)) < limit {
+				feasible = append(feasible, nodes[idx])
+			}
+		}
+		examined++
+		last = idx
+		if verdicts != nil {
+			verdicts[nodes[idx].Node().Name] = verdict{gen: nodes[idx].GetGeneration(), ok: verdictAt[idx] == pass}
+		}
+	}
+	if limit > 0 {
+		s.nextStart = last + 1
+	}
+	if verdicts != nil && (prev == nil || limit <= 0) {
+		s.eq.put(key, verdicts, now, prev != nil)
+	} else if verdicts != nil {
+		// A partial walk: merge the fresh verdicts into the class's map.
+		merged := make(map[string]verdict, len(prev)+len(verdicts))
+		for k, v := range prev {
+			merged[k] = v
+		}
+		for k, v := range verdicts {
+			merged[k] = v
+		}
+		s.eq.put(key, merged, now, true)
+	}
+	s.m.add("filter_nodes", int64(examined))
+	s.m.add("filter_reused", reused.Load())
+	reason := "no feasible node in shard"
+	if r := firstReason.Load(); r != nil {
+		reason = *r
+	}
+	return feasible, reason
+}

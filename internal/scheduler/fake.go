@@ -1,0 +1,76 @@
+package scheduler
+
+import (
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// NewFakeClient is a fake clientset (no apiserver) whose pods/binding subresource behaves like
+// kube-apiserver's: it sets spec.nodeName and refuses a pod that is already assigned
+// (Conflict) or gone (NotFound). Simulator and unit tests run the real framework against it.
+func NewFakeClient(objs ...runtime.Object) *fake.Clientset {
+	// NewClientset's field-managed tracker builds a REST mapper per write (a quarter of the
+	// simulator's CPU), but NewSimpleClientset's watchers panic when 100 events queue up; the
+	// stage costs the projection uses are per-shard timings that exclude the fake's writes.
+	cs := fake.NewClientset(objs...)
+	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "binding" {
+			return false, nil, nil
+		}
+		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
+		ns := a.GetNamespace()
+		o, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), ns, b.Name)
+		if err != nil {
+			return true, nil, err
+		}
+		p := o.(*corev1.Pod).DeepCopy()
+		if b.UID != "" && p.UID != b.UID {
+			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), b.Name, fmt.Errorf("uid mismatch"))
+		}
+		if p.Spec.NodeName != "" {
+			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), b.Name,
+				fmt.Errorf("pod %s is already assigned to node %q", b.Name, p.Spec.NodeName))
+		}
+		p.Spec.NodeName = b.Target.Name
+		return true, b, cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), p, ns)
+	})
+	return cs
+}
+
+// FakeNode is a Ready node with the given allocatable CPU (millicores), memory (MiB) and pods.
+func FakeNode(name string, milliCPU, memMiB, pods int64, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+	l := map[string]string{"kubernetes.io/hostname": name, "type": "kwok"}
+	for k, v := range labels {
+		l[k] = v
+	}
+	rl := corev1.ResourceList{
+		corev1.ResourceCPU:    *resource.NewMilliQuantity(milliCPU, resource.DecimalSI),
+		corev1.ResourceMemory: *resource.NewQuantity(memMiB<<20, resource.BinarySI),
+		corev1.ResourcePods:   *resource.NewQuantity(pods, resource.DecimalSI),
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Labels: l, UID: types.UID("node-" + name)},
+		Spec:       corev1.NodeSpec{Taints: taints},
+		Status: corev1.NodeStatus{Capacity: rl, Allocatable: rl,
+			Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+	}
+}
+
+// FakePod is a pending pod for schedulerName requesting milliCPU and memMiB.
+func FakePod(ns, name, schedulerName string, milliCPU, memMiB int64) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
+		Spec: corev1.PodSpec{SchedulerName: schedulerName, Containers: []corev1.Container{{Name: "app", Image: "pause",
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{
+				corev1.ResourceCPU:    *resource.NewMilliQuantity(milliCPU, resource.DecimalSI),
+				corev1.ResourceMemory: *resource.NewQuantity(memMiB<<20, resource.BinarySI)}}}}},
+	}
+}

@@ -1,0 +1,267 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// IntakeConfig configures the watch intake of one collector.
+type IntakeConfig struct {
+	Client        kubernetes.Interface
+	SchedulerName string
+	Collector     int // this collector's index: it takes the pods CollectorOf maps to it
+	Collectors    int
+	Root          FrameSink // root of the relay tree
+	Workers       int       // parallel senders (default 4)
+	// InFlight bounds the attempts between send and decision (default 64). It keeps the shards
+	// in step: no shard can fall more than InFlight pods behind the fastest, so under a backlog
+	// they still answer within the collector's deadline instead of drifting apart (a lagging
+	// shard would lose every pod to the fastest one and its nodes would stay empty).
+	InFlight int
+}
+
+type podState struct {
+	attempt  int
+	inflight bool
+	unsched  int
+	seen     time.Time
+}
+
+// Intake watches unscheduled pods with spec.schedulerName (a field-selected watch:
+// spec.schedulerName=<name>,spec.nodeName=), encodes each of its pods once into a frame and
+// sends it into the relay tree. It owns the retry loop: requeued attempts come back here and
+// are re-sent with Attempt+1 from the latest object, until the pod is bound or deleted.
+type Intake struct {
+	cfg       IntakeConfig
+	collector *Collector
+	factories []informers.SharedInformerFactory
+	informers []cache.SharedIndexInformer // one field-selected watch per scheduler name
+	queue     workqueue.TypedDelayingInterface[string]
+	mu        sync.Mutex
+	state     map[string]*podState // by ns/name
+	uids      map[string]string    // uid → ns/name
+	window    chan struct{}        // InFlight slots
+	holding   map[AttemptKey]bool  // attempts holding a slot
+	names     map[string]bool      // spec.schedulerName values served
+	m         *counters
+	hist      *counters
+}
+
+// NewIntake registers the watch; call Run to start it.
+func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
+	if cfg.SchedulerName == "" {
+		cfg.SchedulerName = DefaultSchedulerName
+	}
+	if cfg.Workers <= 0 {
+		cfg.Workers = 4
+	}
+	if cfg.InFlight <= 0 {
+		cfg.InFlight = 64
+	}
+	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
+		window: make(chan struct{}, cfg.InFlight), holding: map[AttemptKey]bool{},
+		queue: workqueue.NewTypedDelayingQueue[string](), m: metricsFor(fmt.Sprintf("intake/%d", cfg.Collector))}
+	for _, name := range strings.Split(cfg.SchedulerName, ",") {
+		in.names[strings.TrimSpace(name)] = true
+		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", strings.TrimSpace(name)),
+			fields.OneTermEqualSelector("spec.nodeName", "")).String()
+		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
+		inf := f.Core().V1().Pods().Informer()
+		in.factories = append(in.factories, f)
+		in.informers = append(in.informers, inf)
+		_, _ = inf.AddEventHandler(in.handlers())
+	}
+	return in
+}
+
+func (in *Intake) handlers() cache.ResourceEventHandlerFuncs {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(o any) {
+			if p, ok := o.(*corev1.Pod); ok && in.names[p.Spec.SchedulerName] && in.mine(p) && !terminal(p) && p.Spec.NodeName == "" {
+				k := p.Namespace + "/" + p.Name
+				in.mu.Lock()
+				if _, ok := in.state[k]; !ok {
+					in.state[k] = &podState{seen: time.Now()}
+					in.uids[string(p.UID)] = k
+				}
+				in.mu.Unlock()
+				in.queue.Add(k)
+			}
+		},
+		UpdateFunc: func(_, o any) {
+			// A field-selected watch turns binding into a delete; without field selectors
+			// (fake clientsets) it is an update.
+			if p, ok := o.(*corev1.Pod); ok && (p.Spec.NodeName != "" || terminal(p)) {
+				in.forget(p)
+			}
+		},
+		DeleteFunc: func(o any) {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			if p, ok := o.(*corev1.Pod); ok {
+				in.forget(p) // bound (left the selector) or deleted
+			}
+		},
+	}
+}
+
+// get looks a pod up in the watches' stores.
+func (in *Intake) get(key string) (*corev1.Pod, bool) {
+	for _, inf := range in.informers {
+		if o, ok, _ := inf.GetStore().GetByKey(key); ok {
+			return o.(*corev1.Pod), true
+		}
+	}
+	return nil, false
+}
+
+func (in *Intake) forget(p *corev1.Pod) {
+	in.mu.Lock()
+	delete(in.state, p.Namespace+"/"+p.Name)
+	delete(in.uids, string(p.UID))
+	in.mu.Unlock()
+}
+
+func (in *Intake) mine(p *corev1.Pod) bool {
+	return CollectorOf(p.Namespace, p.Name, max(in.cfg.Collectors, 1)) == in.cfg.Collector
+}
+
+// Run starts the watch and the senders.
+func (in *Intake) Run(ctx context.Context) error {
+	var synced []cache.InformerSynced
+	for i, f := range in.factories {
+		f.Start(ctx.Done())
+		synced = append(synced, in.informers[i].HasSynced)
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
+		return ctx.Err()
+	}
+	go func() { <-ctx.Done(); in.queue.ShutDown() }()
+	var wg sync.WaitGroup
+	for range in.cfg.Workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for in.sendOne(ctx) {
+			}
+		}()
+	}
+	wg.Wait()
+	return nil
+}
+
+// Pending is the number of pods this intake is still responsible for.
+func (in *Intake) Pending() int {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return len(in.state)
+}
+
+func (in *Intake) sendOne(ctx context.Context) bool {
+	k, quit := in.queue.Get()
+	if quit {
+		return false
+	}
+	defer in.queue.Done(k)
+	pod, exists := in.get(k)
+	in.mu.Lock()
+	st := in.state[k]
+	if !exists || st == nil {
+		delete(in.state, k)
+		in.mu.Unlock()
+		return true
+	}
+	if pod.Spec.NodeName != "" || st.inflight {
+		in.mu.Unlock()
+		return true
+	}
+	st.inflight = true
+	h := Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
+		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
+	unsched := st.unsched
+	in.mu.Unlock()
+
+	frame, err := EncodeFrame(h, pod)
+	if err != nil {
+		in.m.add("encode_errors", 1)
+		return true
+	}
+	select { // wait for an in-flight slot (back-pressure from the gather stage)
+	case in.window <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	in.mu.Lock()
+	in.holding[h.Key()] = true
+	in.mu.Unlock()
+	in.collector.Expect(h.Key(), unsched)
+	in.m.add("sent", 1)
+	if h.Attempt > 0 {
+		in.m.add("resent", 1)
+	}
+	if err := in.cfg.Root.Send(ctx, frame); err != nil && ctx.Err() == nil {
+		in.m.add("send_errors", 1)
+	}
+	return true
+}
+
+// Requeue is the collector's CollectorConfig.Requeue: the attempt is over, try again later.
+func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
+	in.mu.Lock()
+	name, ok := in.uids[key.UID]
+	st := in.state[name]
+	if !ok || st == nil || st.attempt != key.Attempt {
+		in.mu.Unlock()
+		return // bound/deleted meanwhile, or a stale attempt
+	}
+	st.attempt++
+	st.inflight = false
+	if strings.HasPrefix(why, "unschedulable") {
+		st.unsched++
+	}
+	in.mu.Unlock()
+	in.m.add("requeued", 1)
+	if delay > 0 {
+		in.queue.AddAfter(name, delay)
+	} else {
+		in.queue.Add(name)
+	}
+}
+
+// Decided is the collector's CollectorConfig.Decided: the attempt frees its in-flight slot.
+func (in *Intake) Decided(key AttemptKey) {
+	in.mu.Lock()
+	held := in.holding[key]
+	delete(in.holding, key)
+	in.mu.Unlock()
+	if held {
+		<-in.window
+	}
+}
+
+// Finished is the collector's CollectorConfig.Finished: the pod is bound (or gone).
+func (in *Intake) Finished(key AttemptKey, _ string, bound bool) {
+	in.mu.Lock()
+	if name, ok := in.uids[key.UID]; ok {
+		if st := in.state[name]; st != nil {
+			in.m.observe("schedule", time.Since(st.seen))
+		}
+	}
+	in.mu.Unlock()
+	if bound {
+		in.m.add("bound", 1)
+	}
+}

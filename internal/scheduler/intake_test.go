@@ -1,0 +1,60 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+)
+
+// The intake keeps at most InFlight attempts between scatter and decision; a decision frees a
+// slot; a requeued attempt comes back with Attempt+1.
+func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
+	ResetMetrics()
+	cs := NewFakeClient()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := &countSink{}
+	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
+	go func() { _ = in.Run(ctx) }()
+	for i := range 5 {
+		createPods(t, cs, FakePod("default", fmt.Sprintf("w-%d", i), DefaultSchedulerName, 10, 1))
+	}
+	createPods(t, cs, FakePod("default", "other", "default-scheduler", 10, 1)) // not ours
+	eventually(t, func() bool { return root.n.Load() == 2 })
+	time.Sleep(100 * time.Millisecond)
+	if n := root.n.Load(); n != 2 {
+		t.Fatalf("%d frames sent with an in-flight window of 2", n)
+	}
+	// Decide the first one (unschedulable → requeue): a slot frees, the next pod goes out, and
+	// the requeued attempt comes back later as attempt 1.
+	root.mu.Lock()
+	h, _, _ := SplitFrame(root.last)
+	root.mu.Unlock()
+	in.Decided(h.Key())
+	in.Requeue(h.Key(), 0, "unschedulable: test")
+	eventually(t, func() bool { return root.n.Load() == 3 })
+	for range 4 {
+		col.mu.Lock()
+		var keys []AttemptKey
+		for k := range col.pending {
+			keys = append(keys, k)
+		}
+		col.mu.Unlock()
+		for _, k := range keys {
+			in.Decided(k)
+			col.mu.Lock()
+			delete(col.pending, k)
+			col.mu.Unlock()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	eventually(t, func() bool { return root.n.Load() == 6 }) // 5 pods + 1 retry, never "other"
+	if in.Pending() != 5 {
+		t.Fatalf("intake tracks %d pods, want 5", in.Pending())
+	}
+	if Counter("intake/0", "resent") != 1 {
+		t.Fatalf("resent %d, want 1", Counter("intake/0", "resent"))
+	}
+}

@@ -1,0 +1,49 @@
+package scheduler
+
+import "context"
+
+// Proposal is a shard's answer for one attempt: its best node and that node's total framework
+// score, or Feasible=false when no node of the shard fits.
+type Proposal struct {
+	Key      AttemptKey `json:"key"`
+	Shard    int        `json:"shard"`
+	Node     string     `json:"node,omitempty"`
+	Score    int64      `json:"score"`
+	Feasible bool       `json:"feasible"`
+	Reason   string     `json:"reason,omitempty"` // why nothing fits (first plugin message)
+}
+
+// Decision is the collector's answer to a shard that proposed a node.
+type Decision struct {
+	Key       AttemptKey `json:"key"`
+	Allow     bool       `json:"allow"`
+	Collector int        `json:"collector"`
+}
+
+// CommitResult is the winner's report after its bind attempt.
+type CommitResult struct {
+	Key      AttemptKey `json:"key"`
+	Shard    int        `json:"shard"`
+	Node     string     `json:"node"`
+	Bound    bool       `json:"bound"`
+	Conflict bool       `json:"conflict"` // node no longer fits (capacity taken): requeue
+	Gone     bool       `json:"gone"`     // pod deleted or already bound by someone else: done
+	Error    string     `json:"error,omitempty"`
+}
+
+// FrameSink takes frames (relays and shards). Send blocks when the receiver's queue is full:
+// that is the back-pressure of the scatter tree.
+type FrameSink interface {
+	Send(ctx context.Context, frame []byte) error
+}
+
+// ProposalSink is a collector as seen by shards.
+type ProposalSink interface {
+	Propose(ctx context.Context, p Proposal) error
+	Result(ctx context.Context, r CommitResult) error
+}
+
+// DecisionSink is a shard as seen by collectors.
+type DecisionSink interface {
+	Decide(ctx context.Context, d Decision) error
+}

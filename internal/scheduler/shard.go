@@ -1,0 +1,303 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+)
+
+// ShardConfig configures one shard.
+type ShardConfig struct {
+	Index         int
+	Live          []int // live shard ids (default: 0..Count-1)
+	Count         int
+	SchedulerName string
+	Client        kubernetes.Interface
+	// Informers may be shared by several in-process shards (one watch of nodes and pods);
+	// each shard keeps only its own nodes and their pods. Start it after NewShard.
+	Informers      informers.SharedInformerFactory
+	Collectors     []ProposalSink // indexed by collector number
+	QueueLen       int            // frames buffered before Send blocks (default 1024)
+	Parallelism    int            // framework parallelism for Filter/Score (default 16)
+	EquivalenceTTL time.Duration  // how long filter results of a pod signature are reused (0: off)
+	BindWorkers    int            // concurrent binds (default 16)
+	// FeasibleToFind: stop filtering after this many feasible nodes (0: examine every node).
+	FeasibleToFind int
+}
+
+// Shard runs the kube-scheduler framework over its slice of the nodes: it evaluates every pod
+// the relay tree delivers, proposes its best node to the pod's collector and binds when allowed.
+type Shard struct {
+	cfg      ShardConfig
+	fw       framework.Framework
+	cache    internalcache.Cache
+	snapshot *internalcache.Snapshot
+	nodes    cache.SharedIndexInformer
+	pods     cache.SharedIndexInformer
+	logger   klog.Logger
+
+	mu        sync.Mutex // the snapshot and the framework cycle: one evaluation or commit at a time
+	nextStart int        // where the next bounded filter walk starts (guarded by mu)
+	live      []int      // guarded by liveMu
+	liveMu    sync.RWMutex
+
+	queue   chan []byte
+	held    sync.Map // AttemptKey → *heldPod: evaluated pods awaiting a decision
+	eq      *equivCache
+	m       *counters
+	bindSem chan struct{}
+	stopped chan struct{}
+	stop    context.CancelFunc
+	synced  []cache.InformerSynced // this shard's handlers have seen the initial lists
+}
+
+// WaitSynced waits until the shard's cache holds the initial nodes and pods (the handlers, not
+// just the informers, have processed the initial lists).
+func (s *Shard) WaitSynced(ctx context.Context) bool {
+	return cache.WaitForCacheSync(ctx.Done(), s.synced...)
+}
+
+// heldPod is a proposal awaiting the collector's decision. The shard has already Reserved the
+// node and assumed the pod on it (kube-scheduler's assume-then-Permit), so the next pods it
+// evaluates see that capacity as taken; a deny (or expiry) releases it.
+type heldPod struct {
+	pod     *corev1.Pod
+	node    string
+	hdr     Header
+	since   time.Time
+	state   fwk.CycleState
+	assumed *corev1.Pod
+}
+
+const podNodeIndex = "meganode.spec.nodeName"
+
+// NewShard builds the framework and registers the informer handlers. Start the informer
+// factory afterwards, then call Run.
+func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
+	if cfg.SchedulerName == "" {
+		cfg.SchedulerName = DefaultSchedulerName
+	}
+	if cfg.QueueLen <= 0 {
+		cfg.QueueLen = 1024
+	}
+	if cfg.Parallelism <= 0 {
+		cfg.Parallelism = 16
+	}
+	if cfg.BindWorkers <= 0 {
+		cfg.BindWorkers = 16
+	}
+	if cfg.Live == nil {
+		cfg.Live = AllShards(max(cfg.Count, cfg.Index+1))
+	}
+	if cfg.Informers == nil {
+		cfg.Informers = informers.NewSharedInformerFactory(cfg.Client, 0)
+	}
+	s := &Shard{cfg: cfg, live: slices.Clone(cfg.Live), logger: klog.FromContext(ctx).WithValues("shard", cfg.Index),
+		queue: make(chan []byte, cfg.QueueLen), m: metricsFor(fmt.Sprintf("shard/%d", cfg.Index)),
+		bindSem: make(chan struct{}, cfg.BindWorkers), stopped: make(chan struct{}), eq: newEquivCache(cfg.EquivalenceTTL)}
+	schedmetrics.Register() // before the cache: its metrics loop records into kube-scheduler's gauges
+	s.cache = internalcache.New(ctx, nil, false)
+	s.snapshot = internalcache.NewEmptySnapshot()
+	profile, _, _ := strings.Cut(cfg.SchedulerName, ",")
+	fw, err := newFramework(ctx, cfg.Client, cfg.Informers, s.snapshot, s.cache, strings.TrimSpace(profile), cfg.Parallelism)
+	if err != nil {
+		return nil, fmt.Errorf("shard %d: framework: %w", cfg.Index, err)
+	}
+	s.fw = fw
+	s.nodes = cfg.Informers.Core().V1().Nodes().Informer()
+	s.pods = cfg.Informers.Core().V1().Pods().Informer()
+	_ = s.pods.AddIndexers(cache.Indexers{podNodeIndex: func(obj any) ([]string, error) {
+		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			return []string{p.Spec.NodeName}, nil
+		}
+		return nil, nil
+	}})
+	nreg, err := s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.onNode(nil, o) },
+		UpdateFunc: func(old, o any) { s.onNode(old, o) },
+		DeleteFunc: s.onNodeDelete,
+	})
+	if err != nil {
+		return nil, err
+	}
+	preg, err := s.pods.AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { s.onPod(nil, o) },
+		UpdateFunc: func(old, o any) { s.onPod(old, o) },
+		DeleteFunc: s.onPodDelete,
+	})
+	if err != nil {
+		return nil, err
+	}
+	s.synced = []cache.InformerSynced{nreg.HasSynced, preg.HasSynced}
+	return s, nil
+}
+
+// Index is the shard id.
+func (s *Shard) Index() int { return s.cfg.Index }
+
+// Owns reports whether node belongs to this shard under the current membership.
+func (s *Shard) Owns(node string) bool {
+	s.liveMu.RLock()
+	defer s.liveMu.RUnlock()
+	return Owner(node, s.live) == s.cfg.Index
+}
+
+// NodeCount is the number of nodes in the shard's cache.
+func (s *Shard) NodeCount() int { return s.cache.NodeCount() }
+
+// Run waits for the informers, then evaluates frames until ctx ends or Stop is called.
+func (s *Shard) Run(ctx context.Context) error {
+	ctx, s.stop = context.WithCancel(ctx)
+	defer close(s.stopped)
+	if !s.WaitSynced(ctx) {
+		return ctx.Err()
+	}
+	go s.expireHeld(ctx)
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case f := <-s.queue:
+			s.handle(ctx, f)
+		}
+	}
+}
+
+// Stop makes the shard stop answering (tests: a killed shard).
+func (s *Shard) Stop() {
+	if s.stop != nil {
+		s.stop()
+	}
+}
+
+// Send implements FrameSink: the relay tree delivers frames here; it blocks when the queue is full.
+func (s *Shard) Send(ctx context.Context, frame []byte) error {
+	select {
+	case s.queue <- frame:
+		return nil
+	case <-s.stopped:
+		return nil // a dead shard swallows frames; the collector's deadline covers it
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (s *Shard) handle(ctx context.Context, frame []byte) {
+	t0 := time.Now()
+	h, podBytes, err := SplitFrame(frame)
+	if err != nil {
+		s.m.add("bad_frames", 1)
+		return
+	}
+	if h.SentNanos > 0 {
+		s.m.observe("scatter", time.Since(time.Unix(0, h.SentNanos)))
+	}
+	pod, err := DecodePod(podBytes)
+	if err != nil {
+		s.m.add("bad_frames", 1)
+		return
+	}
+	s.m.observe("decode", time.Since(t0))
+	s.mu.Lock()
+	res := s.evaluateLocked(ctx, pod)
+	var hp *heldPod
+	if res.node != "" {
+		hp = &heldPod{pod: pod, node: res.node, hdr: h, since: time.Now(), state: res.state}
+		if r := s.reserveLocked(ctx, hp); r != nil {
+			res = evalResult{reason: r.Error}
+			hp = nil
+		}
+	}
+	s.mu.Unlock()
+	s.m.add("evaluated", 1)
+	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason}
+	if hp != nil {
+		s.held.Store(h.Key(), hp)
+	}
+	if h.Collector < 0 || h.Collector >= len(s.cfg.Collectors) {
+		s.m.add("bad_collector", 1)
+		return
+	}
+	t1 := time.Now()
+	if err := s.cfg.Collectors[h.Collector].Propose(ctx, p); err != nil {
+		s.m.add("propose_errors", 1)
+		if v, ok := s.held.LoadAndDelete(h.Key()); ok {
+			s.release(ctx, v.(*heldPod))
+		}
+	}
+	s.m.observe("propose", time.Since(t1))
+}
+
+// expireHeld drops evaluated pods whose decision never came (the collector has requeued them).
+func (s *Shard) expireHeld(ctx context.Context) {
+	t := time.NewTicker(10 * time.Second)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			s.held.Range(func(k, v any) bool {
+				if now.Sub(v.(*heldPod).since) > time.Minute {
+					if _, ok := s.held.LoadAndDelete(k); ok {
+						s.release(ctx, v.(*heldPod))
+						s.m.add("held_expired", 1)
+					}
+				}
+				return true
+			})
+		}
+	}
+}
+
+// Decide implements DecisionSink.
+func (s *Shard) Decide(ctx context.Context, d Decision) error {
+	v, ok := s.held.LoadAndDelete(d.Key)
+	if !ok {
+		if d.Allow {
+			// Nothing held (expired or restarted): report a conflict so the pod is requeued.
+			s.report(ctx, d.Collector, CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "no held pod"})
+		}
+		return nil
+	}
+	h := v.(*heldPod)
+	if !d.Allow {
+		s.m.add("denied", 1)
+		s.release(ctx, h)
+		return nil
+	}
+	s.m.add("allowed", 1)
+	select {
+	case s.bindSem <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	go func() {
+		defer func() { <-s.bindSem }()
+		r := s.commit(context.WithoutCancel(ctx), h)
+		s.report(context.WithoutCancel(ctx), d.Collector, r)
+	}()
+	return nil
+}
+
+func (s *Shard) report(ctx context.Context, collector int, r CommitResult) {
+	if collector < 0 || collector >= len(s.cfg.Collectors) {
+		return
+	}
+	if err := s.cfg.Collectors[collector].Result(ctx, r); err != nil {
+		s.m.add("result_errors", 1)
+	}
+}

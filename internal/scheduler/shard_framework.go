@@ -1,0 +1,98 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/events"
+	"k8s.io/dynamic-resource-allocation/resourceslice/tracker"
+	"k8s.io/klog/v2"
+	configv1 "k8s.io/kube-scheduler/config/v1"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config/scheme"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+	frameworkplugins "k8s.io/kubernetes/pkg/scheduler/framework/plugins"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/dynamicresources"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/nodevolumelimits"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+	"k8s.io/kubernetes/pkg/scheduler/metrics"
+	"k8s.io/kubernetes/pkg/scheduler/util/assumecache"
+
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
+)
+
+// DefaultSchedulerName is the spec.schedulerName meganode serves.
+const DefaultSchedulerName = "meganode"
+
+// newFramework builds one kube-scheduler profile exactly as kube-scheduler v1.36.3 defaults it
+// (KubeSchedulerConfiguration v1 defaults: every default plugin, default weights), renamed to
+// schedulerName, over the given shard snapshot. Nothing in the framework is modified.
+//
+// Why the shard slice is a filtered snapshot and not a PreFilter/Filter plugin: the framework
+// only ever sees nodes through the snapshot (fwk.SharedLister). Feeding the cache only the
+// nodes this shard owns (and the pods bound to them) means foreign nodes cost nothing at all —
+// no per-node Filter call, no NodeInfo, no snapshot update — and a shard's memory and CPU
+// scale with N/S rather than N. A PreFilter plugin returning PreFilterResult.NodeNames would
+// give the same placements but still keep all N nodes in every shard's cache and rebuild the
+// subset per pod; a rejecting Filter plugin would still visit all N nodes per pod. The cost of
+// the choice: plugins that look across nodes (InterPodAffinity, PodTopologySpread) see only
+// this shard's pods, so cross-shard spread and affinity are approximate (see the report).
+func newFramework(ctx context.Context, cs kubernetes.Interface, factory informers.SharedInformerFactory,
+	snapshot *internalcache.Snapshot, schedCache internalcache.Cache, schedulerName string, parallelism int) (framework.Framework, error) {
+	var versioned configv1.KubeSchedulerConfiguration
+	scheme.Scheme.Default(&versioned)
+	var cfg config.KubeSchedulerConfiguration
+	if err := scheme.Scheme.Convert(&versioned, &cfg, nil); err != nil {
+		return nil, err
+	}
+	if len(cfg.Profiles) == 0 {
+		return nil, fmt.Errorf("no default profile")
+	}
+	metrics.Register() // the framework and the cache record into kube-scheduler's metrics (idempotent)
+	prof := cfg.Profiles[0]
+	prof.SchedulerName = schedulerName
+	logger := klog.FromContext(ctx)
+
+	var dra fwk.SharedDRAManager
+	if utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
+		claims := assumecache.NewAssumeCache(logger, factory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
+		slices, err := tracker.StartTracker(ctx, tracker.Options{SliceInformer: factory.Resource().V1().ResourceSlices(), KubeClient: cs})
+		if err != nil {
+			return nil, err
+		}
+		dra = dynamicresources.NewDRAManager(ctx, claims, slices, factory)
+	}
+	fw, err := frameworkruntime.NewFramework(ctx, frameworkplugins.NewInTreeRegistry(), &prof,
+		frameworkruntime.WithClientSet(cs),
+		frameworkruntime.WithInformerFactory(factory),
+		frameworkruntime.WithSharedDRAManager(dra),
+		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())),
+		frameworkruntime.WithSnapshotSharedLister(snapshot),
+		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(0)),
+		frameworkruntime.WithParallelism(max(parallelism, 1)),
+		frameworkruntime.WithMetricsRecorder(metrics.NewMetricsAsyncRecorder(1000, 1e9, ctx.Done())),
+		frameworkruntime.WithWaitingPods(frameworkruntime.NewWaitingPodsMap()),
+		frameworkruntime.WithPodsInPreBind(frameworkruntime.NewPodsInPreBindMap()),
+		frameworkruntime.WithPodGroupManager(schedCache),
+		frameworkruntime.WithLogger(logger),
+	)
+	if err != nil {
+		return nil, err
+	}
+	// Nominated pods belong to preemption, which meganode does not run across shards yet.
+	fw.SetPodNominator(noNominator{})
+	return fw, nil
+}
+
+type noNominator struct{}
+
+func (noNominator) AddNominatedPod(klog.Logger, fwk.PodInfo, *fwk.NominatingInfo) {}
+func (noNominator) DeleteNominatedPodIfExists(*corev1.Pod)                        {}
+func (noNominator) UpdateNominatedPod(klog.Logger, *corev1.Pod, fwk.PodInfo)      {}
+func (noNominator) NominatedPodsForNode(string) []fwk.PodInfo                     { return nil }

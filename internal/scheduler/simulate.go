@@ -1,0 +1,261 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	k8sruntime "k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/meganode/meganode/internal/bench"
+)
+
+// SimConfig configures the in-process simulator: a fake clientset (no apiserver), the real
+// framework in every shard, in-process relays and collectors.
+type SimConfig struct {
+	Nodes, Pods, Shards, Fanout int
+	Parallelism                 int           // framework parallelism per shard (1 = CPU cost per pod)
+	EquivalenceTTL              time.Duration // <0 off
+	Fraction                    float64
+	Timeout                     time.Duration
+	FeasibleToFind              int
+}
+
+// SimResult is what one simulated run measured.
+type SimResult struct {
+	Config        SimConfig                `json:"config"`
+	Seconds       float64                  `json:"seconds"`
+	Bound         int                      `json:"bound"`
+	PodsPerSec    float64                  `json:"pods_per_sec"`
+	Conflicts     int64                    `json:"conflicts"`
+	Unschedulable int64                    `json:"unschedulable"`
+	FilterReused  float64                  `json:"filter_reused_fraction"`
+	Stages        map[string]bench.Latency `json:"stages"`    // per pod per shard (µs), shard 0
+	Collector     map[string]bench.Latency `json:"collector"` // gather, schedule
+	CPUSeconds    float64                  `json:"cpu_seconds"`
+	EmptyNodes    int                      `json:"empty_nodes"`
+	MaxPerNode    int                      `json:"max_pods_per_node"`
+	StddevPerNode float64                  `json:"stddev_pods_per_node"`
+}
+
+// Simulate runs P pods over N fake nodes with S shards in this process and times every stage.
+func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
+	ResetMetrics()
+	if sc.Timeout <= 0 {
+		sc.Timeout = 10 * time.Minute
+	}
+	var objs []k8sruntime.Object
+	for i := range sc.Nodes {
+		objs = append(objs, FakeNode(fmt.Sprintf("sim-node-%d", i), 8000, 32<<10, 110, nil)) // a KWOK node of `up`
+	}
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sys, err := StartAll(ctx, Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
+		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind})
+	if err != nil {
+		return nil, err
+	}
+	bound, err := countBound(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	cpu0 := cpuSeconds()
+	began := time.Now()
+	go func() {
+		// A ReplicaSet-like batch: one owner, identical requests (what equivalence classes target).
+		ctrl := true
+		owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
+		for i := range sc.Pods {
+			p := FakePod("sim", fmt.Sprintf("sim-pod-%d", i), DefaultSchedulerName, 50, 64)
+			p.OwnerReferences = []metav1.OwnerReference{owner}
+			if _, err := cs.CoreV1().Pods("sim").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				return
+			}
+		}
+	}()
+	deadline := time.After(sc.Timeout)
+	for bound.Load() < int64(sc.Pods) {
+		select {
+		case <-deadline:
+			return nil, fmt.Errorf("simulation: %d of %d pods bound after %s", bound.Load(), sc.Pods, sc.Timeout)
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	el := time.Since(began)
+	r := &SimResult{Config: sc, Seconds: el.Seconds(), Bound: int(bound.Load()), PodsPerSec: float64(bound.Load()) / el.Seconds(),
+		CPUSeconds: cpuSeconds() - cpu0, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{}}
+	for _, c := range sys.Collectors {
+		_ = c
+	}
+	if pl, err := cs.CoreV1().Pods("sim").List(ctx, metav1.ListOptions{}); err == nil {
+		per := map[string]int{}
+		for _, p := range pl.Items {
+			per[p.Spec.NodeName]++
+		}
+		mean := float64(sc.Pods) / float64(sc.Nodes)
+		for i := range sc.Nodes {
+			c := per[fmt.Sprintf("sim-node-%d", i)]
+			if c == 0 {
+				r.EmptyNodes++
+			}
+			r.MaxPerNode = max(r.MaxPerNode, c)
+			r.StddevPerNode += (float64(c) - mean) * (float64(c) - mean) / float64(sc.Nodes)
+		}
+		r.StddevPerNode = math.Sqrt(r.StddevPerNode)
+	}
+	r.Conflicts = Counter("collector/0", "conflicts")
+	r.Unschedulable = Counter("collector/0", "unschedulable")
+	if n := Counter("shard/0", "filter_nodes"); n > 0 {
+		r.FilterReused = float64(Counter("shard/0", "filter_reused")) / float64(n)
+	}
+	m := metricsFor("shard/0")
+	for _, k := range []string{"scatter", "decode", "snapshot", "prefilter", "filter", "score", "propose", "commit", "bind"} {
+		r.Stages[k] = m.hist(k)
+	}
+	r.Collector["gather"] = metricsFor("collector/0").hist("gather")
+	r.Collector["schedule"] = metricsFor("intake/0").hist("schedule")
+	return r, nil
+}
+
+func countBound(ctx context.Context, cs kubernetes.Interface) (*atomic.Int64, error) {
+	w, err := cs.CoreV1().Pods("sim").Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	var n atomic.Int64
+	seen := sync.Map{}
+	go func() {
+		for ev := range w.ResultChan() {
+			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Modified && p.Spec.NodeName != "" {
+				if _, dup := seen.LoadOrStore(p.Name, true); !dup {
+					n.Add(1)
+				}
+			}
+		}
+	}()
+	return &n, nil
+}
+
+// HopCosts are microbenchmarks of the scatter and gather hops on this machine.
+type HopCosts struct {
+	EncodeUs         float64 `json:"encode_us"`               // intake: pod → frame
+	RelayChildUs     float64 `json:"relay_child_us"`          // relay: forward one frame to one in-process child
+	GRPCFrameUs      float64 `json:"grpc_frame_us"`           // one frame over a gRPC loopback stream (both ends)
+	GRPCUnaryUs      float64 `json:"grpc_unary_us"`           // one unary control message round trip (Propose)
+	GRPCStreamPropUs float64 `json:"grpc_stream_proposal_us"` // one proposal on the Control stream, handled by a collector
+	CollectorUs      float64 `json:"collector_prop_us"`       // collector: handle one proposal in-process
+	FrameBytes       int     `json:"frame_bytes"`
+}
+
+// MeasureHops times the hops with many repetitions.
+func MeasureHops(ctx context.Context) (HopCosts, error) {
+	var h HopCosts
+	pod := FakePod("ns", "hop-pod", DefaultSchedulerName, 50, 64)
+	const n = 20000
+	t0 := time.Now()
+	var frame []byte
+	for i := range n {
+		frame, _ = EncodeFrame(Header{UID: "u", Namespace: "ns", Name: "hop-pod", Attempt: i}, pod)
+	}
+	h.EncodeUs = us(time.Since(t0)) / n
+	h.FrameBytes = len(frame)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	const kids = 10
+	var sinks []FrameSink
+	var cnt []*countingSink
+	for range kids {
+		c := &countingSink{}
+		cnt = append(cnt, c)
+		sinks = append(sinks, c)
+	}
+	r := NewRelay(ctx, "hop", sinks, 4096)
+	t0 = time.Now()
+	for range n {
+		_ = r.Send(ctx, frame)
+	}
+	for _, c := range cnt {
+		for c.n.Load() < n {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	h.RelayChildUs = us(time.Since(t0)) / (n * kids)
+
+	lis, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return h, err
+	}
+	leaf := &countingSink{}
+	col := NewCollector(CollectorConfig{Index: 98, Shards: map[int]DecisionSink{}, Live: func() []int { return AllShards(1 << 20) }, Deadline: time.Hour})
+	go func() { _ = Serve(ctx, lis, Node{Frames: leaf, Proposals: col}) }()
+	c, err := Dial(ctx, lis.Addr().String(), 4096)
+	if err != nil {
+		return h, err
+	}
+	defer c.Close()
+	t0 = time.Now()
+	for range n {
+		_ = c.Send(ctx, frame)
+	}
+	for leaf.n.Load() < n {
+		time.Sleep(time.Millisecond)
+	}
+	h.GRPCFrameUs = us(time.Since(t0)) / n
+	const u = 3000
+	t0 = time.Now()
+	for i := range u {
+		_ = c.ProposeSync(ctx, Proposal{Key: AttemptKey{UID: "g", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: true})
+	}
+	h.GRPCUnaryUs = us(time.Since(t0)) / u
+	// Streamed proposals (what the roles use): time until the collector has counted them all.
+	base := Counter("collector/98", "unknown_proposals")
+	t0 = time.Now()
+	for i := range n {
+		_ = c.Propose(ctx, Proposal{Key: AttemptKey{UID: "s", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: false})
+	}
+	for Counter("collector/98", "unknown_proposals")-base < n {
+		time.Sleep(time.Millisecond)
+	}
+	h.GRPCStreamPropUs = us(time.Since(t0)) / n
+
+	// Collector: 256 shards answer each attempt (in-process), decisions included.
+	const shards = 256
+	live := AllShards(shards)
+	col2 := NewCollector(CollectorConfig{Index: 99, Shards: map[int]DecisionSink{}, Live: func() []int { return live }, Deadline: time.Hour})
+	t0 = time.Now()
+	for a := range n / shards * 4 {
+		key := AttemptKey{UID: "p", Attempt: a}
+		col2.Expect(key, 0)
+		for s := range shards {
+			_ = col2.Propose(ctx, Proposal{Key: key, Shard: s, Node: "n", Score: int64(s % 7), Feasible: true})
+		}
+	}
+	h.CollectorUs = us(time.Since(t0)) / float64(n/shards*4*shards)
+	return h, nil
+}
+
+type countingSink struct{ n atomic.Int64 }
+
+func (c *countingSink) Send(context.Context, []byte) error { c.n.Add(1); return nil }
+
+func us(d time.Duration) float64 { return float64(d) / 1e3 }
+
+func cpuSeconds() float64 {
+	var ru runtimeRusage
+	return ru.cpu()
+}
+
+var _ = runtime.NumCPU
