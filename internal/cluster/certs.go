@@ -8,11 +8,12 @@ import (
 	"crypto/x509/pkix"
 	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/meganode/meganode/internal/pki"
 )
 
 // PKI is every certificate and key the control plane uses, as files in one directory:
@@ -97,7 +98,7 @@ func GeneratePKI(dir string) (*PKI, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeKey(p.SAKey, k); err != nil {
+	if err := pki.WriteKey(p.SAKey, k); err != nil {
 		return nil, err
 	}
 	pub, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
@@ -117,7 +118,7 @@ func newCA(cn, certPath, keyPath string) (*ca, error) {
 	}
 	now := time.Now()
 	t := &x509.Certificate{
-		SerialNumber: serial(), Subject: pkix.Name{CommonName: cn, Organization: []string{"meganode"}},
+		SerialNumber: pki.Serial(), Subject: pkix.Name{CommonName: cn, Organization: []string{"meganode"}},
 		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
 		BasicConstraintsValid: true, IsCA: true,
@@ -130,10 +131,10 @@ func newCA(cn, certPath, keyPath string) (*ca, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := writeCert(certPath, der); err != nil {
+	if err := pki.WriteCert(certPath, der); err != nil {
 		return nil, err
 	}
-	if err := writeKey(keyPath, k); err != nil {
+	if err := pki.WriteKey(keyPath, k); err != nil {
 		return nil, err
 	}
 	return &ca{cert: c, key: k}, nil
@@ -145,37 +146,17 @@ func (c *ca) issue(t *x509.Certificate, certPath, keyPath string) error {
 		return err
 	}
 	now := time.Now()
-	t.SerialNumber = serial()
+	t.SerialNumber = pki.Serial()
 	t.NotBefore, t.NotAfter = now.Add(-time.Hour), now.Add(365*24*time.Hour)
 	t.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
 	der, err := x509.CreateCertificate(rand.Reader, t, c.cert, &k.PublicKey, c.key)
 	if err != nil {
 		return fmt.Errorf("issue %s: %w", t.Subject.CommonName, err)
 	}
-	if err := writeCert(certPath, der); err != nil {
+	if err := pki.WriteCert(certPath, der); err != nil {
 		return err
 	}
-	return writeKey(keyPath, k)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	if err != nil {
-		return big.NewInt(time.Now().UnixNano())
-	}
-	return n.Add(n, big.NewInt(1))
-}
-
-func writeCert(path string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-}
-
-func writeKey(path string, k *ecdsa.PrivateKey) error {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+	return pki.WriteKey(keyPath, k)
 }
 
 // WriteKubeconfig writes a kubeconfig for server authenticated by a client certificate.

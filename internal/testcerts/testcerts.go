@@ -9,13 +9,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"os"
 	"path/filepath"
 	"time"
+
+	"github.com/meganode/meganode/internal/pki"
 )
 
 // Paths of the PEM files Generate wrote.
@@ -67,7 +67,7 @@ func GenerateWith(dir string, o Options) (Paths, error) {
 		return p, err
 	}
 	caTmpl := &x509.Certificate{
-		SerialNumber:          serial(),
+		SerialNumber:          pki.Serial(),
 		Subject:               pkix.Name{CommonName: "meganode-test-ca", Organization: []string{"meganode"}},
 		NotBefore:             notBefore,
 		NotAfter:              notAfter,
@@ -83,15 +83,15 @@ func GenerateWith(dir string, o Options) (Paths, error) {
 	if err != nil {
 		return p, err
 	}
-	if err := writeCert(p.CAFile, caDER); err != nil {
+	if err := pki.WriteCert(p.CAFile, caDER); err != nil {
 		return p, err
 	}
-	if err := writeKey(p.CAKeyFile, caKey); err != nil {
+	if err := pki.WriteKey(p.CAKeyFile, caKey); err != nil {
 		return p, err
 	}
 
 	srvTmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: pki.Serial(),
 		Subject:      pkix.Name{CommonName: "meganode-store", Organization: []string{"meganode"}},
 		NotBefore:    notBefore,
 		NotAfter:     notAfter,
@@ -111,7 +111,7 @@ func GenerateWith(dir string, o Options) (Paths, error) {
 		return p, err
 	}
 	cliTmpl := &x509.Certificate{
-		SerialNumber: serial(),
+		SerialNumber: pki.Serial(),
 		Subject:      pkix.Name{CommonName: o.ClientCN, Organization: []string{"meganode"}},
 		NotBefore:    notBefore,
 		NotAfter:     notAfter,
@@ -191,28 +191,8 @@ func issue(tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certPath, keyPat
 	if err != nil {
 		return err
 	}
-	if err := writeCert(certPath, der); err != nil {
+	if err := pki.WriteCert(certPath, der); err != nil {
 		return err
 	}
-	return writeKey(keyPath, k)
-}
-
-func serial() *big.Int {
-	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
-	if err != nil {
-		return big.NewInt(time.Now().UnixNano())
-	}
-	return n.Add(n, big.NewInt(1))
-}
-
-func writeCert(path string, der []byte) error {
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
-}
-
-func writeKey(path string, k *ecdsa.PrivateKey) error {
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+	return pki.WriteKey(keyPath, k)
 }

@@ -1,0 +1,36 @@
+// Package pki holds the few certificate chores both the cluster (`meganode up`)
+// and the test certificates need: serial numbers and PEM files.
+package pki
+
+import (
+	"crypto/ecdsa"
+	"crypto/rand"
+	"crypto/x509"
+	"encoding/pem"
+	"math/big"
+	"os"
+	"time"
+)
+
+// Serial returns a random positive 120-bit certificate serial number.
+func Serial() *big.Int {
+	n, err := rand.Int(rand.Reader, new(big.Int).Lsh(big.NewInt(1), 120))
+	if err != nil {
+		return big.NewInt(time.Now().UnixNano())
+	}
+	return n.Add(n, big.NewInt(1))
+}
+
+// WriteCert writes a DER certificate as PEM (world-readable: certificates are public).
+func WriteCert(path string, der []byte) error {
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o644)
+}
+
+// WriteKey writes a private key as PKCS#8 PEM readable by its owner only.
+func WriteKey(path string, k *ecdsa.PrivateKey) error {
+	der, err := x509.MarshalPKCS8PrivateKey(k)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600)
+}
