@@ -31,24 +31,32 @@ func writeKeys(t *testing.T, cli *clientv3.Client, prefix string, n int) []int64
 
 func podsLog(dir string) string { return filepath.Join(dir, "registry+pods+.wal") }
 
+// storeWithPodsLog runs a store, writes 50 pods and stops it cleanly: the data
+// dir and the bytes of its pods log, for a test to damage.
+func storeWithPodsLog(t *testing.T) (string, []byte) {
+	t.Helper()
+	dir := t.TempDir()
+	p, err := storeproc.Start(storeproc.Options{DataDir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli := client(t, p)
+	writeKeys(t, cli, "/registry/pods/", 50)
+	cli.Close()
+	p.Stop()
+	buf, err := os.ReadFile(podsLog(dir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, buf
+}
+
 // A log whose last record was half written (or flipped) is cut there: the store
 // starts, reports the cut, and keeps every record before it.
 func TestTornTailIsCut(t *testing.T) {
 	for _, damage := range []string{"truncate", "bitflip-last"} {
 		t.Run(damage, func(t *testing.T) {
-			dir := t.TempDir()
-			p, err := storeproc.Start(storeproc.Options{DataDir: dir})
-			if err != nil {
-				t.Fatal(err)
-			}
-			cli := client(t, p)
-			writeKeys(t, cli, "/registry/pods/", 50)
-			cli.Close()
-			p.Stop()
-			buf, err := os.ReadFile(podsLog(dir))
-			if err != nil {
-				t.Fatal(err)
-			}
+			dir, buf := storeWithPodsLog(t)
 			switch damage {
 			case "truncate":
 				buf = buf[:len(buf)-37]
@@ -67,7 +75,7 @@ func TestTornTailIsCut(t *testing.T) {
 			if !strings.Contains(p2.Tail(), "torn tail") {
 				t.Fatalf("restart did not report the torn tail:\n%s", p2.Tail())
 			}
-			cli = client(t, p2)
+			cli := client(t, p2)
 			defer cli.Close()
 			g, err := cli.Get(context.Background(), "/registry/pods/", clientv3.WithPrefix())
 			if err != nil {
@@ -88,24 +96,12 @@ func TestTornTailIsCut(t *testing.T) {
 // Damage in the middle of a log is not a torn tail: start-up stops and names
 // the file and the offset, and nothing is silently dropped.
 func TestCorruptionInTheMiddleStopsStartup(t *testing.T) {
-	dir := t.TempDir()
-	p, err := storeproc.Start(storeproc.Options{DataDir: dir})
-	if err != nil {
-		t.Fatal(err)
-	}
-	cli := client(t, p)
-	writeKeys(t, cli, "/registry/pods/", 50)
-	cli.Close()
-	p.Stop()
-	buf, err := os.ReadFile(podsLog(dir))
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, buf := storeWithPodsLog(t)
 	buf[len(buf)/2] ^= 0x01
 	if err := os.WriteFile(podsLog(dir), buf, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err = storeproc.Start(storeproc.Options{DataDir: dir})
+	_, err := storeproc.Start(storeproc.Options{DataDir: dir})
 	if err == nil {
 		t.Fatal("store started on a log corrupted in the middle")
 	}
