@@ -26,9 +26,9 @@ func runMakeNodes(args []string) error {
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
-	st, err := cluster.LoadState(*stateDir)
+	st, err := loadCluster(*stateDir)
 	if err != nil {
-		return fmt.Errorf("no cluster in %s (run `meganode up`): %w", *stateDir, err)
+		return err
 	}
 	cs, err := cluster.Clientset(st)
 	if err != nil {
@@ -65,4 +65,13 @@ func runMakeNodes(args []string) error {
 	_ = st.Save()
 	prog.Printf("%d nodes added in %.1fs (%d in the cluster)", *count, time.Since(began).Seconds(), total)
 	return nil
+}
+
+// loadCluster reads the state `meganode up` left in stateDir.
+func loadCluster(stateDir string) (*cluster.State, error) {
+	st, err := cluster.LoadState(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("no cluster in %s (run `meganode up`): %w", stateDir, err)
+	}
+	return st, nil
 }

@@ -28,9 +28,9 @@ func runCreatePods(args []string) error {
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
-	st, err := cluster.LoadState(*stateDir)
+	st, err := loadCluster(*stateDir)
 	if err != nil {
-		return fmt.Errorf("no cluster in %s (run `meganode up`): %w", *stateDir, err)
+		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
@@ -53,9 +53,9 @@ func runDeletePods(args []string) error {
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
-	st, err := cluster.LoadState(*stateDir)
+	st, err := loadCluster(*stateDir)
 	if err != nil {
-		return fmt.Errorf("no cluster in %s (run `meganode up`): %w", *stateDir, err)
+		return err
 	}
 	cs, err := cluster.Clientset(st)
 	if err != nil {

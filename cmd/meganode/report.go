@@ -52,9 +52,9 @@ func runReport(args []string) error {
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
-	st, err := cluster.LoadState(*stateDir)
+	st, err := loadCluster(*stateDir)
 	if err != nil {
-		return fmt.Errorf("no cluster in %s (run `meganode up`): %w", *stateDir, err)
+		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()

@@ -32,18 +32,14 @@ const (
 // binDir finds bin/ at the repository root; the test fails (does not skip) without the binaries.
 func binDir(t *testing.T) string {
 	t.Helper()
-	wd, _ := os.Getwd()
-	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			bd := filepath.Join(d, "bin")
-			if err := cluster.CheckBins(bd, cluster.StoreMeganode); err != nil {
-				t.Fatalf("the cluster e2e test needs the binaries `make` builds: %v", err)
-			}
-			return bd
-		}
+	bd, err := cluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("repository root (go.mod) not found")
-	return ""
+	if err := cluster.CheckBins(bd, cluster.StoreMeganode); err != nil {
+		t.Fatalf("the cluster e2e test needs the binaries `make` builds: %v", err)
+	}
+	return bd
 }
 
 func TestClusterOnMeganodeStore(t *testing.T) {

@@ -33,21 +33,17 @@ const (
 
 func binDir(t *testing.T) string {
 	t.Helper()
-	wd, _ := os.Getwd()
-	for d := wd; d != filepath.Dir(d); d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			bd := filepath.Join(d, "bin")
-			if err := cluster.CheckBins(bd, cluster.StoreMeganode); err != nil {
-				t.Fatalf("the scheduler e2e test needs the binaries `make` builds: %v", err)
-			}
-			if _, err := os.Stat(filepath.Join(bd, "meganode")); err != nil {
-				t.Fatalf("the scheduler e2e test needs bin/meganode (`make meganode`): %v", err)
-			}
-			return bd
-		}
+	bd, err := cluster.BinDir()
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatal("repository root (go.mod) not found")
-	return ""
+	if err := cluster.CheckBins(bd, cluster.StoreMeganode); err != nil {
+		t.Fatalf("the scheduler e2e test needs the binaries `make` builds: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(bd, "meganode")); err != nil {
+		t.Fatalf("the scheduler e2e test needs bin/meganode (`make meganode`): %v", err)
+	}
+	return bd
 }
 
 func pod(ns, name, sched string, cpu string) *corev1.Pod {
