@@ -27,7 +27,7 @@ pub fn encode(store: &Store) -> Vec<u8> {
     out.put_u64_le(n as u64);
     for (_, g) in &locked.shards {
         for (k, h) in g.iter() {
-            put_key(&mut out, k, &h.versions);
+            put_key(&mut out, k, h.versions());
         }
     }
     let crc = crc32c::crc32c(&out);

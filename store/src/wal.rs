@@ -483,7 +483,7 @@ impl Wal {
             out.put_i64_le(rev);
             out.put_u64_le(g.len() as u64);
             for (k, h) in g.iter() {
-                crate::snapshot::put_key(&mut out, k, &h.versions);
+                crate::snapshot::put_key(&mut out, k, h.versions());
             }
             let crc = crc32c::crc32c(&out);
             out.put_u32_le(crc);

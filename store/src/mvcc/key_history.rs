@@ -21,20 +21,77 @@ impl Version {
     }
 }
 
+/// The versions of one key. Most keys hold exactly one version between
+/// compactions' worth of writes (and every key right after a compaction), so
+/// that version lives inline in the shard's slab instead of in a small heap
+/// block of its own. Why it matters: compaction used to shrink each key's
+/// vector into a fresh small allocation, and glibc placed those blocks in the
+/// holes the freed versions had left — one live block per page kept every page
+/// of the old history resident (RSS 7× the data after 10 updates per key).
 #[derive(Clone, Debug, Default)]
 pub struct KeyHistory {
-    pub versions: Vec<Version>,
+    store: Versions,
+}
+
+#[derive(Clone, Debug, Default)]
+enum Versions {
+    #[default]
+    Empty,
+    One(Version),
+    Many(Vec<Version>),
 }
 
 impl KeyHistory {
+    pub fn from_versions(mut v: Vec<Version>) -> Self {
+        let store = match v.len() {
+            0 => Versions::Empty,
+            1 => Versions::One(v.pop().unwrap()),
+            _ => Versions::Many(v),
+        };
+        KeyHistory { store }
+    }
+
+    /// Every retained version, oldest first.
+    pub fn versions(&self) -> &[Version] {
+        match &self.store {
+            Versions::Empty => &[],
+            Versions::One(v) => std::slice::from_ref(v),
+            Versions::Many(v) => v,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.versions().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn push(&mut self, v: Version) {
+        self.store = match std::mem::take(&mut self.store) {
+            Versions::Empty => Versions::One(v),
+            Versions::One(first) => {
+                let mut all = Vec::with_capacity(4);
+                all.push(first);
+                all.push(v);
+                Versions::Many(all)
+            }
+            Versions::Many(mut all) => {
+                all.push(v);
+                Versions::Many(all)
+            }
+        };
+    }
+
     /// The live value at the newest revision, if the key exists now.
     pub fn latest(&self) -> Option<&Version> {
-        self.versions.last().filter(|v| !v.is_tombstone())
+        self.versions().last().filter(|v| !v.is_tombstone())
     }
 
     /// The live value as of revision `rev`, if the key existed then.
     pub fn at(&self, rev: i64) -> Option<&Version> {
-        self.versions
+        self.versions()
             .iter()
             .rev()
             .find(|v| v.mod_rev <= rev)
@@ -44,7 +101,7 @@ impl KeyHistory {
     /// The live value just before revision `rev`: an event's prev_kv, which
     /// etcd reads at rev-1, so earlier writes of the same txn do not count.
     pub fn before_rev(&self, rev: i64) -> Option<&Version> {
-        self.versions.iter().rev().find(|v| v.mod_rev < rev).filter(|v| !v.is_tombstone())
+        self.versions().iter().rev().find(|v| v.mod_rev < rev).filter(|v| !v.is_tombstone())
     }
 
     /// Drops every revision that no read or watch at or after `rev` can see: all
@@ -53,23 +110,38 @@ impl KeyHistory {
     /// etcd, so a watch from the compaction revision still sees that delete).
     /// Returns true when nothing is left (the key can leave the index).
     pub fn compact(&mut self, rev: i64) -> bool {
-        let keep_from = match self.versions.iter().rposition(|v| v.mod_rev <= rev) {
-            None => return self.versions.is_empty(),
-            Some(i) if self.versions[i].is_tombstone() && self.versions[i].mod_rev < rev => i + 1,
+        let keep_from = match self.versions().iter().rposition(|v| v.mod_rev <= rev) {
+            None => return self.is_empty(),
+            Some(i) if self.versions()[i].is_tombstone() && self.versions()[i].mod_rev < rev => i + 1,
             Some(i) => i,
         };
-        if keep_from > 0 {
-            self.versions.drain(..keep_from);
-            // Histories grow between compactions; give the slack back.
-            if self.versions.capacity() > 2 * self.versions.len() + 2 {
-                self.versions.shrink_to_fit();
-            }
+        if keep_from == 0 {
+            return false;
         }
-        self.versions.is_empty()
+        self.store = match std::mem::take(&mut self.store) {
+            Versions::Many(mut all) => {
+                all.drain(..keep_from);
+                match all.len() {
+                    0 => Versions::Empty,
+                    // Back inline: no new heap block (see the type's comment).
+                    1 => Versions::One(all.pop().unwrap()),
+                    _ => {
+                        // Histories grow between compactions; give the slack back.
+                        if all.capacity() > 2 * all.len() + 2 {
+                            all.shrink_to_fit();
+                        }
+                        Versions::Many(all)
+                    }
+                }
+            }
+            // keep_from > 0 with one version: that version is dropped.
+            _ => Versions::Empty,
+        };
+        self.is_empty()
     }
 
     pub fn bytes(&self) -> usize {
-        self.versions.iter().map(|v| v.value.len() + 48).sum()
+        self.versions().iter().map(|v| v.value.len() + 48).sum()
     }
 }
 
@@ -86,7 +158,7 @@ mod tests {
 
     #[test]
     fn reads_at_revisions() {
-        let h = KeyHistory { versions: vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)] };
+        let h = KeyHistory::from_versions(vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)]);
         assert!(h.at(1).is_none());
         assert_eq!(h.at(2).unwrap().mod_rev, 2);
         assert_eq!(h.at(6).unwrap().version, 2);
@@ -98,26 +170,26 @@ mod tests {
 
     #[test]
     fn compaction_keeps_the_visible_version() {
-        let mut h = KeyHistory { versions: vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)] };
+        let mut h = KeyHistory::from_versions(vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)]);
         assert!(!h.compact(6));
-        assert_eq!(h.versions[0].mod_rev, 5);
+        assert_eq!(h.versions()[0].mod_rev, 5);
         assert_eq!(h.at(6).unwrap().mod_rev, 5);
         // Compacting at the tombstone keeps it (a watch from 7 sees the delete);
         // compacting past it drops it.
         assert!(!h.compact(7));
-        assert_eq!(h.versions[0].mod_rev, 7);
+        assert_eq!(h.versions()[0].mod_rev, 7);
         assert!(!h.compact(8));
-        assert_eq!(h.versions.len(), 1);
-        assert_eq!(h.versions[0].mod_rev, 9);
+        assert_eq!(h.versions().len(), 1);
+        assert_eq!(h.versions()[0].mod_rev, 9);
     }
 
     #[test]
     fn compaction_removes_deleted_keys() {
-        let mut h = KeyHistory { versions: vec![put(2, 2, 1), del(3)] };
+        let mut h = KeyHistory::from_versions(vec![put(2, 2, 1), del(3)]);
         assert!(!h.compact(3));
         assert!(h.compact(4));
-        let mut h2 = KeyHistory { versions: vec![put(2, 2, 1), del(3)] };
+        let mut h2 = KeyHistory::from_versions(vec![put(2, 2, 1), del(3)]);
         assert!(!h2.compact(2));
-        assert_eq!(h2.versions.len(), 2);
+        assert_eq!(h2.versions().len(), 2);
     }
 }

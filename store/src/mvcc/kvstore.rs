@@ -170,7 +170,7 @@ impl WriteBatch {
         // etcd gives a create event (create == mod revision) no prev_kv, even
         // when the key existed before an earlier delete in the same txn.
         let before = if create_rev == self.rev { None } else { h.before_rev(self.rev).cloned() };
-        h.versions.push(v.clone());
+        h.push(v.clone());
         data.bytes += v.value.len() + 48;
         let old_lease = prev.as_ref().map_or(0, |p| p.lease);
         if old_lease != lease {
@@ -187,7 +187,7 @@ impl WriteBatch {
         let prev = h.latest().cloned()?;
         let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 };
         let before = h.before_rev(self.rev).cloned();
-        h.versions.push(tomb.clone());
+        h.push(tomb.clone());
         data.bytes += 48;
         if prev.lease != 0 {
             self.lease_moves.push((key.clone(), prev.lease, 0));
@@ -512,7 +512,7 @@ impl Store {
         let mut d = shard.data.write();
         let n: usize = versions.iter().map(|v| v.value.len() + 48).sum();
         let h = d.entry(&key);
-        h.versions = versions;
+        *h = KeyHistory::from_versions(versions);
         d.bytes += n;
     }
 
@@ -521,7 +521,7 @@ impl Store {
         let shard = self.shard_for(key);
         let mut d = shard.data.write();
         d.bytes += v.value.len() + 48;
-        d.entry(key).versions.push(v);
+        d.entry(key).push(v);
     }
 
     /// Re-attaches every live key to its lease after recovery; keys whose lease
@@ -594,6 +594,7 @@ impl Store {
         for s in self.all_shards() {
             s.data.write().compact(rev);
         }
+        self.hub.trim_below(rev);
         release_free_memory();
         Ok(self.current_rev())
     }
@@ -625,7 +626,7 @@ impl Store {
         entries.sort_by(|a, b| a.0.cmp(b.0));
         let mut crc = 0u32;
         for (k, h) in entries {
-            for v in h.versions.iter().filter(|v| v.mod_rev <= rev) {
+            for v in h.versions().iter().filter(|v| v.mod_rev <= rev) {
                 crc = crc32c::crc32c_append(crc, k);
                 crc = crc32c::crc32c_append(crc, &v.mod_rev.to_le_bytes());
                 crc = crc32c::crc32c_append(crc, &v.create_rev.to_le_bytes());

@@ -177,7 +177,7 @@ impl ShardData {
         let mut bytes = 0usize;
         for (k, &i) in self.order.iter() {
             let h = &mut self.slots[i];
-            if h.versions.len() > 1 || h.versions.first().map_or(true, |v| v.mod_rev <= rev) {
+            if h.len() > 1 || h.versions().first().map_or(true, |v| v.mod_rev <= rev) {
                 if h.compact(rev) {
                     gone.push(k.clone());
                     continue;

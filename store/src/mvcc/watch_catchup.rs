@@ -19,7 +19,7 @@ impl Store {
         }
         let mut out: Vec<Event> = Vec::new();
         for (k, h) in locked.range(&r) {
-            for v in h.versions.iter() {
+            for v in h.versions().iter() {
                 if v.mod_rev < from || v.mod_rev > to {
                     continue;
                 }

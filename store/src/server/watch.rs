@@ -77,6 +77,8 @@ struct Session {
     tx: mpsc::Sender<Result<PbWatchResponse, Status>>,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
+    /// This stream's low-water mark in the watch log (see WatchHub::trim_below).
+    mark: Arc<std::sync::atomic::AtomicI64>,
 }
 
 type Closed = ();
@@ -119,6 +121,9 @@ impl Session {
         let mut r = self.resp(cur, id);
         r.created = true;
         self.send(r).await?;
+        // Mark before the compaction check: a compaction that misses the mark
+        // has already moved the floor this check reads.
+        self.mark.fetch_min(start, Ordering::AcqRel);
         let compacted = self.ctx.store.floor_for(&KeyRange::new(&c.key, &end));
         if start < compacted {
             // No cancel reason, as etcd: the Go client would pass a reason on to
@@ -221,6 +226,7 @@ impl Session {
                 }
             }
         }
+        self.update_mark();
         Ok(())
     }
 
@@ -254,6 +260,11 @@ impl Session {
     }
 
     /// The revision every watcher of this stream has been brought up to.
+    fn update_mark(&self) {
+        let low = self.watchers.values().map(|w| w.next_rev).min().unwrap_or(i64::MAX);
+        self.mark.store(low, Ordering::Release);
+    }
+
     fn synced_rev(&self, cur: i64) -> i64 {
         self.watchers.values().map(|w| w.next_rev - 1).min().unwrap_or(cur).min(cur)
     }
@@ -275,7 +286,8 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
     let mut rev_rx = ctx.store.hub.subscribe();
     let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
     progress.tick().await;
-    let mut s = Session { ctx: ctx.clone(), tx, watchers: BTreeMap::new(), next_id: 0 };
+    let mark = ctx.store.hub.register_mark();
+    let mut s = Session { ctx: ctx.clone(), tx, watchers: BTreeMap::new(), next_id: 0, mark };
     let result: Result<(), Closed> = async {
         loop {
             tokio::select! {
