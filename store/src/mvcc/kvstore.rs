@@ -160,7 +160,7 @@ impl WriteBatch {
     /// Writes `value` to `key` at this batch's revision.
     pub fn put(&mut self, data: &mut ShardData, key: &Bytes, value: Bytes, lease: i64) -> Option<Version> {
         let sub = self.events.len() as u32;
-        let h = data.entry(key);
+        let (key, h) = data.entry(key);
         let prev = h.latest().cloned();
         let (create_rev, version) = match &prev {
             Some(p) => (p.create_rev, p.version + 1),
@@ -176,7 +176,7 @@ impl WriteBatch {
         if old_lease != lease {
             self.lease_moves.push((key.clone(), old_lease, lease));
         }
-        self.events.push(Event { key: key.clone(), kv: v, prev: before });
+        self.events.push(Event { key, kv: v, prev: before });
         prev
     }
 
@@ -511,7 +511,7 @@ impl Store {
         let shard = self.shard_for(&key);
         let mut d = shard.data.write();
         let n: usize = versions.iter().map(|v| v.value.len() + 48).sum();
-        let h = d.entry(&key);
+        let (_, h) = d.entry(&key);
         *h = KeyHistory::from_versions(versions);
         d.bytes += n;
     }
@@ -521,7 +521,7 @@ impl Store {
         let shard = self.shard_for(key);
         let mut d = shard.data.write();
         d.bytes += v.value.len() + 48;
-        d.entry(key).push(v);
+        d.entry(key).1.push(v);
     }
 
     /// Re-attaches every live key to its lease after recovery; keys whose lease

@@ -4,7 +4,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::ops::Bound;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::key_history::KeyHistory;
 
@@ -107,8 +107,35 @@ impl<'a> KeyRange<'a> {
     }
 }
 
+/// Where a shard's keys live: packed side by side in small chunks instead of
+/// one heap block each. Why: a key is allocated once, when the key is first
+/// written, between that write's value and the next; when compaction later
+/// frees those values, every page still holding a key stays resident. Packed,
+/// the keys pin only their own chunks (1M keys × 10 updates: see
+/// docs/benchmarks.md, memory).
+#[derive(Default)]
+struct KeyArena {
+    chunk: BytesMut,
+}
+
+const KEY_CHUNK: usize = 4096;
+
+impl KeyArena {
+    fn alloc(&mut self, key: &[u8]) -> Bytes {
+        if key.len() > KEY_CHUNK / 4 {
+            return Bytes::copy_from_slice(key);
+        }
+        if self.chunk.capacity() - self.chunk.len() < key.len() {
+            self.chunk = BytesMut::with_capacity(KEY_CHUNK);
+        }
+        self.chunk.extend_from_slice(key);
+        self.chunk.split().freeze()
+    }
+}
+
 #[derive(Default)]
 pub struct ShardData {
+    keys: KeyArena,
     by_key: HashMap<Bytes, usize>,
     order: BTreeMap<Bytes, usize>,
     slots: Vec<KeyHistory>,
@@ -129,10 +156,12 @@ impl ShardData {
         }
     }
 
-    /// The history of `key`, created empty if the key was never written (or compacted away).
-    pub fn entry(&mut self, key: &Bytes) -> &mut KeyHistory {
-        let i = match self.by_key.get(key.as_ref()) {
-            Some(&i) => i,
+    /// The history of `key`, created empty if the key was never written (or
+    /// compacted away), with the index's own copy of the key (a reference to
+    /// the shard's key arena, cheap to clone into events).
+    pub fn entry(&mut self, key: &[u8]) -> (Bytes, &mut KeyHistory) {
+        let (k, i) = match self.by_key.get_key_value(key) {
+            Some((k, &i)) => (k.clone(), i),
             None => {
                 let i = match self.free.pop() {
                     Some(i) => i,
@@ -141,13 +170,14 @@ impl ShardData {
                         self.slots.len() - 1
                     }
                 };
-                self.by_key.insert(key.clone(), i);
-                self.order.insert(key.clone(), i);
+                let k = self.keys.alloc(key);
+                self.by_key.insert(k.clone(), i);
+                self.order.insert(k.clone(), i);
                 self.bytes += key.len() * 2 + 64;
-                i
+                (k, i)
             }
         };
-        &mut self.slots[i]
+        (k, &mut self.slots[i])
     }
 
     /// Keys and histories of the interval, in key order.
@@ -239,7 +269,7 @@ mod tests {
     fn range_in_order() {
         let mut s = ShardData::default();
         for k in ["/b", "/a", "/c", "/ab"] {
-            s.entry(&Bytes::from(k));
+            s.entry(k.as_bytes());
         }
         let got: Vec<_> = s.range(&KeyRange::new(b"/a", b"/c")).map(|(k, _)| k.clone()).collect();
         assert_eq!(got, vec![Bytes::from("/a"), Bytes::from("/ab"), Bytes::from("/b")]);
