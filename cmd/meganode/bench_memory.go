@@ -26,6 +26,7 @@ func runBenchMemory(args []string) error {
 	targets := fs.String("target", "both", "meganode|etcd|both")
 	endpoint := fs.String("endpoints", "", "a running server instead (with --target meganode|etcd and --server-pid)")
 	pid := fs.Int("server-pid", 0, "pid of the --endpoints server")
+	out := fs.String("out", "", "directory for results.json (read by `meganode bench report`)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -87,6 +88,17 @@ func runBenchMemory(args []string) error {
 		t.Close()
 	}
 	m, e := results[bench.TargetMeganode], results[bench.TargetEtcd]
+	if *out != "" {
+		rep := &bench.Report{Meta: bench.NewMeta(append([]string{"meganode", "bench", "memory"}, args...)),
+			Memory: &bench.MemoryResult{Keys: *keys, Updates: *updates, ValueSize: *valSize,
+				MeganodeRSS: m[0], EtcdRSS: e[0], EtcdDB: e[1]}}
+		if err := os.MkdirAll(*out, 0o755); err != nil {
+			return err
+		}
+		if err := rep.WriteJSON(filepath.Join(*out, bench.ResultsFile)); err != nil {
+			return err
+		}
+	}
 	fmt.Printf("memory after %d keys × %d writes (%d B values), compacted: meganode RSS %.0f MiB; etcd RSS %.0f MiB + db file %.0f MiB",
 		*keys, *updates, *valSize, m[0], e[0], e[1])
 	if e[0]+e[1] > 0 && m[0] > 0 {

@@ -25,9 +25,30 @@ type Plan struct {
 
 // Report is everything a plan produced; it is what results.json holds.
 type Report struct {
-	Meta     Meta      `json:"meta"`
-	Runs     []*Result `json:"runs"`
-	Failures []string  `json:"failures,omitempty"`
+	Meta     Meta          `json:"meta"`
+	Runs     []*Result     `json:"runs"`
+	Memory   *MemoryResult `json:"memory,omitempty"`
+	Failures []string      `json:"failures,omitempty"`
+}
+
+// MemoryResult is what `bench memory` measured: each store's resident memory
+// after Keys Lease-sized keys were each written Updates times and history was
+// compacted (etcd also defragmented, and its database file counted).
+type MemoryResult struct {
+	Keys        int     `json:"keys"`
+	Updates     int     `json:"updates"`
+	ValueSize   int     `json:"value_size"`
+	MeganodeRSS float64 `json:"meganode_rss_mib"`
+	EtcdRSS     float64 `json:"etcd_rss_mib"`
+	EtcdDB      float64 `json:"etcd_db_mib"`
+}
+
+// Ratio is meganode's RSS over etcd's RSS plus database file (0 when either is missing).
+func (m *MemoryResult) Ratio() float64 {
+	if m == nil || m.MeganodeRSS == 0 || m.EtcdRSS+m.EtcdDB == 0 {
+		return 0
+	}
+	return m.MeganodeRSS / (m.EtcdRSS + m.EtcdDB)
 }
 
 // Meta describes where and how the figures were taken.
@@ -292,6 +313,9 @@ func Merge(reps ...*Report) *Report {
 		}
 		out.Meta.Commands = append(out.Meta.Commands, r.Meta.Commands...)
 		out.Runs = append(out.Runs, r.Runs...)
+		if r.Memory != nil {
+			out.Memory = r.Memory
+		}
 		out.Failures = append(out.Failures, r.Failures...)
 	}
 	return out

@@ -157,8 +157,16 @@ func TestReportOutputs(t *testing.T) {
 		t.Fatalf("comparisons: %+v", cmp)
 	}
 	goals := Goals(rep)
-	if goals[0].Met != "yes" || goals[1].Met != "yes" || goals[2].Met != "not measured" || goals[6].Met != "yes" {
+	if goals[0].Met != "yes" || goals[1].Met != "yes" || goals[2].Met != "not measured" || goals[6].Met != "yes" || goals[7].Met != "not measured" {
 		t.Fatalf("goals: %+v", goals)
+	}
+	mem := Merge(rep, &Report{Memory: &MemoryResult{Keys: 1000000, Updates: 10, MeganodeRSS: 100, EtcdRSS: 150, EtcdDB: 100}})
+	if g := Goals(mem)[7]; g.Met != "yes" || !strings.Contains(g.Measured, "0.40×") {
+		t.Fatalf("memory goal: %+v", g)
+	}
+	mem.Memory.MeganodeRSS = 200
+	if g := Goals(mem)[7]; g.Met != "no" {
+		t.Fatalf("memory goal over the limit: %+v", g)
 	}
 
 	dir := t.TempDir()
