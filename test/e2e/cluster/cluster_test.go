@@ -166,6 +166,29 @@ func TestClusterOnMeganodeStore(t *testing.T) {
 	if n, err := cluster.DeletePods(ctx, cs, ns, 2*time.Minute, nil); err != nil || n != pods+1 { // + after-restart
 		t.Fatalf("delete pods: %d %v", n, err)
 	}
+	// Deployment mode: the controller-manager creates the replicas, the scheduler places them.
+	const replicas = 20
+	drun, err := cluster.CreatePods(ctx, cs, cluster.PodOptions{Namespace: ns, Count: replicas, Deployment: true, Timeout: 2 * time.Minute})
+	if err != nil || drun.Mode != "deployment" || drun.Running != replicas {
+		t.Fatalf("deployment of %d replicas: %+v %v", replicas, drun, err)
+	}
+	if ds, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{}); err != nil || len(ds.Items) != 1 || ds.Items[0].Status.ReadyReplicas != replicas {
+		ready := int32(-1)
+		if err == nil && len(ds.Items) == 1 {
+			ready = ds.Items[0].Status.ReadyReplicas
+		}
+		// ReadyReplicas lags the pods by a status sync; poll it.
+		waitFor(ctx, t, 60*time.Second, "the Deployment reports every replica ready", func() error {
+			ds, err := cs.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
+			if err != nil || len(ds.Items) != 1 || ds.Items[0].Status.ReadyReplicas != replicas {
+				return fmt.Errorf("deployments %v, ready (first look %d): %v", len(ds.Items), ready, err)
+			}
+			return nil
+		})
+	}
+	if n, err := cluster.DeletePods(ctx, cs, ns, 2*time.Minute, nil); err != nil || n != replicas {
+		t.Fatalf("delete the deployment's pods: %d %v", n, err)
+	}
 	// Leases keep renewing through KWOK after the crash. `up` makes /registry/leases/ durable
 	// (cluster.KWOKLeaseDurability): KWOK cannot recreate a lease the store lost, see there.
 	// (Checked last: nodes go NotReady if renewals stop.)
