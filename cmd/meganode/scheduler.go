@@ -235,6 +235,7 @@ func runSchedulerBench(args []string) error {
 	latQPS := fs.Float64("latency-qps", 100, "creation rate of the latency phase")
 	stateDir := fs.String("state-dir", filepath.Join(os.TempDir(), "meganode-sched-bench"), "state directory for the clusters (one at a time)")
 	jsonOut := fs.String("json", "", "write the rows as JSON here")
+	nodeLease := fs.Int("node-lease-seconds", 0, "KWOK node lease duration (0 = 40 s); e.g. 600 at 10K nodes keeps lease writes from saturating the apiserver on a small machine")
 	var extra stringList
 	fs.Var(&extra, "scheduler-arg", "extra `meganode scheduler` flag (repeatable)")
 	if ok, err := parseUpFlags(fs, args); !ok {
@@ -251,7 +252,7 @@ func runSchedulerBench(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	o := scheduler.BenchOptions{Nodes: *nodes, Pods: *pods, Shards: shards, NoStock: *noStock, LatencyPods: *latPods, LatencyQPS: *latQPS,
-		StateDir: *stateDir, SchedulerArg: extra, Progress: bench.NewProgress(os.Stderr)}
+		StateDir: *stateDir, SchedulerArg: extra, NodeLeaseSec: *nodeLease, Progress: bench.NewProgress(os.Stderr)}
 	rows, err := scheduler.RunBench(ctx, o)
 	scheduler.PrintBench(os.Stdout, o, rows)
 	if *jsonOut != "" {

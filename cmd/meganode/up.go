@@ -51,6 +51,7 @@ type upFlags struct {
 	storeArgs stringList
 	apiArgs   stringList
 	record    *string
+	nodeLease *int
 	sched     *schedulerUpFlags // --scheduler, --shards, --scheduler-arg (scheduler.go)
 }
 
@@ -64,6 +65,7 @@ func addUpFlags(fs *flag.FlagSet, nodes, pods int) *upFlags {
 	}
 	fs.Var(&f.storeArgs, "store-arg", "extra flag for every store process (repeatable), e.g. --store-arg=--durability=fsync")
 	fs.Var(&f.apiArgs, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
+	f.nodeLease = fs.Int("node-lease-seconds", cluster.NodeLeaseDurationSeconds, "KWOK node lease duration (renewed every quarter of it); longer cuts lease writes when benchmarking other things at large node counts")
 	f.sched = addSchedulerUpFlags(fs)
 	f.record = fs.String("record", "", "put `meganode etcd-proxy` between kube-apiserver and the (default) store and record its traffic to this file as JSON lines")
 	return f
@@ -71,7 +73,7 @@ func addUpFlags(fs *flag.FlagSet, nodes, pods int) *upFlags {
 
 func (f *upFlags) options(prog *bench.Progress) cluster.UpOptions {
 	return cluster.UpOptions{StateDir: *f.stateDir, Store: *f.store, StoreShards: *f.shards, Nodes: *f.nodes, Pods: *f.pods,
-		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: *f.record, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
+		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: *f.record, NodeLeaseSeconds: *f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
 }
 
 func runUp(args []string) error {

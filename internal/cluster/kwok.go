@@ -96,7 +96,7 @@ options:
 		"--config=" + cfg,
 		"--manage-all-nodes=false",
 		"--manage-nodes-with-annotation-selector=" + NodeAnnotationKey + "=" + NodeAnnotationValue,
-		fmt.Sprintf("--node-lease-duration-seconds=%d", NodeLeaseDurationSeconds),
+		fmt.Sprintf("--node-lease-duration-seconds=%d", o.nodeLeaseSeconds()),
 		"--server-address=" + addr,
 		"--cidr=10.0.0.1/16",
 		"--node-ip=127.0.0.1",

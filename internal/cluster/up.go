@@ -28,8 +28,12 @@ type UpOptions struct {
 	SchedulerShards int
 	SchedulerArgs   []string // extra `meganode scheduler` flags
 	Record          string   // with a file name: run `meganode etcd-proxy --record` between kube-apiserver and the default store
-	ProxyCmd        []string // how to run the proxy; default: this executable with "etcd-proxy"
-	Progress        *bench.Progress
+	// NodeLeaseSeconds is the KWOK nodes' lease duration (renewed every quarter of it; 0 = 40 s as the
+	// kubelet). Longer leases cut lease writes for benchmarks of other things at large node counts;
+	// the plan raises the controller-manager's --node-monitor-grace-period to match.
+	NodeLeaseSeconds int
+	ProxyCmd         []string // how to run the proxy; default: this executable with "etcd-proxy"
+	Progress         *bench.Progress
 }
 
 // DefaultStateDir is where `up` keeps pids, certificates, logs and store data.
@@ -38,7 +42,14 @@ func DefaultStateDir() string { return filepath.Join(os.TempDir(), "meganode-clu
 // Plan is the sizing plan `up` takes its flags from.
 func (o *UpOptions) Plan() doctor.PlanOutput {
 	return doctor.Plan(doctor.PlanInput{Nodes: max(o.Nodes, 1), Pods: o.Pods,
-		LeaseDurationSeconds: NodeLeaseDurationSeconds, KubeMinor: doctor.DefaultKubeMinor})
+		LeaseDurationSeconds: o.nodeLeaseSeconds(), KubeMinor: doctor.DefaultKubeMinor})
+}
+
+func (o *UpOptions) nodeLeaseSeconds() int {
+	if o.NodeLeaseSeconds > 0 {
+		return o.NodeLeaseSeconds
+	}
+	return NodeLeaseDurationSeconds
 }
 
 // Up starts the control plane and, with o.Nodes > 0, creates the nodes. On failure it stops

@@ -31,6 +31,7 @@ type BenchOptions struct {
 	StateDir     string
 	BinDir       string
 	SchedulerArg []string        // extra meganode scheduler flags
+	NodeLeaseSec int             // KWOK node lease duration (0 = 40 s); longer keeps lease writes from drowning the apiserver at 10K nodes
 	Progress     *bench.Progress `json:"-"`
 }
 
@@ -91,7 +92,7 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 	// A fresh state directory per run: certificates and data never mix between clusters.
 	dir := filepath.Join(o.StateDir, strings.ReplaceAll(label, "/", "-"))
 	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: dir, Nodes: o.Nodes, Pods: o.Pods, BinDir: o.BinDir,
-		Scheduler: kind, SchedulerShards: shards, SchedulerArgs: o.SchedulerArg})
+		Scheduler: kind, SchedulerShards: shards, SchedulerArgs: o.SchedulerArg, NodeLeaseSeconds: o.NodeLeaseSec})
 	if st != nil {
 		defer func() { _ = st.Down(10*time.Second, nil) }()
 	}
