@@ -26,6 +26,8 @@ pub struct WatchService(pub Arc<Ctx>);
 /// Revisions read from the log per watcher per round, so one busy watcher
 /// cannot monopolise its stream.
 const LOG_READ_BATCH: usize = 1024;
+/// Events of several revisions share one response up to about this size.
+const RESPONSE_BYTES: usize = 1 << 20;
 /// Responses queued towards one client before its task waits for it.
 const STREAM_BUFFER: usize = 256;
 
@@ -177,17 +179,33 @@ impl Session {
                         if batches.is_empty() {
                             break;
                         }
-                        let mut outs = Vec::new();
+                        // Every revision read this round goes out in one response (split
+                        // near RESPONSE_BYTES), as etcd batches a watcher that fell behind:
+                        // under a write storm a watcher gets few large messages instead of
+                        // one per revision. A watcher that keeps up still sees one revision
+                        // per response. The header carries the newest revision included.
+                        let mut outs: Vec<(i64, Vec<PbEvent>)> = Vec::new();
+                        let mut size = 0usize;
                         let mut last = w.next_rev - 1;
                         for b in &batches {
                             if b.rev > cur {
                                 break;
                             }
                             last = b.rev;
-                            let evs: Vec<PbEvent> =
-                                b.events.iter().filter(|e| w.matches(e)).map(|e| pb_event(e, w.prev_kv)).collect();
-                            if !evs.is_empty() {
-                                outs.push((b.rev, evs));
+                            for e in b.events.iter().filter(|e| w.matches(e)) {
+                                let pe = pb_event(e, w.prev_kv);
+                                let n = pe.encoded_len();
+                                match outs.last_mut() {
+                                    Some((rev, evs)) if size + n <= RESPONSE_BYTES || evs.is_empty() => {
+                                        *rev = b.rev;
+                                        evs.push(pe);
+                                        size += n;
+                                    }
+                                    _ => {
+                                        outs.push((b.rev, vec![pe]));
+                                        size = n;
+                                    }
+                                }
                             }
                         }
                         let fragment = w.fragment;
