@@ -67,11 +67,15 @@ func (o *WebhookOptions) defaults() {
 type webhookStore struct {
 	opts WebhookOptions
 	pods map[string]*corev1.Pod // by ns/name: the latest object (offered or listed); under Intake.mu
+	// While a LIST runs, the UIDs dropped meanwhile: the LIST may predate the drop (a pod bound
+	// after its snapshot still shows as unscheduled), so it must not bring them back.
+	listing bool
+	dropped map[string]bool
 }
 
 func newWebhookStore(o WebhookOptions) *webhookStore {
 	o.defaults()
-	return &webhookStore{opts: o, pods: map[string]*corev1.Pod{}}
+	return &webhookStore{opts: o, pods: map[string]*corev1.Pod{}, dropped: map[string]bool{}}
 }
 
 // Offer takes a pod the admission webhook saw at creation (it may not be stored yet).
@@ -101,6 +105,9 @@ func (in *Intake) webhookGet(k string) (*corev1.Pod, bool) {
 func (in *Intake) dropLocked(k, why string) {
 	if p := in.wh.pods[k]; p != nil {
 		delete(in.uids, string(p.UID))
+		if in.wh.listing {
+			in.wh.dropped[string(p.UID)] = true
+		}
 	}
 	delete(in.wh.pods, k)
 	delete(in.state, k)
@@ -187,10 +194,20 @@ func (in *Intake) reconcileLoop(ctx context.Context) {
 
 // reconcile: one consistent LIST per served scheduler name (field-selected like the watch,
 // paged). Listed pods of this collector are taken (pods_from_reconcile counts the ones the
-// webhook missed) and their objects refreshed; known pods not listed, offered more than
-// ConfirmGrace before the LIST began, are dropped (bound, deleted, or never created).
+// webhook missed) and their objects refreshed, except pods dropped while the LIST ran (bound
+// after its snapshot); known pods not listed, offered more than ConfirmGrace before the LIST
+// began, are dropped (bound, deleted, or never created).
 func (in *Intake) reconcile(ctx context.Context) error {
 	began := time.Now()
+	in.mu.Lock()
+	in.wh.listing = true
+	in.mu.Unlock()
+	defer func() {
+		in.mu.Lock()
+		in.wh.listing = false
+		clear(in.wh.dropped)
+		in.mu.Unlock()
+	}()
 	listed := map[string]bool{}
 	for name := range in.names {
 		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", name),
@@ -208,6 +225,13 @@ func (in *Intake) reconcile(ctx context.Context) error {
 				}
 				k := p.Namespace + "/" + p.Name
 				listed[k] = true
+				in.mu.Lock()
+				stale := in.wh.dropped[string(p.UID)]
+				in.mu.Unlock()
+				if stale {
+					in.m.add("reconcile_stale", 1) // dropped (bound) since this LIST began
+					continue
+				}
 				if !in.add(p, SourceReconcile) {
 					in.mu.Lock()
 					if old := in.wh.pods[k]; old != nil && old.UID == p.UID {

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
 )
 
 // review is an AdmissionReview for obj as kube-apiserver sends it (admission.k8s.io/v1, JSON).
@@ -364,5 +365,34 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	}
 	if root.n.Load() != 3 {
 		t.Fatalf("%d frames sent, want 3", root.n.Load())
+	}
+}
+
+// A LIST that began before a pod was bound still shows it unscheduled: the reconcile must not
+// take it back in (it would be sent again, only for its bind to find it assigned).
+func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
+	ResetMetrics()
+	cs := NewFakeClient()
+	pod := FakePod("default", "bound-meanwhile", DefaultSchedulerName, 10, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		close(entered)
+		<-release
+		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the snapshot before the bind
+	})
+	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: &countSink{}, Source: IntakeWebhook}, col)
+	in.Offer(pod)
+	done := make(chan error)
+	go func() { done <- in.reconcile(context.Background()) }()
+	<-entered
+	in.Finished(AttemptKey{UID: string(pod.UID)}, "n1", true) // bound while the LIST runs
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if in.Pending() != 0 || Counter("intake/0", "pods_from_reconcile") != 0 || Counter("intake/0", "reconcile_stale") != 1 {
+		t.Fatalf("pending %d, pods_from_reconcile %d, reconcile_stale %d; want 0, 0, 1", in.Pending(),
+			Counter("intake/0", "pods_from_reconcile"), Counter("intake/0", "reconcile_stale"))
 	}
 }
