@@ -199,6 +199,7 @@ func runSchedulerSimulate(args []string) error {
 type schedulerUpFlags struct {
 	scheduler *string
 	shards    *int
+	intake    *string
 	args      stringList
 }
 
@@ -206,6 +207,7 @@ func addSchedulerUpFlags(fs *flag.FlagSet) *schedulerUpFlags {
 	f := &schedulerUpFlags{
 		scheduler: fs.String("scheduler", cluster.SchedulerKube, "scheduler to run: kube-scheduler (stock) or meganode (sharded; serves spec.schedulerName=meganode)"),
 		shards:    fs.Int("shards", 1, "with --scheduler meganode: scheduler shards"),
+		intake:    fs.String("intake", cluster.IntakeWatch, "with --scheduler meganode: watch (the scheduler watches unscheduled pods) or webhook (it serves a validating admission webhook on 127.0.0.1, registered by up with failurePolicy Ignore)"),
 	}
 	fs.Var(&f.args, "scheduler-arg", "extra `meganode scheduler` flag (repeatable), e.g. --scheduler-arg=--fraction=0.9")
 	return f
@@ -223,6 +225,13 @@ func (f *schedulerUpFlags) shardCount() int {
 		return 0
 	}
 	return *f.shards
+}
+
+func (f *schedulerUpFlags) intakeMode() string {
+	if f == nil {
+		return ""
+	}
+	return *f.intake
 }
 
 func (f *schedulerUpFlags) extra() []string {
