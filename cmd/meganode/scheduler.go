@@ -47,9 +47,15 @@ func runScheduler(args []string) error {
 	listen := fs.String("listen", "", "roles shard/relay/collector: 127.0.0.1:port to serve gRPC on")
 	index := fs.Int("index", 0, "roles shard/collector: this process's shard or collector index")
 	children := fs.String("children", "", "role relay: comma-separated child addresses")
-	colAddrs := fs.String("collector-addrs", "", "role shard: comma-separated collector addresses, by index")
+	colAddrs := fs.String("collector-addrs", "", "role shard (and role collector with --intake webhook, to forward pods to their collector): comma-separated collector addresses, by index")
 	shardAddrs := fs.String("shard-addrs", "", "role collector: comma-separated shard addresses, by index")
 	root := fs.String("root", "", "role collector: address of the root relay")
+	intake := fs.String("intake", scheduler.IntakeWatch, "how pods come in: watch (a field-selected watch on unscheduled pods) or webhook (a validating admission webhook sees each pod at creation, plus a periodic LIST); roles all and collector")
+	whAddr := fs.String("webhook-addr", "127.0.0.1:9443", "--intake webhook: where the HTTPS admission webhook listens (path "+scheduler.WebhookPath+")")
+	whCert := fs.String("webhook-cert", "", "--intake webhook: serving certificate (PEM); without it and --webhook-key, a CA and a certificate are generated")
+	whKey := fs.String("webhook-key", "", "--intake webhook: serving key (PEM)")
+	whCA := fs.String("webhook-ca-file", "", "--intake webhook with a generated certificate: write the CA bundle (the webhook configuration's caBundle) here (default: a new temporary directory)")
+	reconcile := fs.Duration("reconcile-every", 10*time.Second, "--intake webhook: LIST unscheduled pods this often (the pods the webhook missed, and the ones gone)")
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
@@ -61,7 +67,8 @@ func runScheduler(args []string) error {
 	}
 	cfg := scheduler.Config{Kubeconfig: *kubeconfig, SchedulerName: *name, Shards: *shards, Collectors: *collectors, Fanout: *fanout,
 		Fraction: *fraction, Deadline: *deadline, EquivalenceTTL: eq, Parallelism: *parallelism, QueueLen: *queue,
-		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: *feasibleRun, InFlight: *inflight}
+		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: *feasibleRun, InFlight: *inflight,
+		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile}}
 	if *role != "all" {
 		return scheduler.RunRole(ctx, *role, cfg, scheduler.RoleConfig{Index: *index, Listen: *listen,
 			Children: scheduler.SplitAddrs(*children), Collectors: scheduler.SplitAddrs(*colAddrs),
@@ -74,8 +81,8 @@ func runScheduler(args []string) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "meganode scheduler: %d shard(s), %d relay(s) (fanout %d), %d collector(s), serving spec.schedulerName=%s\n",
-		len(sys.Shards), sys.Relays, *fanout, len(sys.Collectors), *name)
+	fmt.Fprintf(os.Stderr, "meganode scheduler: %d shard(s), %d relay(s) (fanout %d), %d collector(s), serving spec.schedulerName=%s, intake %s\n",
+		len(sys.Shards), sys.Relays, *fanout, len(sys.Collectors), *name, *intake)
 	for _, sh := range sys.Shards {
 		fmt.Fprintf(os.Stderr, "  shard %d: %d nodes\n", sh.Index(), sh.NodeCount())
 	}
@@ -192,6 +199,7 @@ func runSchedulerSimulate(args []string) error {
 type schedulerUpFlags struct {
 	scheduler *string
 	shards    *int
+	intake    *string
 	args      stringList
 }
 
@@ -199,6 +207,7 @@ func addSchedulerUpFlags(fs *flag.FlagSet) *schedulerUpFlags {
 	f := &schedulerUpFlags{
 		scheduler: fs.String("scheduler", cluster.SchedulerKube, "scheduler to run: kube-scheduler (stock) or meganode (sharded; serves spec.schedulerName=meganode)"),
 		shards:    fs.Int("shards", 1, "with --scheduler meganode: scheduler shards"),
+		intake:    fs.String("intake", cluster.IntakeWatch, "with --scheduler meganode: watch (the scheduler watches unscheduled pods) or webhook (it serves a validating admission webhook on 127.0.0.1, registered by up with failurePolicy Ignore)"),
 	}
 	fs.Var(&f.args, "scheduler-arg", "extra `meganode scheduler` flag (repeatable), e.g. --scheduler-arg=--fraction=0.9")
 	return f
@@ -216,6 +225,13 @@ func (f *schedulerUpFlags) shardCount() int {
 		return 0
 	}
 	return *f.shards
+}
+
+func (f *schedulerUpFlags) intakeMode() string {
+	if f == nil {
+		return ""
+	}
+	return *f.intake
 }
 
 func (f *schedulerUpFlags) extra() []string {

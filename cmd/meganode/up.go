@@ -72,8 +72,10 @@ func addUpFlags(fs *flag.FlagSet, nodes, pods int) *upFlags {
 }
 
 func (f *upFlags) options(prog *bench.Progress) cluster.UpOptions {
-	return cluster.UpOptions{StateDir: *f.stateDir, Store: *f.store, StoreShards: *f.shards, Nodes: *f.nodes, Pods: *f.pods,
+	o := cluster.UpOptions{StateDir: *f.stateDir, Store: *f.store, StoreShards: *f.shards, Nodes: *f.nodes, Pods: *f.pods,
 		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: *f.record, NodeLeaseSeconds: *f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
+	o.SchedulerIntake = f.sched.intakeMode()
+	return o
 }
 
 func runUp(args []string) error {

@@ -11,7 +11,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"time"
 
 	"github.com/meganode/meganode/internal/pki"
 )
@@ -36,11 +35,6 @@ type PKI struct {
 // FrontProxyClientName is the CN the apiserver accepts on requestheader (aggregation) requests.
 const FrontProxyClientName = "front-proxy-client"
 
-type ca struct {
-	cert *x509.Certificate
-	key  *ecdsa.PrivateKey
-}
-
 // GeneratePKI writes a fresh PKI into dir (valid for a year).
 func GeneratePKI(dir string) (*PKI, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -57,11 +51,11 @@ func GeneratePKI(dir string) (*PKI, error) {
 		SchedCert: f("scheduler.crt"), SchedKey: f("scheduler.key"),
 		SAKey: f("sa.key"), SAPub: f("sa.pub"),
 	}
-	clusterCA, err := newCA("meganode-ca", p.CACert, p.CAKey)
+	clusterCA, err := pki.NewCA("meganode-ca", p.CACert, p.CAKey)
 	if err != nil {
 		return nil, err
 	}
-	fpCA, err := newCA("meganode-front-proxy-ca", p.FrontProxyCA, f("front-proxy-ca.key"))
+	fpCA, err := pki.NewCA("meganode-front-proxy-ca", p.FrontProxyCA, f("front-proxy-ca.key"))
 	if err != nil {
 		return nil, err
 	}
@@ -71,13 +65,13 @@ func GeneratePKI(dir string) (*PKI, error) {
 		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1"), net.ParseIP("10.96.0.1")},
 		DNSNames:    []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc.cluster.local"},
 	}
-	if err := clusterCA.issue(server, p.ServerCert, p.ServerKey); err != nil {
+	if err := clusterCA.Issue(server, p.ServerCert, p.ServerKey); err != nil {
 		return nil, err
 	}
 	clients := []struct {
 		cn, org  string
 		crt, key string
-		signer   *ca
+		signer   *pki.CA
 	}{
 		{"meganode-admin", "system:masters", p.AdminCert, p.AdminKey, clusterCA},
 		{"system:kube-controller-manager", "", p.CMCert, p.CMKey, clusterCA},
@@ -89,7 +83,7 @@ func GeneratePKI(dir string) (*PKI, error) {
 		if c.org != "" {
 			t.Subject.Organization = []string{c.org}
 		}
-		if err := c.signer.issue(t, c.crt, c.key); err != nil {
+		if err := c.signer.Issue(t, c.crt, c.key); err != nil {
 			return nil, err
 		}
 	}
@@ -109,54 +103,6 @@ func GeneratePKI(dir string) (*PKI, error) {
 		return nil, err
 	}
 	return p, nil
-}
-
-func newCA(cn, certPath, keyPath string) (*ca, error) {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	now := time.Now()
-	t := &x509.Certificate{
-		SerialNumber: pki.Serial(), Subject: pkix.Name{CommonName: cn, Organization: []string{"meganode"}},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(365 * 24 * time.Hour),
-		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature,
-		BasicConstraintsValid: true, IsCA: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, t, t, &k.PublicKey, k)
-	if err != nil {
-		return nil, err
-	}
-	c, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, err
-	}
-	if err := pki.WriteCert(certPath, der); err != nil {
-		return nil, err
-	}
-	if err := pki.WriteKey(keyPath, k); err != nil {
-		return nil, err
-	}
-	return &ca{cert: c, key: k}, nil
-}
-
-func (c *ca) issue(t *x509.Certificate, certPath, keyPath string) error {
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return err
-	}
-	now := time.Now()
-	t.SerialNumber = pki.Serial()
-	t.NotBefore, t.NotAfter = now.Add(-time.Hour), now.Add(365*24*time.Hour)
-	t.KeyUsage = x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment
-	der, err := x509.CreateCertificate(rand.Reader, t, c.cert, &k.PublicKey, c.key)
-	if err != nil {
-		return fmt.Errorf("issue %s: %w", t.Subject.CommonName, err)
-	}
-	if err := pki.WriteCert(certPath, der); err != nil {
-		return err
-	}
-	return pki.WriteKey(keyPath, k)
 }
 
 // WriteKubeconfig writes a kubeconfig for server authenticated by a client certificate.

@@ -27,6 +27,9 @@ type UpOptions struct {
 	Scheduler       string
 	SchedulerShards int
 	SchedulerArgs   []string // extra `meganode scheduler` flags
+	// SchedulerIntake: with SchedulerMeganode, IntakeWatch ("" = watch) or IntakeWebhook (the
+	// scheduler serves a validating admission webhook that `up` registers: webhook.go).
+	SchedulerIntake string
 	Record          string   // with a file name: run `meganode etcd-proxy --record` between kube-apiserver and the default store
 	// NodeLeaseSeconds is the KWOK nodes' lease duration (renewed every quarter of it; 0 = 40 s as the
 	// kubelet). Longer leases cut lease writes for benchmarks of other things at large node counts;
@@ -64,6 +67,15 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	}
 	if o.Store != StoreMeganode && o.Store != StoreEtcd {
 		return nil, fmt.Errorf("--store: want meganode or etcd, got %q", o.Store)
+	}
+	switch o.SchedulerIntake {
+	case "", IntakeWatch:
+	case IntakeWebhook:
+		if o.Scheduler != SchedulerMeganode {
+			return nil, fmt.Errorf("--intake %s needs --scheduler %s", IntakeWebhook, SchedulerMeganode)
+		}
+	default:
+		return nil, fmt.Errorf("--intake: want %s or %s, got %q", IntakeWatch, IntakeWebhook, o.SchedulerIntake)
 	}
 	if o.BinDir == "" {
 		if o.BinDir, err = BinDir(); err != nil {
@@ -200,11 +212,18 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 
 	cm := controllerManagerComponent(st, &o, pki, plan, cmKC, ports[1])
 	var sched Component
+	var webhook *schedulerWebhook
 	switch o.Scheduler {
 	case "", SchedulerKube:
 		sched, err = schedulerComponent(st, &o, plan, schedKC, ports[2])
 	case SchedulerMeganode:
 		sched, err = meganodeSchedulerComponent(st, &o, schedKC, ports[2])
+		if err == nil && o.SchedulerIntake == IntakeWebhook {
+			var port int
+			if port, err = freePort(); err == nil {
+				webhook, err = addSchedulerWebhook(&sched, pki, port)
+			}
+		}
 	default:
 		err = fmt.Errorf("--scheduler: want %s or %s, got %q", SchedulerKube, SchedulerMeganode, o.Scheduler)
 	}
@@ -230,6 +249,17 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 			return st, err
 		}
 		prog.Printf("  %-24s pid %-7d %s", p.Name, p.Pid, p.URL)
+	}
+	if webhook != nil {
+		prog.Phase("registering the scheduler's admission webhook…")
+		cs, err := Clientset(st)
+		if err != nil {
+			return st, err
+		}
+		if err := registerSchedulerWebhook(ctx, cs, webhook); err != nil {
+			return st, err
+		}
+		prog.Printf("  %-24s %s", SchedulerWebhookName, webhook.URL)
 	}
 	st.Ready = true
 	if err := st.Save(); err != nil {

@@ -1,5 +1,6 @@
-// Package pki holds the few certificate chores both the cluster (`meganode up`)
-// and the test certificates need: serial numbers and PEM files.
+// Package pki holds the certificate chores shared by the cluster (`meganode up`), the
+// scheduler's admission webhook and the test certificates: serial numbers, PEM files, and a
+// small ECDSA CA that issues certificates (ca.go).
 package pki
 
 import (

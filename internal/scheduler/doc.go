@@ -3,7 +3,7 @@
 //
 // Nodes are documents and a pod is a query (design.md §4):
 //
-//	intake (watch, per collector) ──frame──► relay tree (fanout F) ──frame──► every shard
+//	intake (watch or admission webhook, per collector) ──frame──► relay tree (fanout F) ──frame──► every shard
 //	shard: PreFilter/Filter/Score over its slice of nodes ──Proposal{node,score}──► collector(hash ns/name)
 //	collector: best score wins (random tie-break), once a fraction of shards answered or a deadline passed
 //	          ──Decision{allow|deny}──► shards; the winner re-checks, Reserves, assumes and binds
@@ -12,6 +12,9 @@
 // One concern per file: hash.go (node→shard, pod→collector), envelope.go (the frame relays
 // forward without decoding), wire.go (gRPC with a raw/JSON codec, no protoc), relay.go (scatter
 // tree, bounded queues), shard*.go (framework, informers, evaluation, commit), equivalence.go,
-// collector.go (gather/decide, stragglers), intake.go (watch), metrics.go, run.go (roles),
+// collector.go (gather/decide, stragglers), intake.go (watch), webhook.go (validating admission
+// webhook: AdmissionReview in, allowed out, pods offered or forwarded to their collector),
+// intake_webhook.go (the webhook intake's store, gone confirmation and reconcile LIST; its
+// consistency story is on webhookStore and in NOTES.md), metrics.go, run.go (roles),
 // simulate.go and projection.go (in-process simulator and the N-node projection).
 package scheduler

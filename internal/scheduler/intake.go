@@ -29,6 +29,10 @@ type IntakeConfig struct {
 	// they still answer within the collector's deadline instead of drifting apart (a lagging
 	// shard would lose every pod to the fastest one and its nodes would stay empty).
 	InFlight int
+	// Source is where pods come from: IntakeWatch (default, the field-selected watch) or
+	// IntakeWebhook (pods offered by the admission webhook, plus a periodic LIST: intake_webhook.go).
+	Source  string
+	Webhook WebhookOptions // IntakeWebhook: reconcile period and grace
 }
 
 type podState struct {
@@ -56,6 +60,7 @@ type Intake struct {
 	names     map[string]bool      // spec.schedulerName values served
 	m         *counters
 	hist      *counters
+	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
 }
 
 // NewIntake registers the watch; call Run to start it.
@@ -72,8 +77,14 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
 		window: make(chan struct{}, cfg.InFlight), holding: map[AttemptKey]bool{},
 		queue: workqueue.NewTypedDelayingQueue[string](), m: metricsFor(fmt.Sprintf("intake/%d", cfg.Collector))}
+	if cfg.Source == IntakeWebhook {
+		in.wh = newWebhookStore(cfg.Webhook)
+	}
 	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		in.names[strings.TrimSpace(name)] = true
+		if in.wh != nil {
+			continue // no watch: the webhook and the reconcile LIST feed this intake
+		}
 		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", strings.TrimSpace(name)),
 			fields.OneTermEqualSelector("spec.nodeName", "")).String()
 		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
@@ -89,15 +100,8 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 func (in *Intake) handlers() cache.ResourceEventHandlerFuncs {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(o any) {
-			if p, ok := o.(*corev1.Pod); ok && in.names[p.Spec.SchedulerName] && in.mine(p) && !terminal(p) && p.Spec.NodeName == "" {
-				k := p.Namespace + "/" + p.Name
-				in.mu.Lock()
-				if _, ok := in.state[k]; !ok {
-					in.state[k] = &podState{seen: time.Now()}
-					in.uids[string(p.UID)] = k
-				}
-				in.mu.Unlock()
-				in.queue.Add(k)
+			if p, ok := o.(*corev1.Pod); ok {
+				in.add(p, SourceWatch)
 			}
 		},
 		UpdateFunc: func(_, o any) {
@@ -118,8 +122,35 @@ func (in *Intake) handlers() cache.ResourceEventHandlerFuncs {
 	}
 }
 
-// get looks a pod up in the watches' stores.
+// add takes an unscheduled pod of ours that source (SourceWatch, SourceWebhook, SourceReconcile)
+// reports; it counts pods_from_<source> for pods it did not know yet.
+func (in *Intake) add(p *corev1.Pod, source string) bool {
+	if !in.names[p.Spec.SchedulerName] || !in.mine(p) || terminal(p) || p.Spec.NodeName != "" {
+		return false
+	}
+	k := p.Namespace + "/" + p.Name
+	in.mu.Lock()
+	if in.wh != nil {
+		in.putLocked(k, p)
+	}
+	_, known := in.state[k]
+	if !known {
+		in.state[k] = &podState{seen: time.Now()}
+		in.uids[string(p.UID)] = k
+	}
+	in.mu.Unlock()
+	if !known {
+		in.m.add("pods_from_"+source, 1)
+		in.queue.Add(k)
+	}
+	return !known
+}
+
+// get looks a pod up in the watches' stores (or the webhook intake's).
 func (in *Intake) get(key string) (*corev1.Pod, bool) {
+	if in.wh != nil {
+		return in.webhookGet(key)
+	}
 	for _, inf := range in.informers {
 		if o, ok, _ := inf.GetStore().GetByKey(key); ok {
 			return o.(*corev1.Pod), true
@@ -139,8 +170,11 @@ func (in *Intake) mine(p *corev1.Pod) bool {
 	return CollectorOf(p.Namespace, p.Name, max(in.cfg.Collectors, 1)) == in.cfg.Collector
 }
 
-// Run starts the watch and the senders.
+// Run starts the watch (or the webhook intake's reconcile loop) and the senders.
 func (in *Intake) Run(ctx context.Context) error {
+	if in.wh != nil {
+		go in.reconcileLoop(ctx)
+	}
 	var synced []cache.InformerSynced
 	for i, f := range in.factories {
 		f.Start(ctx.Done())
@@ -184,7 +218,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 		in.mu.Unlock()
 		return true
 	}
-	if pod.Spec.NodeName != "" || st.inflight {
+	if pod.Spec.NodeName != "" || st.inflight || in.uids[string(pod.UID)] != k { // (UID: an older pod of that name)
 		in.mu.Unlock()
 		return true
 	}
@@ -263,5 +297,8 @@ func (in *Intake) Finished(key AttemptKey, _ string, bound bool) {
 	in.mu.Unlock()
 	if bound {
 		in.m.add("bound", 1)
+	}
+	if in.wh != nil {
+		in.webhookFinished(key, bound) // no watch tells this intake the pod left: see intake_webhook.go
 	}
 }

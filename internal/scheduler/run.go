@@ -36,6 +36,11 @@ type Config struct {
 	QPS            float32       // client QPS (default 5000)
 	FeasibleToFind int           // per shard: stop filtering after this many feasible nodes (0: all)
 	InFlight       int           // per collector: attempts between send and decision (default 64)
+
+	// Intake is where pods come from: IntakeWatch ("" = watch) or IntakeWebhook (webhook.go,
+	// intake_webhook.go), with Webhook's options.
+	Intake  string
+	Webhook WebhookOptions
 }
 
 func (c *Config) defaults() {
@@ -135,6 +140,9 @@ func (s *System) Pending() int {
 // StartAll starts role all and returns once the informers have synced; it runs until ctx ends.
 func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	cfg.defaults()
+	if err := cfg.checkIntake(); err != nil {
+		return nil, err
+	}
 	cs, err := cfg.client()
 	if err != nil {
 		return nil, err
@@ -183,7 +191,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
-			InFlight: cfg.InFlight}, col)
+			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook}, col)
 		lazy[i].c = col
 		sys.Collectors = append(sys.Collectors, col)
 		sys.Intakes = append(sys.Intakes, in)
@@ -206,6 +214,9 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	for i, in := range sys.Intakes {
 		go func() { _ = in.Run(ctx) }()
 		go sys.Collectors[i].WatchDead(ctx)
+	}
+	if err := startWebhookAll(ctx, cfg, sys.Intakes); err != nil {
+		return nil, err
 	}
 	sys.ready.Store(true)
 	return sys, nil
@@ -243,7 +254,7 @@ type RoleConfig struct {
 	Index      int      // shard or collector index
 	Listen     string   // 127.0.0.1:port this process serves gRPC on
 	Children   []string // relay: child addresses (relays or shards)
-	Collectors []string // shard: collector addresses, by index
+	Collectors []string // shard: collector addresses, by index (collector with webhook intake: its peers)
 	ShardAddrs []string // collector: shard addresses, by index
 	Root       string   // collector: root relay (or single shard) address
 }
@@ -264,6 +275,9 @@ func dialAll(ctx context.Context, addrs []string, q int) ([]*Client, error) {
 // Membership is static in this mode: shard ids 0..Shards-1 (dead-shard takeover is role all only).
 func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error {
 	cfg.defaults()
+	if err := cfg.checkIntake(); err != nil {
+		return err
+	}
 	if rc.Listen == "" {
 		return errors.New("--listen is required for role " + role)
 	}
@@ -338,10 +352,14 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
-			InFlight: cfg.InFlight}, col)
+			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook}, col)
 		go func() { _ = in.Run(ctx) }()
+		forwarded, err := startWebhookCollector(ctx, cfg, rc, in)
+		if err != nil {
+			return err
+		}
 		ready.Store(true)
-		return Serve(ctx, lis, Node{Proposals: col})
+		return Serve(ctx, lis, Node{Proposals: col, Frames: forwarded})
 	}
 	return fmt.Errorf("unknown role %q (all, shard, relay, collector)", role)
 }

@@ -1,0 +1,398 @@
+package scheduler
+
+import (
+	"bytes"
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	admissionv1 "k8s.io/api/admission/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	k8stesting "k8s.io/client-go/testing"
+)
+
+// review is an AdmissionReview for obj as kube-apiserver sends it (admission.k8s.io/v1, JSON).
+func review(t *testing.T, obj any, kind metav1.GroupVersionKind, op admissionv1.Operation, dryRun bool) []byte {
+	t.Helper()
+	raw, err := json.Marshal(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := admissionv1.AdmissionReview{
+		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
+		Request: &admissionv1.AdmissionRequest{UID: types.UID(fmt.Sprintf("req-%d", time.Now().UnixNano())), Kind: kind,
+			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Operation: op, DryRun: &dryRun,
+			Object: runtime.RawExtension{Raw: raw}},
+	}
+	if p, ok := obj.(*corev1.Pod); ok {
+		r.Request.Namespace, r.Request.Name = p.Namespace, p.Name
+	}
+	b, err := json.Marshal(&r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+var podKind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not within %s", what, timeout)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// The handler: every well-formed review is allowed (it only observes); only non-dry-run pod
+// CREATEs for a served scheduler without a node are taken; a malformed body is a 400.
+func TestWebhookHandler(t *testing.T) {
+	ResetMetrics()
+	var mu sync.Mutex
+	var took []string
+	h := NewWebhookHandler("meganode, default-scheduler", func(p *corev1.Pod) {
+		mu.Lock()
+		took = append(took, p.Namespace+"/"+p.Name)
+		mu.Unlock()
+	})
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+
+	ours := FakePod("ns", "ours", "meganode", 100, 64)
+	noNS := FakePod("", "no-ns", "default-scheduler", 100, 64) // namespace only in the request
+	assigned := FakePod("ns", "assigned", "meganode", 100, 64)
+	assigned.Spec.NodeName = "n1"
+	noUID := FakePod("ns", "no-uid", "meganode", 100, 64)
+	noUID.UID = ""
+	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}}
+	cases := []struct {
+		name    string
+		body    []byte
+		counter string
+	}{
+		{"pod for us", review(t, ours, podKind, admissionv1.Create, false), "offered"},
+		{"dry run", review(t, FakePod("ns", "dry", "meganode", 100, 64), podKind, admissionv1.Create, true), "dry_run"},
+		{"other scheduler", review(t, FakePod("ns", "theirs", "other-scheduler", 100, 64), podKind, admissionv1.Create, false), "other_scheduler"},
+		{"not a pod", review(t, cm, metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, admissionv1.Create, false), "not_pod"},
+		{"update", review(t, FakePod("ns", "upd", "meganode", 100, 64), podKind, admissionv1.Update, false), "not_create"},
+		{"already assigned", review(t, assigned, podKind, admissionv1.Create, false), "assigned"},
+		{"no uid", review(t, noUID, podKind, admissionv1.Create, false), "no_uid"},
+		{"namespace from the request", bytes.Replace(review(t, noNS, podKind, admissionv1.Create, false),
+			[]byte(`"operation"`), []byte(`"namespace":"req-ns","operation"`), 1), "offered"},
+	}
+	for _, c := range cases {
+		before := Counter("webhook", c.counter)
+		resp, err := http.Post(srv.URL, "application/json", bytes.NewReader(c.body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out admissionv1.AdmissionReview
+		err = json.NewDecoder(resp.Body).Decode(&out)
+		resp.Body.Close()
+		var in admissionv1.AdmissionReview
+		_ = json.Unmarshal(c.body, &in)
+		switch {
+		case err != nil || resp.StatusCode != http.StatusOK:
+			t.Errorf("%s: status %d, %v", c.name, resp.StatusCode, err)
+		case out.Response == nil || !out.Response.Allowed || out.Response.UID != in.Request.UID:
+			t.Errorf("%s: response %+v, want allowed for request %s", c.name, out.Response, in.Request.UID)
+		case out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview":
+			t.Errorf("%s: answered as %s %s", c.name, out.APIVersion, out.Kind)
+		}
+		if Counter("webhook", c.counter) != before+1 {
+			t.Errorf("%s: counter %s not bumped", c.name, c.counter)
+		}
+	}
+	mu.Lock()
+	if want := []string{"ns/ours", "req-ns/no-ns"}; strings.Join(took, ",") != strings.Join(want, ",") {
+		t.Errorf("took %v, want %v", took, want)
+	}
+	mu.Unlock()
+
+	for _, bad := range []string{"{", `{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview"}`, ""} {
+		resp, err := http.Post(srv.URL, "application/json", strings.NewReader(bad))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusBadRequest {
+			t.Errorf("body %q: status %d, want 400", bad, resp.StatusCode)
+		}
+	}
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusMethodNotAllowed {
+		t.Errorf("GET: status %d, want 405", resp.StatusCode)
+	}
+	if n := Counter("webhook", "bad_requests"); n != 3 {
+		t.Errorf("bad_requests %d, want 3", n)
+	}
+}
+
+// poster posts reviews to a webhook served with a generated certificate, trusting only the CA
+// bundle the scheduler wrote (what the apiserver's caBundle does).
+type poster struct {
+	url string
+	c   *http.Client
+}
+
+func newPoster(t *testing.T, addr, caFile string) *poster {
+	t.Helper()
+	ca, err := os.ReadFile(caFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		t.Fatal("no CA in " + caFile)
+	}
+	return &poster{url: "https://" + addr + WebhookPath,
+		c: &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}}
+}
+
+func (p *poster) post(t *testing.T, pod *corev1.Pod) {
+	t.Helper()
+	resp, err := p.c.Post(p.url, "application/json", bytes.NewReader(review(t, pod, podKind, admissionv1.Create, false)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("webhook answered %d", resp.StatusCode)
+	}
+}
+
+// Role all with the webhook intake against a fake apiserver: pods offered by the webhook over
+// HTTPS are bound; a pod created but never offered is found by the reconcile LIST; a pod
+// offered but never created is dropped after the grace (its bind found it gone); a pod offered
+// before it is stored is still bound; an unschedulable pod deleted is dropped by the LIST.
+func TestWebhookIntakeSystem(t *testing.T) {
+	ResetMetrics()
+	var objs []runtime.Object
+	for i := range 6 {
+		objs = append(objs, FakeNode(fmt.Sprintf("wn-%d", i), 1000, 4096, 110, nil))
+	}
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	addr, caFile := freeAddr(t), filepath.Join(t.TempDir(), "pki", "ca.crt")
+	sys, err := StartAll(ctx, Config{Client: cs, Shards: 2, Collectors: 2, Deadline: 100 * time.Millisecond, DeadAfter: -1,
+		Intake: IntakeWebhook, Webhook: WebhookOptions{Addr: addr, CAFile: caFile,
+			ReconcileEvery: 300 * time.Millisecond, ConfirmGrace: 400 * time.Millisecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := newPoster(t, addr, caFile)
+	const n = 20
+	for i := range n { // offered, then stored (as kube-apiserver does)
+		pod := FakePod("default", fmt.Sprintf("wh-%02d", i), DefaultSchedulerName, 100, 64)
+		p.post(t, pod)
+		createPods(t, cs, pod)
+	}
+	createPods(t, cs, FakePod("default", "missed", DefaultSchedulerName, 100, 64)) // the webhook was skipped
+	p.post(t, FakePod("default", "never-stored", DefaultSchedulerName, 100, 64))   // creation failed after admission
+	late := FakePod("default", "late", DefaultSchedulerName, 100, 64)
+	p.post(t, late) // offered, stored only afterwards
+	time.Sleep(30 * time.Millisecond)
+	createPods(t, cs, late)
+	stuck := FakePod("default", "too-big", DefaultSchedulerName, 100000, 64)
+	p.post(t, stuck)
+	createPods(t, cs, stuck)
+
+	waitFor(t, 10*time.Second, "every stored pod bound", func() bool {
+		got := waitBound(t, cs, "default", 0, 0)
+		bound := 0
+		for _, q := range got {
+			if q.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == n+2
+	})
+	sum := func(c string) (s int64) {
+		for i := range 2 {
+			s += Counter(fmt.Sprintf("intake/%d", i), c)
+		}
+		return s
+	}
+	if got := sum("pods_from_webhook"); got != n+3 {
+		t.Errorf("pods_from_webhook %d, want %d", got, n+3)
+	}
+	if got := sum("pods_from_reconcile"); got != 1 {
+		t.Errorf("pods_from_reconcile %d, want 1 (the missed pod)", got)
+	}
+	// The never-stored pod goes (its bind found it gone and a GET after the grace confirmed
+	// it, or a LIST after the grace did not show it); the unschedulable one stays.
+	waitFor(t, 5*time.Second, "never-stored pod dropped", func() bool { return sys.Pending() == 1 })
+	if err := cs.CoreV1().Pods("default").Delete(ctx, stuck.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 5*time.Second, "deleted unschedulable pod dropped", func() bool { return sys.Pending() == 0 })
+	// Each pod left the intake once: bound ones mostly on their bind result (a LIST may get
+	// there first when an attempt takes longer than the grace), the other two as gone/not listed.
+	if got := sum("dropped_bound") + sum("dropped_gone") + sum("dropped_not_listed"); got != n+4 {
+		t.Errorf("dropped %d pods, want %d", got, n+4)
+	}
+	t.Logf("dropped: bound %d, gone %d, not listed %d; bind raced the pod's write %d time(s); gone rechecks %d",
+		sum("dropped_bound"), sum("dropped_gone"), sum("dropped_not_listed"), sum("gone_but_there"), sum("gone_rechecks"))
+}
+
+// Distributed roles: two collectors, each serving the webhook; every pod is offered to
+// collector 0, which forwards the ones that hash to collector 1 over gRPC.
+func TestWebhookForwardsBetweenCollectors(t *testing.T) {
+	ResetMetrics()
+	var objs []runtime.Object
+	for i := range 4 {
+		objs = append(objs, FakeNode(fmt.Sprintf("fn-%d", i), 4000, 8192, 110, nil))
+	}
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir := t.TempDir()
+	shardAddrs := []string{freeAddr(t), freeAddr(t)}
+	cols := []string{freeAddr(t), freeAddr(t)}
+	hooks := []string{freeAddr(t), freeAddr(t)}
+	run := func(role string, rc RoleConfig, wh WebhookOptions) {
+		cfg := Config{Client: cs, Shards: 2, Collectors: 2, Deadline: 200 * time.Millisecond, Intake: IntakeWebhook, Webhook: wh}
+		go func() {
+			if err := RunRole(ctx, role, cfg, rc); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", role, err)
+			}
+		}()
+	}
+	for i, a := range shardAddrs {
+		run("shard", RoleConfig{Index: i, Listen: a, Collectors: cols}, WebhookOptions{})
+	}
+	root := freeAddr(t)
+	run("relay", RoleConfig{Listen: root, Children: shardAddrs}, WebhookOptions{})
+	for i, a := range cols {
+		run("collector", RoleConfig{Index: i, Listen: a, ShardAddrs: shardAddrs, Root: root, Collectors: cols},
+			WebhookOptions{Addr: hooks[i], CAFile: filepath.Join(dir, fmt.Sprint(i), "ca.crt"), ReconcileEvery: time.Hour})
+	}
+	caFile := filepath.Join(dir, "0", "ca.crt")
+	waitFor(t, 5*time.Second, "collector 0's webhook", func() bool { _, err := os.Stat(caFile); return err == nil })
+	time.Sleep(500 * time.Millisecond) // informers sync, streams connect
+	p := newPoster(t, hooks[0], caFile)
+	const n = 20
+	toOne := 0
+	for i := range n {
+		pod := FakePod("default", fmt.Sprintf("fw-%02d", i), DefaultSchedulerName, 100, 64)
+		if CollectorOf(pod.Namespace, pod.Name, 2) == 1 {
+			toOne++
+		}
+		createPods(t, cs, pod)
+		p.post(t, pod)
+	}
+	waitFor(t, 15*time.Second, "all pods bound", func() bool {
+		bound := 0
+		for _, q := range waitBound(t, cs, "default", 0, 0) {
+			if q.Spec.NodeName != "" {
+				bound++
+			}
+		}
+		return bound == n
+	})
+	if toOne == 0 {
+		t.Fatal("no pod hashes to collector 1: the test proves nothing")
+	}
+	if got := Counter("webhook", "forwarded_in"); got != int64(toOne) {
+		t.Errorf("forwarded to collector 1: %d, want %d", got, toOne)
+	}
+	if a, b := Counter("intake/0", "pods_from_webhook"), Counter("intake/1", "pods_from_webhook"); a+b != n || b != int64(toOne) {
+		t.Errorf("pods_from_webhook: collector 0 %d, collector 1 %d; want %d and %d", a, b, n-toOne, toOne)
+	}
+}
+
+// The gone confirmation on its own: a bind that found the pod gone is checked with a GET; a pod
+// stored late is sent again, a pod never stored is dropped once the grace is over.
+func TestWebhookIntakeConfirmsGone(t *testing.T) {
+	ResetMetrics()
+	cs := NewFakeClient()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	root := &countSink{}
+	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, Source: IntakeWebhook,
+		Webhook: WebhookOptions{ReconcileEvery: time.Hour, ConfirmGrace: 500 * time.Millisecond}}, col)
+	go func() { _ = in.Run(ctx) }()
+	ghost := FakePod("default", "ghost", DefaultSchedulerName, 10, 1)
+	racer := FakePod("default", "racer", DefaultSchedulerName, 10, 1)
+	if !in.Offer(ghost) || !in.Offer(racer) || in.Offer(racer) {
+		t.Fatal("Offer: want true for new pods, false for a known one")
+	}
+	waitFor(t, 2*time.Second, "two frames", func() bool { return root.n.Load() == 2 })
+	for _, p := range []*corev1.Pod{ghost, racer} {
+		k := AttemptKey{UID: string(p.UID)}
+		in.Decided(k)
+		in.Finished(k, "n1", false) // the Binding said NotFound
+	}
+	time.Sleep(50 * time.Millisecond)
+	createPods(t, cs, racer) // stored after its bind was tried
+	waitFor(t, 2*time.Second, "racer sent again", func() bool { return root.n.Load() == 3 })
+	root.mu.Lock()
+	h, _, _ := SplitFrame(root.last)
+	root.mu.Unlock()
+	if h.Name != "racer" || h.Attempt != 1 {
+		t.Fatalf("resent %s attempt %d, want racer attempt 1", h.Name, h.Attempt)
+	}
+	waitFor(t, 2*time.Second, "ghost dropped", func() bool { return Counter("intake/0", "dropped_gone") == 1 })
+	if in.Pending() != 1 || Counter("intake/0", "gone_but_there") != 1 {
+		t.Fatalf("pending %d, gone_but_there %d; want 1 and 1", in.Pending(), Counter("intake/0", "gone_but_there"))
+	}
+	in.Decided(h.Key())
+	in.Finished(h.Key(), "n1", true)
+	if in.Pending() != 0 || Counter("intake/0", "dropped_bound") != 1 {
+		t.Fatalf("after the bind: pending %d, dropped_bound %d", in.Pending(), Counter("intake/0", "dropped_bound"))
+	}
+	if root.n.Load() != 3 {
+		t.Fatalf("%d frames sent, want 3", root.n.Load())
+	}
+}
+
+// A LIST that began before a pod was bound still shows it unscheduled: the reconcile must not
+// take it back in (it would be sent again, only for its bind to find it assigned).
+func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
+	ResetMetrics()
+	cs := NewFakeClient()
+	pod := FakePod("default", "bound-meanwhile", DefaultSchedulerName, 10, 1)
+	entered, release := make(chan struct{}), make(chan struct{})
+	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
+		close(entered)
+		<-release
+		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the snapshot before the bind
+	})
+	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: &countSink{}, Source: IntakeWebhook}, col)
+	in.Offer(pod)
+	done := make(chan error)
+	go func() { done <- in.reconcile(context.Background()) }()
+	<-entered
+	in.Finished(AttemptKey{UID: string(pod.UID)}, "n1", true) // bound while the LIST runs
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if in.Pending() != 0 || Counter("intake/0", "pods_from_reconcile") != 0 || Counter("intake/0", "reconcile_stale") != 1 {
+		t.Fatalf("pending %d, pods_from_reconcile %d, reconcile_stale %d; want 0, 0, 1", in.Pending(),
+			Counter("intake/0", "pods_from_reconcile"), Counter("intake/0", "reconcile_stale"))
+	}
+}
