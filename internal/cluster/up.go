@@ -30,7 +30,7 @@ type UpOptions struct {
 	// SchedulerIntake: with SchedulerMeganode, IntakeWatch ("" = watch) or IntakeWebhook (the
 	// scheduler serves a validating admission webhook that `up` registers: webhook.go).
 	SchedulerIntake string
-	Record          string   // with a file name: run `meganode etcd-proxy --record` between kube-apiserver and the default store
+	Record          string // with a file name: run `meganode etcd-proxy --record` between kube-apiserver and the default store
 	// NodeLeaseSeconds is the KWOK nodes' lease duration (renewed every quarter of it; 0 = 40 s as the
 	// kubelet). Longer leases cut lease writes for benchmarks of other things at large node counts;
 	// the plan raises the controller-manager's --node-monitor-grace-period to match.
