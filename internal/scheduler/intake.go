@@ -29,6 +29,9 @@ type IntakeConfig struct {
 	// they still answer within the collector's deadline instead of drifting apart (a lagging
 	// shard would lose every pod to the fastest one and its nodes would stay empty).
 	InFlight int
+	// SerializeConstrained: at most one attempt per constraint group in flight (intake_groups.go;
+	// on with the shards' global view).
+	SerializeConstrained bool
 }
 
 type podState struct {
@@ -56,6 +59,7 @@ type Intake struct {
 	names     map[string]bool      // spec.schedulerName values served
 	m         *counters
 	hist      *counters
+	groups    *groupGate // nil: constrained pods are not serialised
 }
 
 // NewIntake registers the watch; call Run to start it.
@@ -72,6 +76,9 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
 		window: make(chan struct{}, cfg.InFlight), holding: map[AttemptKey]bool{},
 		queue: workqueue.NewTypedDelayingQueue[string](), m: metricsFor(fmt.Sprintf("intake/%d", cfg.Collector))}
+	if cfg.SerializeConstrained {
+		in.groups = newGroupGate(func(k string) { in.queue.Add(k) })
+	}
 	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		in.names[strings.TrimSpace(name)] = true
 		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", strings.TrimSpace(name)),
@@ -182,21 +189,36 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 	if !exists || st == nil {
 		delete(in.state, k)
 		in.mu.Unlock()
+		in.groups.drop(k)
 		return true
 	}
 	if pod.Spec.NodeName != "" || st.inflight {
 		in.mu.Unlock()
+		in.groups.drop(k)
+		return true
+	}
+	h := Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
+		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
+	group := ""
+	if in.groups != nil {
+		group = constraintGroup(pod)
+	}
+	if !in.groups.acquire(group, k, h.Key()) {
+		in.mu.Unlock()
+		in.m.add("parked", 1) // another pod of its constraint group is in flight
 		return true
 	}
 	st.inflight = true
-	h := Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
-		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
+	if group != "" {
+		h.Placed = in.groups.placements()
+	}
 	unsched := st.unsched
 	in.mu.Unlock()
 
 	frame, err := EncodeFrame(h, pod)
 	if err != nil {
 		in.m.add("encode_errors", 1)
+		in.groups.release(h.Key(), nil)
 		return true
 	}
 	select { // wait for an in-flight slot (back-pressure from the gather stage)
@@ -220,6 +242,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 
 // Requeue is the collector's CollectorConfig.Requeue: the attempt is over, try again later.
 func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
+	in.groups.release(key, nil)
 	in.mu.Lock()
 	name, ok := in.uids[key.UID]
 	st := in.state[name]
@@ -253,7 +276,12 @@ func (in *Intake) Decided(key AttemptKey) {
 }
 
 // Finished is the collector's CollectorConfig.Finished: the pod is bound (or gone).
-func (in *Intake) Finished(key AttemptKey, _ string, bound bool) {
+func (in *Intake) Finished(key AttemptKey, node string, bound bool) {
+	if bound {
+		in.groups.release(key, &Placement{UID: key.UID, Attempt: key.Attempt, Node: node})
+	} else {
+		in.groups.release(key, nil)
+	}
 	in.mu.Lock()
 	if name, ok := in.uids[key.UID]; ok {
 		if st := in.state[name]; st != nil {

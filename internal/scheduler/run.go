@@ -36,6 +36,21 @@ type Config struct {
 	QPS            float32       // client QPS (default 5000)
 	FeasibleToFind int           // per shard: stop filtering after this many feasible nodes (0: all)
 	InFlight       int           // per collector: attempts between send and decision (default 64)
+	// GlobalView: "auto" (default) evaluates pods with pod (anti-)affinity or topology spread on
+	// a per-shard view of the whole cluster and serialises them per constraint group; "off"
+	// keeps every pod on the shard's own slice (global_view.go).
+	GlobalView string
+}
+
+// globalView reports whether the global view is on; unknown values are an error.
+func (c *Config) globalView() (bool, error) {
+	switch c.GlobalView {
+	case "", "auto":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("global view: want auto or off, got %q", c.GlobalView)
 }
 
 func (c *Config) defaults() {
@@ -135,6 +150,10 @@ func (s *System) Pending() int {
 // StartAll starts role all and returns once the informers have synced; it runs until ctx ends.
 func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	cfg.defaults()
+	gview, err := cfg.globalView()
+	if err != nil {
+		return nil, err
+	}
 	cs, err := cfg.client()
 	if err != nil {
 		return nil, err
@@ -162,7 +181,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	for i := range cfg.Shards {
 		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
-			FeasibleToFind: cfg.FeasibleToFind})
+			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview})
 		if err != nil {
 			return nil, err
 		}
@@ -183,7 +202,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
-			InFlight: cfg.InFlight}, col)
+			InFlight: cfg.InFlight, SerializeConstrained: gview}, col)
 		lazy[i].c = col
 		sys.Collectors = append(sys.Collectors, col)
 		sys.Intakes = append(sys.Intakes, in)
@@ -264,6 +283,10 @@ func dialAll(ctx context.Context, addrs []string, q int) ([]*Client, error) {
 // Membership is static in this mode: shard ids 0..Shards-1 (dead-shard takeover is role all only).
 func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error {
 	cfg.defaults()
+	gview, err := cfg.globalView()
+	if err != nil {
+		return err
+	}
 	if rc.Listen == "" {
 		return errors.New("--listen is required for role " + role)
 	}
@@ -304,7 +327,8 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		}
 		eq := max(cfg.EquivalenceTTL, 0)
 		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
-			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind})
+			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
+			GlobalView: gview})
 		if err != nil {
 			return err
 		}
@@ -338,7 +362,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
-			InFlight: cfg.InFlight}, col)
+			InFlight: cfg.InFlight, SerializeConstrained: gview}, col)
 		go func() { _ = in.Run(ctx) }()
 		ready.Store(true)
 		return Serve(ctx, lis, Node{Proposals: col})

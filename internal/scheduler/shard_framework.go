@@ -45,6 +45,14 @@ const DefaultSchedulerName = "meganode"
 // this shard's pods, so cross-shard spread and affinity are approximate (see the report).
 func newFramework(ctx context.Context, cs kubernetes.Interface, factory informers.SharedInformerFactory,
 	snapshot *internalcache.Snapshot, schedCache internalcache.Cache, schedulerName string, parallelism int) (framework.Framework, error) {
+	return newFrameworkSharing(ctx, cs, factory, snapshot, schedCache, schedulerName, parallelism, nil)
+}
+
+// newFrameworkSharing is newFramework; with base != nil the new instance shares base's DRA and
+// CSI managers instead of starting its own (the global view's second framework, global_view.go).
+func newFrameworkSharing(ctx context.Context, cs kubernetes.Interface, factory informers.SharedInformerFactory,
+	snapshot *internalcache.Snapshot, schedCache internalcache.Cache, schedulerName string, parallelism int,
+	base framework.Framework) (framework.Framework, error) {
 	var versioned configv1.KubeSchedulerConfiguration
 	scheme.Scheme.Default(&versioned)
 	var cfg config.KubeSchedulerConfiguration
@@ -60,7 +68,13 @@ func newFramework(ctx context.Context, cs kubernetes.Interface, factory informer
 	logger := klog.FromContext(ctx)
 
 	var dra fwk.SharedDRAManager
-	if utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
+	var csi fwk.CSIManager
+	if base != nil {
+		dra, csi = base.SharedDRAManager(), base.SharedCSIManager()
+	} else {
+		csi = nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())
+	}
+	if base == nil && utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
 		claims := assumecache.NewAssumeCache(logger, factory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
 		slices, err := tracker.StartTracker(ctx, tracker.Options{SliceInformer: factory.Resource().V1().ResourceSlices(), KubeClient: cs})
 		if err != nil {
@@ -72,7 +86,7 @@ func newFramework(ctx context.Context, cs kubernetes.Interface, factory informer
 		frameworkruntime.WithClientSet(cs),
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithSharedDRAManager(dra),
-		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())),
+		frameworkruntime.WithSharedCSIManager(csi),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
 		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(0)),
 		frameworkruntime.WithParallelism(max(parallelism, 1)),
