@@ -11,7 +11,9 @@
 //
 // One concern per file: hash.go (node→shard, pod→collector), envelope.go (the frame relays
 // forward without decoding), wire.go (gRPC with a raw/JSON codec, no protoc), relay.go (scatter
-// tree, bounded queues), shard*.go (framework, informers, evaluation, commit), equivalence.go,
-// collector.go (gather/decide, stragglers), intake.go (watch), metrics.go, run.go (roles),
+// tree, bounded queues), shard*.go (framework, informers, evaluation, commit), global_view.go
+// (per-shard view of the whole cluster for pod affinity/anti-affinity and topology spread),
+// equivalence.go, collector.go (gather/decide, stragglers), intake.go (watch), intake_groups.go
+// (one in-flight attempt per constraint group), metrics.go, run.go (roles),
 // simulate.go and projection.go (in-process simulator and the N-node projection).
 package scheduler

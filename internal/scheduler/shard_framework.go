@@ -41,8 +41,13 @@ const DefaultSchedulerName = "meganode"
 // scale with N/S rather than N. A PreFilter plugin returning PreFilterResult.NodeNames would
 // give the same placements but still keep all N nodes in every shard's cache and rebuild the
 // subset per pod; a rejecting Filter plugin would still visit all N nodes per pod. The cost of
-// the choice: plugins that look across nodes (InterPodAffinity, PodTopologySpread) see only
-// this shard's pods, so cross-shard spread and affinity are approximate (see the report).
+// the choice: plugins that look across nodes (InterPodAffinity, PodTopologySpread) would see
+// only this shard's pods. Pods that depend on them — pod affinity/anti-affinity, explicit
+// topology spread, or any pod while some pod has required anti-affinity — therefore run on a
+// second instance built by newFrameworkSharing over the shard's global view (every node and
+// bound pod; global_view.go), with Filter and Score still limited to this shard's nodes. The
+// default profile's system-default spread constraints (soft, ScheduleAnyway) stay on this
+// shard-only snapshot: their scores are approximate across shards.
 func newFramework(ctx context.Context, cs kubernetes.Interface, factory informers.SharedInformerFactory,
 	snapshot *internalcache.Snapshot, schedCache internalcache.Cache, schedulerName string, parallelism int) (framework.Framework, error) {
 	return newFrameworkSharing(ctx, cs, factory, snapshot, schedCache, schedulerName, parallelism, nil)

@@ -78,6 +78,11 @@ func constrainedWorkload(ns, sched string, untainted int) (pods []*corev1.Pod, w
 		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
 			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: sel("anti"), TopologyKey: "kubernetes.io/hostname"}}}}
 	})
+	// Required anti-affinity by zone (zones span shards): one per zone, two stay pending.
+	add("zoneanti", 5, 3, func(p *corev1.Pod) {
+		p.Spec.Affinity = &corev1.Affinity{PodAntiAffinity: &corev1.PodAntiAffinity{
+			RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{LabelSelector: sel("zoneanti"), TopologyKey: zoneLabel}}}}
+	})
 	// A target pod in zone-c, and followers with required pod affinity to its zone.
 	add("target", 1, 1, func(p *corev1.Pod) { p.Spec.NodeSelector = map[string]string{zoneLabel: "zone-c"} })
 	add("follower", 5, 5, func(p *corev1.Pod) {
