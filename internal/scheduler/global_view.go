@@ -294,7 +294,7 @@ func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 		if v, ok := s.held.Load(k); ok && v.(*heldPod).node != p.Node {
 			if _, ok := s.held.LoadAndDelete(k); ok {
 				s.release(ctx, v.(*heldPod))
-				s.m.add("denied", 1)
+				s.m.add("released_on_placement", 1)
 			}
 		}
 	}
