@@ -43,6 +43,7 @@ func runScheduler(args []string) error {
 	deadAfter := fs.Duration("dead-after", 3*time.Second, "role all: a shard silent this long is declared dead and its nodes taken over")
 	qps := fs.Float64("kube-api-qps", 5000, "client QPS (binds)")
 	feasibleRun := fs.Int("feasible-to-find", 0, "per shard: stop filtering after this many feasible nodes (0: examine every node)")
+	globalView := fs.String("global-view", "auto", "auto: pods with pod (anti-)affinity or topology spread are evaluated on a per-shard view of all nodes and pods (O(N) memory per shard) and serialised per constraint group | off: every pod sees only its shard's nodes")
 	health := fs.String("healthz", "", "127.0.0.1:port for /healthz and /metrics")
 	listen := fs.String("listen", "", "roles shard/relay/collector: 127.0.0.1:port to serve gRPC on")
 	index := fs.Int("index", 0, "roles shard/collector: this process's shard or collector index")
@@ -68,7 +69,8 @@ func runScheduler(args []string) error {
 	cfg := scheduler.Config{Kubeconfig: *kubeconfig, SchedulerName: *name, Shards: *shards, Collectors: *collectors, Fanout: *fanout,
 		Fraction: *fraction, Deadline: *deadline, EquivalenceTTL: eq, Parallelism: *parallelism, QueueLen: *queue,
 		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: *feasibleRun, InFlight: *inflight,
-		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile}}
+		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile},
+		GlobalView: *globalView}
 	if *role != "all" {
 		return scheduler.RunRole(ctx, *role, cfg, scheduler.RoleConfig{Index: *index, Listen: *listen,
 			Children: scheduler.SplitAddrs(*children), Collectors: scheduler.SplitAddrs(*colAddrs),

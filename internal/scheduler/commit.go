@@ -23,6 +23,7 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 	t0 := time.Now()
 	defer func() { s.m.observe("commit", time.Since(t0)) }()
 	state, assumed := h.state, h.assumed
+	fw := s.frameworkOf(h)
 	if !s.Owns(h.node) {
 		s.release(ctx, h)
 		s.m.add("conflicts", 1)
@@ -44,20 +45,20 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 		}
 		return r
 	}
-	if _, st := s.fw.RunPermitPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
+	if _, st := fw.RunPermitPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
 		// A default-profile Permit plugin asking to wait (gang scheduling, off by default) is not
 		// supported: retry later.
 		return fail(st, "permit")
 	}
-	if st := s.fw.RunPreBindPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
+	if st := fw.RunPreBindPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
 		return fail(st, "prebind")
 	}
 	tb := time.Now()
-	if st := s.fw.RunBindPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
+	if st := fw.RunBindPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
 		return fail(st, "bind")
 	}
 	s.m.observe("bind", time.Since(tb))
-	s.fw.RunPostBindPlugins(ctx, state, assumed, h.node)
+	fw.RunPostBindPlugins(ctx, state, assumed, h.node)
 	s.m.add("bound", 1)
 	r.Bound = true
 	return r
@@ -89,14 +90,16 @@ func (s *Shard) reserveLocked(ctx context.Context, h *heldPod) *CommitResult {
 	}
 	assumed := h.pod.DeepCopy()
 	assumed.Spec.NodeName = h.node
-	if st := s.fw.RunReservePluginsReserve(ctx, h.state, assumed, h.node); !st.IsSuccess() {
-		s.fw.RunReservePluginsUnreserve(ctx, h.state, assumed, h.node)
+	fw := s.frameworkOf(h)
+	if st := fw.RunReservePluginsReserve(ctx, h.state, assumed, h.node); !st.IsSuccess() {
+		fw.RunReservePluginsUnreserve(ctx, h.state, assumed, h.node)
 		return conflict("reserve: " + st.Message())
 	}
 	if err := s.cache.AssumePod(s.logger, assumed); err != nil {
-		s.fw.RunReservePluginsUnreserve(ctx, h.state, assumed, h.node)
+		fw.RunReservePluginsUnreserve(ctx, h.state, assumed, h.node)
 		return conflict("assume: " + err.Error())
 	}
+	s.assumeGlobalLocked(assumed)
 	h.assumed = assumed
 	return nil
 }
@@ -108,7 +111,8 @@ func (s *Shard) release(ctx context.Context, h *heldPod) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.fw.RunReservePluginsUnreserve(ctx, h.state, h.assumed, h.node)
+	s.frameworkOf(h).RunReservePluginsUnreserve(ctx, h.state, h.assumed, h.node)
 	_ = s.cache.ForgetPod(s.logger, h.assumed)
+	s.forgetGlobalLocked(h.assumed)
 	h.assumed = nil
 }

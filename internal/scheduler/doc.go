@@ -11,9 +11,11 @@
 //
 // One concern per file: hash.go (node→shard, pod→collector), envelope.go (the frame relays
 // forward without decoding), wire.go (gRPC with a raw/JSON codec, no protoc), relay.go (scatter
-// tree, bounded queues), shard*.go (framework, informers, evaluation, commit), equivalence.go,
-// collector.go (gather/decide, stragglers), intake.go (watch), webhook.go (validating admission
-// webhook: AdmissionReview in, allowed out, pods offered or forwarded to their collector),
+// tree, bounded queues), shard*.go (framework, informers, evaluation, commit), global_view.go
+// (per-shard view of the whole cluster for pod affinity/anti-affinity and topology spread),
+// equivalence.go, collector.go (gather/decide, stragglers), intake.go (watch), intake_groups.go
+// (one in-flight attempt per constraint group), webhook.go (validating admission webhook:
+// AdmissionReview in, allowed out, pods offered or forwarded to their collector),
 // intake_webhook.go (the webhook intake's store, gone confirmation and reconcile LIST; its
 // consistency story is on webhookStore and in NOTES.md), metrics.go, run.go (roles),
 // simulate.go and projection.go (in-process simulator and the N-node projection).

@@ -18,6 +18,9 @@ type Header struct {
 	Attempt   int    `json:"attempt"`   // 0 for the first try, +1 per requeue
 	Collector int    `json:"collector"` // index of the collector that gathers the proposals
 	SentNanos int64  `json:"sent"`      // unix nanos when intake sent it (stage timing)
+	// Placed: the latest placements of constrained pods, for the shards' global views
+	// (global_view.go, intake_groups.go); only on frames of constrained pods.
+	Placed []Placement `json:"placed,omitempty"`
 }
 
 // Key identifies one scheduling attempt of one pod.

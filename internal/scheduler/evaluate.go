@@ -15,7 +15,8 @@ type evalResult struct {
 	node   string
 	score  int64
 	reason string
-	state  fwk.CycleState // the cycle's state, for Reserve/Permit/Bind of the proposal
+	state  fwk.CycleState      // the cycle's state, for Reserve/Permit/Bind of the proposal
+	fw     framework.Framework // the framework that ran the cycle (nil: the shard's own)
 }
 
 // evaluate runs the framework's scheduling cycle for pod over this shard's nodes: PreFilter,
@@ -30,6 +31,9 @@ func (s *Shard) evaluate(ctx context.Context, pod *corev1.Pod) evalResult {
 }
 
 func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult {
+	if s.wantsGlobalLocked(pod) {
+		return s.evaluateGlobalLocked(ctx, pod)
+	}
 	t0 := time.Now()
 	if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
 		return evalResult{reason: "snapshot: " + err.Error()}

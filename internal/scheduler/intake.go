@@ -33,6 +33,9 @@ type IntakeConfig struct {
 	// IntakeWebhook (pods offered by the admission webhook, plus a periodic LIST: intake_webhook.go).
 	Source  string
 	Webhook WebhookOptions // IntakeWebhook: reconcile period and grace
+	// SerializeConstrained: at most one attempt per constraint group in flight (intake_groups.go;
+	// on with the shards' global view).
+	SerializeConstrained bool
 }
 
 type podState struct {
@@ -61,6 +64,7 @@ type Intake struct {
 	m         *counters
 	hist      *counters
 	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
+	groups    *groupGate    // nil: constrained pods are not serialised
 }
 
 // NewIntake registers the watch; call Run to start it.
@@ -79,6 +83,9 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 		queue: workqueue.NewTypedDelayingQueue[string](), m: metricsFor(fmt.Sprintf("intake/%d", cfg.Collector))}
 	if cfg.Source == IntakeWebhook {
 		in.wh = newWebhookStore(cfg.Webhook)
+	}
+	if cfg.SerializeConstrained {
+		in.groups = newGroupGate(func(k string) { in.queue.Add(k) })
 	}
 	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		in.names[strings.TrimSpace(name)] = true
@@ -216,21 +223,36 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 	if !exists || st == nil {
 		delete(in.state, k)
 		in.mu.Unlock()
+		in.groups.drop(k)
 		return true
 	}
 	if pod.Spec.NodeName != "" || st.inflight || in.uids[string(pod.UID)] != k { // (UID: an older pod of that name)
 		in.mu.Unlock()
+		in.groups.drop(k)
+		return true
+	}
+	h := Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
+		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
+	group := ""
+	if in.groups != nil {
+		group = constraintGroup(pod)
+	}
+	if !in.groups.acquire(group, k, h.Key()) {
+		in.mu.Unlock()
+		in.m.add("parked", 1) // another pod of its constraint group is in flight
 		return true
 	}
 	st.inflight = true
-	h := Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
-		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
+	if group != "" {
+		h.Placed = in.groups.placements()
+	}
 	unsched := st.unsched
 	in.mu.Unlock()
 
 	frame, err := EncodeFrame(h, pod)
 	if err != nil {
 		in.m.add("encode_errors", 1)
+		in.groups.release(h.Key(), nil)
 		return true
 	}
 	select { // wait for an in-flight slot (back-pressure from the gather stage)
@@ -254,6 +276,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 
 // Requeue is the collector's CollectorConfig.Requeue: the attempt is over, try again later.
 func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
+	in.groups.release(key, nil)
 	in.mu.Lock()
 	name, ok := in.uids[key.UID]
 	st := in.state[name]
@@ -287,7 +310,12 @@ func (in *Intake) Decided(key AttemptKey) {
 }
 
 // Finished is the collector's CollectorConfig.Finished: the pod is bound (or gone).
-func (in *Intake) Finished(key AttemptKey, _ string, bound bool) {
+func (in *Intake) Finished(key AttemptKey, node string, bound bool) {
+	if bound {
+		in.groups.release(key, &Placement{UID: key.UID, Attempt: key.Attempt, Node: node})
+	} else {
+		in.groups.release(key, nil)
+	}
 	in.mu.Lock()
 	if name, ok := in.uids[key.UID]; ok {
 		if st := in.state[name]; st != nil {

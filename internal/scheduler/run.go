@@ -41,6 +41,21 @@ type Config struct {
 	// intake_webhook.go), with Webhook's options.
 	Intake  string
 	Webhook WebhookOptions
+	// GlobalView: "auto" (default) evaluates pods with pod (anti-)affinity or topology spread on
+	// a per-shard view of the whole cluster and serialises them per constraint group; "off"
+	// keeps every pod on the shard's own slice (global_view.go).
+	GlobalView string
+}
+
+// globalView reports whether the global view is on; unknown values are an error.
+func (c *Config) globalView() (bool, error) {
+	switch c.GlobalView {
+	case "", "auto":
+		return true, nil
+	case "off":
+		return false, nil
+	}
+	return false, fmt.Errorf("global view: want auto or off, got %q", c.GlobalView)
 }
 
 func (c *Config) defaults() {
@@ -143,6 +158,10 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	if err := cfg.checkIntake(); err != nil {
 		return nil, err
 	}
+	gview, err := cfg.globalView()
+	if err != nil {
+		return nil, err
+	}
 	cs, err := cfg.client()
 	if err != nil {
 		return nil, err
@@ -170,7 +189,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	for i := range cfg.Shards {
 		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
-			FeasibleToFind: cfg.FeasibleToFind})
+			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview})
 		if err != nil {
 			return nil, err
 		}
@@ -191,7 +210,8 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
-			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook}, col)
+			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook,
+			SerializeConstrained: gview}, col)
 		lazy[i].c = col
 		sys.Collectors = append(sys.Collectors, col)
 		sys.Intakes = append(sys.Intakes, in)
@@ -278,6 +298,10 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 	if err := cfg.checkIntake(); err != nil {
 		return err
 	}
+	gview, err := cfg.globalView()
+	if err != nil {
+		return err
+	}
 	if rc.Listen == "" {
 		return errors.New("--listen is required for role " + role)
 	}
@@ -318,7 +342,8 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		}
 		eq := max(cfg.EquivalenceTTL, 0)
 		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
-			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind})
+			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
+			GlobalView: gview})
 		if err != nil {
 			return err
 		}
@@ -352,7 +377,8 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
-			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook}, col)
+			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook,
+			SerializeConstrained: gview}, col)
 		go func() { _ = in.Run(ctx) }()
 		forwarded, err := startWebhookCollector(ctx, cfg, rc, in)
 		if err != nil {

@@ -36,6 +36,9 @@ type ShardConfig struct {
 	BindWorkers    int            // concurrent binds (default 16)
 	// FeasibleToFind: stop filtering after this many feasible nodes (0: examine every node).
 	FeasibleToFind int
+	// GlobalView: also keep every node and bound pod for pods with cross-node constraints
+	// (global_view.go). Off in the zero value; Config turns it on by default.
+	GlobalView bool
 }
 
 // Shard runs the kube-scheduler framework over its slice of the nodes: it evaluates every pod
@@ -62,6 +65,7 @@ type Shard struct {
 	stopped chan struct{}
 	stop    context.CancelFunc
 	synced  []cache.InformerSynced // this shard's handlers have seen the initial lists
+	gv      *globalView            // nil: off
 }
 
 // WaitSynced waits until the shard's cache holds the initial nodes and pods (the handlers, not
@@ -80,6 +84,7 @@ type heldPod struct {
 	since   time.Time
 	state   fwk.CycleState
 	assumed *corev1.Pod
+	fw      framework.Framework // the framework state belongs to (nil: the shard's own)
 }
 
 const podNodeIndex = "meganode.spec.nodeName"
@@ -142,6 +147,12 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		return nil, err
 	}
 	s.synced = []cache.InformerSynced{nreg.HasSynced, preg.HasSynced}
+	if cfg.GlobalView {
+		if err := s.initGlobalView(ctx, strings.TrimSpace(profile)); err != nil {
+			return nil, fmt.Errorf("shard %d: %w", cfg.Index, err)
+		}
+		s.synced = append(s.synced, s.gv.synced...)
+	}
 	return s, nil
 }
 
@@ -211,11 +222,12 @@ func (s *Shard) handle(ctx context.Context, frame []byte) {
 		return
 	}
 	s.m.observe("decode", time.Since(t0))
+	s.notePlaced(ctx, h.Placed)
 	s.mu.Lock()
 	res := s.evaluateLocked(ctx, pod)
 	var hp *heldPod
 	if res.node != "" {
-		hp = &heldPod{pod: pod, node: res.node, hdr: h, since: time.Now(), state: res.state}
+		hp = &heldPod{pod: pod, node: res.node, hdr: h, since: time.Now(), state: res.state, fw: res.fw}
 		if r := s.reserveLocked(ctx, hp); r != nil {
 			res = evalResult{reason: r.Error}
 			hp = nil

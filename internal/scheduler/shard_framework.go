@@ -41,10 +41,23 @@ const DefaultSchedulerName = "meganode"
 // scale with N/S rather than N. A PreFilter plugin returning PreFilterResult.NodeNames would
 // give the same placements but still keep all N nodes in every shard's cache and rebuild the
 // subset per pod; a rejecting Filter plugin would still visit all N nodes per pod. The cost of
-// the choice: plugins that look across nodes (InterPodAffinity, PodTopologySpread) see only
-// this shard's pods, so cross-shard spread and affinity are approximate (see the report).
+// the choice: plugins that look across nodes (InterPodAffinity, PodTopologySpread) would see
+// only this shard's pods. Pods that depend on them — pod affinity/anti-affinity, explicit
+// topology spread, or any pod while some pod has required anti-affinity — therefore run on a
+// second instance built by newFrameworkSharing over the shard's global view (every node and
+// bound pod; global_view.go), with Filter and Score still limited to this shard's nodes. The
+// default profile's system-default spread constraints (soft, ScheduleAnyway) stay on this
+// shard-only snapshot: their scores are approximate across shards.
 func newFramework(ctx context.Context, cs kubernetes.Interface, factory informers.SharedInformerFactory,
 	snapshot *internalcache.Snapshot, schedCache internalcache.Cache, schedulerName string, parallelism int) (framework.Framework, error) {
+	return newFrameworkSharing(ctx, cs, factory, snapshot, schedCache, schedulerName, parallelism, nil)
+}
+
+// newFrameworkSharing is newFramework; with base != nil the new instance shares base's DRA and
+// CSI managers instead of starting its own (the global view's second framework, global_view.go).
+func newFrameworkSharing(ctx context.Context, cs kubernetes.Interface, factory informers.SharedInformerFactory,
+	snapshot *internalcache.Snapshot, schedCache internalcache.Cache, schedulerName string, parallelism int,
+	base framework.Framework) (framework.Framework, error) {
 	var versioned configv1.KubeSchedulerConfiguration
 	scheme.Scheme.Default(&versioned)
 	var cfg config.KubeSchedulerConfiguration
@@ -60,7 +73,13 @@ func newFramework(ctx context.Context, cs kubernetes.Interface, factory informer
 	logger := klog.FromContext(ctx)
 
 	var dra fwk.SharedDRAManager
-	if utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
+	var csi fwk.CSIManager
+	if base != nil {
+		dra, csi = base.SharedDRAManager(), base.SharedCSIManager()
+	} else {
+		csi = nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())
+	}
+	if base == nil && utilfeature.DefaultFeatureGate.Enabled(features.DynamicResourceAllocation) {
 		claims := assumecache.NewAssumeCache(logger, factory.Resource().V1().ResourceClaims().Informer(), "ResourceClaim", "", nil)
 		slices, err := tracker.StartTracker(ctx, tracker.Options{SliceInformer: factory.Resource().V1().ResourceSlices(), KubeClient: cs})
 		if err != nil {
@@ -72,7 +91,7 @@ func newFramework(ctx context.Context, cs kubernetes.Interface, factory informer
 		frameworkruntime.WithClientSet(cs),
 		frameworkruntime.WithInformerFactory(factory),
 		frameworkruntime.WithSharedDRAManager(dra),
-		frameworkruntime.WithSharedCSIManager(nodevolumelimits.NewCSIManager(factory.Storage().V1().CSINodes().Lister())),
+		frameworkruntime.WithSharedCSIManager(csi),
 		frameworkruntime.WithSnapshotSharedLister(snapshot),
 		frameworkruntime.WithEventRecorder(events.NewFakeRecorder(0)),
 		frameworkruntime.WithParallelism(max(parallelism, 1)),
