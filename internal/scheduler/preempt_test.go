@@ -369,3 +369,93 @@ func TestSystemFakePreemptionSparesEqualAndHigherPriority(t *testing.T) {
 		t.Errorf("wide bound to %s", p.Spec.NodeName)
 	}
 }
+
+// While the preemptor waits to be retried, lower-priority pods created after its nomination do
+// not take the room its victim freed (the shard's nominator counts it in Filter): exactly one
+// victim, the preemptor bound there, the thieves pending.
+func TestSystemFakePreemptorKeepsFreedRoom(t *testing.T) {
+	names := nodesByShard("room", []int{2, 2})
+	var objs []runtime.Object
+	for _, ns := range names {
+		for _, n := range ns {
+			objs = append(objs, FakeNode(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
+		}
+	}
+	cs, del := preemptionCluster(t, 2, objs...)
+	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
+	nominated := ""
+	for deadline := time.Now().Add(10 * time.Second); nominated == ""; time.Sleep(5 * time.Millisecond) {
+		p := getPod(t, cs, "vip")
+		if p.Spec.NodeName != "" {
+			t.Fatalf("vip bound to %s before the thieves were created", p.Spec.NodeName)
+		}
+		if nominated = p.Status.NominatedNodeName; nominated == "" && time.Now().After(deadline) {
+			t.Fatal("vip never nominated")
+		}
+	}
+	for i := range 3 {
+		createPods(t, cs, pendingPod(fmt.Sprintf("thief-%d", i), 600, 0, corev1.PreemptLowerPriority))
+	}
+	p := waitPodBound(t, cs, "vip", 20*time.Second)
+	if p.Spec.NodeName != nominated {
+		t.Errorf("vip bound to %s, nominated to %s", p.Spec.NodeName, nominated)
+	}
+	time.Sleep(time.Second)
+	for i := range 3 {
+		if n := getPod(t, cs, fmt.Sprintf("thief-%d", i)).Spec.NodeName; n != "" {
+			t.Errorf("thief-%d bound to %s", i, n)
+		}
+	}
+	if got := del.list(); len(got) != 1 || got[0] != "low-"+nominated {
+		t.Errorf("deleted %v, want exactly [low-%s]", got, nominated)
+	}
+}
+
+// Victims that take a while to terminate (graceful deletion): the preemptor's retries find
+// them still terminating and wait (PreemptWait) instead of evicting on other nodes; once they
+// are gone it binds on its nominated node.
+func TestSystemFakePreemptorWaitsForTerminatingVictims(t *testing.T) {
+	names := nodesByShard("grace", []int{2, 2})
+	var objs []runtime.Object
+	for _, ns := range names {
+		for _, n := range ns {
+			objs = append(objs, FakeNode(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
+		}
+	}
+	cs, del := preemptionCluster(t, 2, objs...)
+	podsGVR := corev1.SchemeGroupVersion.WithResource("pods")
+	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		name := a.(k8stesting.DeleteAction).GetName()
+		o, err := cs.Tracker().Get(podsGVR, "default", name)
+		if err != nil {
+			return true, nil, err
+		}
+		p := o.(*corev1.Pod).DeepCopy()
+		now := metav1.Now()
+		p.DeletionTimestamp = &now
+		del.mu.Lock()
+		del.names = append(del.names, name)
+		del.mu.Unlock()
+		time.AfterFunc(1500*time.Millisecond, func() { _ = cs.Tracker().Delete(podsGVR, "default", name) })
+		return true, nil, cs.Tracker().Update(podsGVR, p, "default")
+	})
+	began := time.Now()
+	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
+	p := waitPodBound(t, cs, "vip", 20*time.Second)
+	if el := time.Since(began); el < 1500*time.Millisecond {
+		t.Errorf("vip bound after %s, before its victim terminated", el)
+	}
+	if p.Spec.NodeName != p.Status.NominatedNodeName {
+		t.Errorf("vip bound to %s, nominated to %s", p.Spec.NodeName, p.Status.NominatedNodeName)
+	}
+	if got := del.list(); len(got) != 1 || got[0] != "low-"+p.Spec.NodeName {
+		t.Errorf("deleted %v, want exactly [low-%s]", got, p.Spec.NodeName)
+	}
+	if sumPreemptions(2, "preemption_waiting") == 0 {
+		t.Error("no retry waited for the terminating victim")
+	}
+	victim, err := cs.Tracker().Get(podsGVR, "default", "low-"+p.Spec.NodeName)
+	if err == nil {
+		t.Errorf("victim still there: %v", victim)
+	}
+}
