@@ -8,10 +8,13 @@
 //	collector: best score wins (random tie-break), once a fraction of shards answered or a deadline passed
 //	          ──Decision{allow|deny}──► shards; the winner re-checks, Reserves, assumes and binds
 //	winner ──CommitResult──► collector: success ends the pod; a conflict requeues it (never dropped)
+//	no feasible node anywhere: the shards propose preemption candidates, the globally cheapest one's
+//	shard evicts its victims and nominates the pod, which is requeued (preempt.go, nominator.go)
 //
 // One concern per file: hash.go (node→shard, pod→collector), envelope.go (the frame relays
 // forward without decoding), wire.go (gRPC with a raw/JSON codec, no protoc), relay.go (scatter
 // tree, bounded queues), shard*.go (framework, informers, evaluation, commit), equivalence.go,
-// collector.go (gather/decide, stragglers), intake.go (watch), metrics.go, run.go (roles),
+// collector.go (gather/decide, stragglers), preempt.go and nominator.go (preemption across
+// shards), intake.go (watch), metrics.go, run.go (roles),
 // simulate.go and projection.go (in-process simulator and the N-node projection).
 package scheduler

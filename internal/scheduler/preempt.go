@@ -112,14 +112,16 @@ type PreemptionCandidate struct {
 
 // cheapestPreemption is the collector's choice when no shard has a feasible node: the live
 // shard with the cheapest candidate (random tie-break), or -1 — also when any shard says the
-// pod is still waiting for the victims of its earlier preemption.
+// pod is still waiting for the victims of its earlier preemption, and when a live shard did not
+// answer: it may have a free node (evicting is only right when nothing fits anywhere) or a
+// cheaper candidate; the pod is retried instead.
 func cheapestPreemption(got map[int]Proposal, live []int) int {
 	best, ties := -1, 0
 	var bc PreemptionCost
 	for _, s := range live {
 		p, ok := got[s]
 		if !ok {
-			continue
+			return -1
 		}
 		if p.PreemptWait {
 			return -1
