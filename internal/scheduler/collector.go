@@ -113,7 +113,7 @@ func (c *Collector) Propose(ctx context.Context, p Proposal) error {
 		} else {
 			c.m.add("unknown_proposals", 1)
 		}
-		if p.Feasible {
+		if p.Feasible || p.Preemption != nil {
 			c.send(ctx, p.Shard, Decision{Key: p.Key, Allow: false, Collector: c.cfg.Index})
 		}
 		return nil
@@ -218,13 +218,19 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 			}
 		}
 	}
+	// No feasible node anywhere: the cheapest preemption candidate wins instead (preempt.go).
+	preempt := false
+	if winner < 0 {
+		winner = cheapestPreemption(a.got, live)
+		preempt = winner >= 0
+	}
 	if !a.first.IsZero() {
 		c.m.observe("gather", now.Sub(a.first))
 	}
 	c.m.add("decided", 1)
 	var deny []int
 	for s, p := range a.got {
-		if p.Feasible && s != winner {
+		if (p.Feasible || p.Preemption != nil) && s != winner {
 			deny = append(deny, s)
 		}
 	}
@@ -257,8 +263,12 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 		c.requeue(a.key, delay, "unschedulable: "+why)
 		return
 	}
-	c.m.add("allowed", 1)
-	if err := c.send(context.WithoutCancel(ctx), winner, Decision{Key: a.key, Allow: true, Collector: c.cfg.Index}); err != nil {
+	if preempt {
+		c.m.add("preemptions", 1)
+	} else {
+		c.m.add("allowed", 1)
+	}
+	if err := c.send(context.WithoutCancel(ctx), winner, Decision{Key: a.key, Allow: true, Collector: c.cfg.Index, Preempt: preempt}); err != nil {
 		c.mu.Lock()
 		if t, ok := c.commits[a.key]; ok {
 			t.Stop()
@@ -320,6 +330,11 @@ func (c *Collector) Result(_ context.Context, r CommitResult) error {
 		if c.cfg.Finished != nil {
 			c.cfg.Finished(r.Key, r.Node, false)
 		}
+	case r.Preempted:
+		// Victims are being evicted and the pod is nominated to r.Node: retry it soon; it binds
+		// once the room is free (the shards answer PreemptWait until then).
+		c.m.add("preempted", 1)
+		c.requeue(r.Key, preemptRequeueDelay, "preempted victims on "+r.Node)
 	default:
 		c.m.add("conflicts", 1)
 		c.requeue(r.Key, 0, "conflict: "+r.Error)

@@ -8,12 +8,15 @@
 //	collector: best score wins (random tie-break), once a fraction of shards answered or a deadline passed
 //	          ──Decision{allow|deny}──► shards; the winner re-checks, Reserves, assumes and binds
 //	winner ──CommitResult──► collector: success ends the pod; a conflict requeues it (never dropped)
+//	no feasible node anywhere: the shards propose preemption candidates, the globally cheapest one's
+//	shard evicts its victims and nominates the pod, which is requeued (preempt.go, nominator.go)
 //
 // One concern per file: hash.go (node→shard, pod→collector), envelope.go (the frame relays
 // forward without decoding), wire.go (gRPC with a raw/JSON codec, no protoc), relay.go (scatter
 // tree, bounded queues), shard*.go (framework, informers, evaluation, commit), global_view.go
 // (per-shard view of the whole cluster for pod affinity/anti-affinity and topology spread),
-// equivalence.go, collector.go (gather/decide, stragglers), intake.go (watch), intake_groups.go
+// equivalence.go, collector.go (gather/decide, stragglers), preempt.go and nominator.go
+// (preemption across shards), intake.go (watch), intake_groups.go
 // (one in-flight attempt per constraint group), webhook.go (validating admission webhook:
 // AdmissionReview in, allowed out, pods offered or forwarded to their collector),
 // intake_webhook.go (the webhook intake's store, gone confirmation and reconcile LIST; its

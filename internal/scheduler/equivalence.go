@@ -90,6 +90,9 @@ func EquivalenceKey(ctx context.Context, fw framework.Framework, pod *corev1.Pod
 	if len(pod.Spec.TopologySpreadConstraints) > 0 || len(pod.Spec.ResourceClaims) > 0 {
 		return 0
 	}
+	if pod.Status.NominatedNodeName != "" {
+		return 0 // its verdict on its nominated node differs from its class's (preempt.go)
+	}
 	for _, v := range pod.Spec.Volumes {
 		// Volumes no Filter plugin looks at (the service-account token every pod gets is projected).
 		if v.Projected == nil && v.ConfigMap == nil && v.Secret == nil && v.DownwardAPI == nil && v.EmptyDir == nil {

@@ -11,6 +11,11 @@ type Proposal struct {
 	Score    int64      `json:"score"`
 	Feasible bool       `json:"feasible"`
 	Reason   string     `json:"reason,omitempty"` // why nothing fits (first plugin message)
+	// Preemption: nothing fits, but evicting these lower-priority pods would (preempt.go).
+	Preemption *PreemptionCandidate `json:"preemption,omitempty"`
+	// PreemptWait: no new preemption for this pod this round, from any shard: the victims of its
+	// earlier preemption are still terminating, or a node of this shard fits it after all.
+	PreemptWait bool `json:"preemptWait,omitempty"`
 }
 
 // Decision is the collector's answer to a shard that proposed a node.
@@ -18,6 +23,7 @@ type Decision struct {
 	Key       AttemptKey `json:"key"`
 	Allow     bool       `json:"allow"`
 	Collector int        `json:"collector"`
+	Preempt   bool       `json:"preempt,omitempty"` // allow = evict the proposed victims (no bind)
 }
 
 // CommitResult is the winner's report after its bind attempt.
@@ -29,6 +35,8 @@ type CommitResult struct {
 	Conflict bool       `json:"conflict"` // node no longer fits (capacity taken): requeue
 	Gone     bool       `json:"gone"`     // pod deleted or already bound by someone else: done
 	Error    string     `json:"error,omitempty"`
+	// Preempted: victims evicted and the pod nominated to Node; requeue it to bind there.
+	Preempted bool `json:"preempted,omitempty"`
 }
 
 // FrameSink takes frames (relays and shards). Send blocks when the receiver's queue is full:

@@ -66,6 +66,9 @@ type Shard struct {
 	stop    context.CancelFunc
 	synced  []cache.InformerSynced // this shard's handlers have seen the initial lists
 	gv      *globalView            // nil: off
+
+	nominator *nominator // pods nominated to nodes by preemption (nominator.go)
+	pre       *preemptor // preemption dry run and victim selection (preempt.go)
 }
 
 // WaitSynced waits until the shard's cache holds the initial nodes and pods (the handlers, not
@@ -84,7 +87,8 @@ type heldPod struct {
 	since   time.Time
 	state   fwk.CycleState
 	assumed *corev1.Pod
-	fw      framework.Framework // the framework state belongs to (nil: the shard's own)
+	fw      framework.Framework  // the framework state belongs to (nil: the shard's own)
+	preempt *PreemptionCandidate // a preemption proposal: nothing reserved (preempt.go)
 }
 
 const podNodeIndex = "meganode.spec.nodeName"
@@ -152,6 +156,9 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 			return nil, fmt.Errorf("shard %d: %w", cfg.Index, err)
 		}
 		s.synced = append(s.synced, s.gv.synced...)
+	}
+	if err := s.initPreemption(ctx); err != nil {
+		return nil, fmt.Errorf("shard %d: preemption: %w", cfg.Index, err)
 	}
 	return s, nil
 }
@@ -226,16 +233,20 @@ func (s *Shard) handle(ctx context.Context, frame []byte) {
 	s.mu.Lock()
 	res := s.evaluateLocked(ctx, pod)
 	var hp *heldPod
+	var pre preemptAnswer
 	if res.node != "" {
 		hp = &heldPod{pod: pod, node: res.node, hdr: h, since: time.Now(), state: res.state, fw: res.fw}
 		if r := s.reserveLocked(ctx, hp); r != nil {
 			res = evalResult{reason: r.Error}
 			hp = nil
 		}
+	} else if pre = s.preemptionLocked(ctx, pod); pre.cand != nil {
+		hp = &heldPod{pod: pod, node: pre.cand.Node, hdr: h, since: time.Now(), preempt: pre.cand}
 	}
 	s.mu.Unlock()
 	s.m.add("evaluated", 1)
-	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason}
+	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason,
+		Preemption: pre.cand, PreemptWait: pre.wait}
 	if hp != nil {
 		s.held.Store(h.Key(), hp)
 	}
@@ -290,6 +301,9 @@ func (s *Shard) Decide(ctx context.Context, d Decision) error {
 		s.m.add("denied", 1)
 		s.release(ctx, h)
 		return nil
+	}
+	if h.preempt != nil {
+		return s.startPreemption(ctx, d, h)
 	}
 	s.m.add("allowed", 1)
 	select {

@@ -104,7 +104,10 @@ func newFrameworkSharing(ctx context.Context, cs kubernetes.Interface, factory i
 	if err != nil {
 		return nil, err
 	}
-	// Nominated pods belong to preemption, which meganode does not run across shards yet.
+	// A placeholder: NewShard installs the shard's nominator (nominator.go), which holds the pods
+	// a cross-shard preemption nominated (preempt.go). The framework's own PostFilter
+	// (DefaultPreemption) is never run: it would evict in each shard before the shards' candidates
+	// were compared; preempt.go drives the plugin's dry run and victim selection instead.
 	fw.SetPodNominator(noNominator{})
 	return fw, nil
 }
