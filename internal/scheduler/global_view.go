@@ -42,7 +42,12 @@ type globalView struct {
 	snapshot *internalcache.Snapshot
 	fw       framework.Framework
 	ghosts   map[string]ghost // pod UID → placement learnt from a frame (guarded by Shard.mu)
-	synced   []cache.InformerSynced
+	// seen: constrained pods this shard evaluated, by UID (guarded by Shard.mu). A placement in a
+	// frame may name a pod the shard's informer has not delivered at all yet (created, scheduled
+	// and bound faster than the watch: seen under load in CI); its labels and affinity terms,
+	// which a ghost needs, come from the frame the shard evaluated it from.
+	seen   map[string]ghost
+	synced []cache.InformerSynced
 }
 
 type ghost struct {
@@ -67,7 +72,7 @@ func podHasCrossNodeConstraints(p *corev1.Pod) bool {
 // initGlobalView builds the second cache, snapshot and framework and registers the informer
 // handlers that feed them (every node, every bound non-terminal pod).
 func (s *Shard) initGlobalView(ctx context.Context, profile string) error {
-	gv := &globalView{cache: internalcache.New(ctx, nil, false), snapshot: internalcache.NewEmptySnapshot(), ghosts: map[string]ghost{}}
+	gv := &globalView{cache: internalcache.New(ctx, nil, false), snapshot: internalcache.NewEmptySnapshot(), ghosts: map[string]ghost{}, seen: map[string]ghost{}}
 	fw, err := newFrameworkSharing(ctx, s.cfg.Client, s.cfg.Informers, gv.snapshot, gv.cache, profile, s.cfg.Parallelism, s.fw)
 	if err != nil {
 		return fmt.Errorf("global view framework: %w", err)
@@ -284,6 +289,13 @@ type Placement struct {
 // notePlaced makes the global view hold the placements a frame carries: a stale reservation of
 // this shard for such a pod (its deny is still on the way) is released, and a pod the global
 // cache does not hold yet is assumed on its node as a ghost until the informer confirms it.
+// noteSeen remembers a constrained pod's object from its frame (for notePlaced; Shard.mu held).
+func (s *Shard) noteSeen(pod *corev1.Pod) {
+	if gv := s.gv; gv != nil && podHasCrossNodeConstraints(pod) {
+		gv.seen[string(pod.UID)] = ghost{pod: pod, at: time.Now()}
+	}
+}
+
 func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 	gv := s.gv
 	if gv == nil || len(placed) == 0 {
@@ -310,12 +322,21 @@ func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 			s.m.add("ghosts_expired", 1)
 		}
 	}
+	for uid, g := range gv.seen {
+		if now.Sub(g.at) > ghostTTL {
+			delete(gv.seen, uid)
+		}
+	}
 	for _, p := range placed {
-		o, ok, _ := s.pods.GetStore().GetByKey(p.Namespace + "/" + p.Name)
-		if !ok {
+		var pod *corev1.Pod
+		if o, ok, _ := s.pods.GetStore().GetByKey(p.Namespace + "/" + p.Name); ok {
+			pod = o.(*corev1.Pod)
+		} else if g, ok := gv.seen[p.UID]; ok {
+			pod = g.pod // not delivered by the watch yet: the object from the frame
+		} else {
+			s.m.add("placements_unknown", 1)
 			continue
 		}
-		pod := o.(*corev1.Pod)
 		if string(pod.UID) != p.UID || terminal(pod) {
 			continue
 		}

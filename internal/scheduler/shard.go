@@ -231,6 +231,7 @@ func (s *Shard) handle(ctx context.Context, frame []byte) {
 	s.m.observe("decode", time.Since(t0))
 	s.notePlaced(ctx, h.Placed)
 	s.mu.Lock()
+	s.noteSeen(pod)
 	res := s.evaluateLocked(ctx, pod)
 	var hp *heldPod
 	var pre preemptAnswer
