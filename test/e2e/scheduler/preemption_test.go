@@ -3,8 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -27,37 +25,9 @@ func TestMeganodeSchedulerPreemption(t *testing.T) {
 		shards = 2
 		ns     = "preempt-e2e"
 	)
-	bd := binDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	began := time.Now()
-	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: filepath.Join(t.TempDir(), "cluster"), Store: cluster.StoreMeganode,
-		StoreShards: 1, Nodes: nodes, BinDir: bd, Scheduler: cluster.SchedulerMeganode, SchedulerShards: shards})
-	if st != nil {
-		defer func() {
-			if t.Failed() {
-				for _, c := range st.Components {
-					if c.Kind == cluster.KindMeganodeScheduler {
-						b, _ := os.ReadFile(c.Log)
-						s := string(b)
-						if len(s) > 4000 {
-							s = s[len(s)-4000:]
-						}
-						t.Logf("--- %s:\n%s", c.Log, s)
-					}
-				}
-			}
-			_ = st.Down(10*time.Second, nil)
-		}()
-	}
-	if err != nil {
-		t.Fatalf("up --scheduler meganode: %v", err)
-	}
-	t.Logf("up with %d nodes and %d scheduler shards in %.1fs", nodes, shards, time.Since(began).Seconds())
-	cs, err := cluster.Clientset(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cs := upMeganode(ctx, t, cluster.UpOptions{Nodes: nodes, Scheduler: cluster.SchedulerMeganode, SchedulerShards: shards})
 	if err := cluster.EnsureNamespace(ctx, cs, ns); err != nil {
 		t.Fatal(err)
 	}

@@ -184,16 +184,16 @@ func schedulerMetric(t *testing.T, st *cluster.State, name, componentPrefix stri
 	return 0
 }
 
-func TestMeganodeSchedulerOnCluster(t *testing.T) {
-	bd := binDir(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
-	stateDir := filepath.Join(t.TempDir(), "cluster")
+// upMeganode starts an `up` cluster on meganode-store with o's scheduler options (StateDir,
+// store and BinDir filled in), stops it when the test ends — dumping the scheduler's and the
+// apiserver's log tails when the test failed — and returns it with a clientset.
+func upMeganode(ctx context.Context, t *testing.T, o cluster.UpOptions) (*cluster.State, kubernetes.Interface) {
+	t.Helper()
+	o.StateDir, o.Store, o.StoreShards, o.BinDir = filepath.Join(t.TempDir(), "cluster"), cluster.StoreMeganode, 1, binDir(t)
 	began := time.Now()
-	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: stateDir, Store: cluster.StoreMeganode, StoreShards: 1, Nodes: nodes,
-		BinDir: bd, Scheduler: cluster.SchedulerMeganode, SchedulerShards: shards})
+	st, err := cluster.Up(ctx, o)
 	if st != nil {
-		defer func() {
+		t.Cleanup(func() {
 			if t.Failed() {
 				for _, c := range st.Components {
 					if c.Kind == cluster.KindMeganodeScheduler || c.Kind == cluster.BinAPIServer {
@@ -207,16 +207,23 @@ func TestMeganodeSchedulerOnCluster(t *testing.T) {
 				}
 			}
 			_ = st.Down(10*time.Second, nil)
-		}()
+		})
 	}
 	if err != nil {
-		t.Fatalf("up --scheduler meganode: %v", err)
+		t.Fatalf("up --scheduler %s --shards %d --intake %q: %v", o.Scheduler, o.SchedulerShards, o.SchedulerIntake, err)
 	}
-	t.Logf("up with %d nodes and %d scheduler shards in %.1fs", nodes, shards, time.Since(began).Seconds())
+	t.Logf("up with %d nodes, %d scheduler shards (intake %q) in %.1fs", o.Nodes, o.SchedulerShards, o.SchedulerIntake, time.Since(began).Seconds())
 	cs, err := cluster.Clientset(st)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return st, cs
+}
+
+func TestMeganodeSchedulerOnCluster(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	st, cs := upMeganode(ctx, t, cluster.UpOptions{Nodes: nodes, Scheduler: cluster.SchedulerMeganode, SchedulerShards: shards})
 	const ns = "sched-e2e"
 	if err := cluster.EnsureNamespace(ctx, cs, ns); err != nil {
 		t.Fatal(err)

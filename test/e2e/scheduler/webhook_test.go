@@ -36,39 +36,10 @@ import (
 // included, must pass a server-side dry run.
 func TestMeganodeSchedulerWebhookIntake(t *testing.T) {
 	const nodes, shards, pods = 20, 2, 100
-	bd := binDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	stateDir := filepath.Join(t.TempDir(), "cluster")
-	began := time.Now()
-	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: stateDir, Store: cluster.StoreMeganode, StoreShards: 1, Nodes: nodes,
-		BinDir: bd, Scheduler: cluster.SchedulerMeganode, SchedulerShards: shards, SchedulerIntake: cluster.IntakeWebhook,
-		SchedulerArgs: []string{"--reconcile-every=2s"}})
-	if st != nil {
-		defer func() {
-			if t.Failed() {
-				for _, c := range st.Components {
-					if c.Kind == cluster.KindMeganodeScheduler || c.Kind == cluster.BinAPIServer {
-						b, _ := os.ReadFile(c.Log)
-						s := string(b)
-						if len(s) > 4000 {
-							s = s[len(s)-4000:]
-						}
-						t.Logf("--- %s:\n%s", c.Log, s)
-					}
-				}
-			}
-			_ = st.Down(10*time.Second, nil)
-		}()
-	}
-	if err != nil {
-		t.Fatalf("up --scheduler meganode --intake webhook: %v", err)
-	}
-	t.Logf("up with %d nodes, %d shards, webhook intake in %.1fs", nodes, shards, time.Since(began).Seconds())
-	cs, err := cluster.Clientset(st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	st, cs := upMeganode(ctx, t, cluster.UpOptions{Nodes: nodes, Scheduler: cluster.SchedulerMeganode, SchedulerShards: shards,
+		SchedulerIntake: cluster.IntakeWebhook, SchedulerArgs: []string{"--reconcile-every=2s"}})
 	const ns = "webhook-e2e"
 	if err := cluster.EnsureNamespace(ctx, cs, ns); err != nil {
 		t.Fatal(err)
