@@ -10,9 +10,6 @@ package scheduler
 
 import (
 	"bytes"
-	"os"
-	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -22,74 +19,25 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meganode/meganode/deploy/manifesttest"
 	"github.com/meganode/meganode/internal/scheduler"
 )
 
-type doc struct {
-	file string
-	obj  any
-}
-
-func load(t *testing.T) []doc {
+// load decodes every manifest of this directory (deploy/manifesttest).
+func load(t *testing.T) []manifesttest.Doc {
 	t.Helper()
-	files, err := filepath.Glob("*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
-	}
-	var out []doc
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			if strings.TrimSpace(stripComments(part)) == "" {
-				continue
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(part), &tm); err != nil {
-				t.Fatalf("%s document %d: %v", f, i+1, err)
-			}
-			var obj any
-			switch tm.APIVersion + "/" + tm.Kind {
-			case "v1/Namespace":
-				obj = &corev1.Namespace{}
-			case "v1/ServiceAccount":
-				obj = &corev1.ServiceAccount{}
-			case "v1/Service":
-				obj = &corev1.Service{}
-			case "apps/v1/StatefulSet":
-				obj = &appsv1.StatefulSet{}
-			case "apps/v1/Deployment":
-				obj = &appsv1.Deployment{}
-			case "rbac.authorization.k8s.io/v1/ClusterRoleBinding":
-				obj = &rbacv1.ClusterRoleBinding{}
-			case "admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration":
-				obj = &admissionregistrationv1.ValidatingWebhookConfiguration{}
-			default:
-				t.Fatalf("%s document %d: unexpected kind %s %s", f, i+1, tm.APIVersion, tm.Kind)
-			}
-			if err := yaml.UnmarshalStrict([]byte(part), obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", f, i+1, tm.Kind, err)
-			}
-			out = append(out, doc{f, obj})
-		}
-	}
-	return out
-}
-
-func stripComments(s string) string {
-	var b bytes.Buffer
-	for _, l := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
+	return manifesttest.Load(t, map[string]func() any{
+		"v1/Namespace":        func() any { return &corev1.Namespace{} },
+		"v1/ServiceAccount":   func() any { return &corev1.ServiceAccount{} },
+		"v1/Service":          func() any { return &corev1.Service{} },
+		"apps/v1/StatefulSet": func() any { return &appsv1.StatefulSet{} },
+		"apps/v1/Deployment":  func() any { return &appsv1.Deployment{} },
+		"rbac.authorization.k8s.io/v1/ClusterRoleBinding":                func() any { return &rbacv1.ClusterRoleBinding{} },
+		"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration": func() any { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
+	})
 }
 
 // workload is a StatefulSet or Deployment reduced to what the checks need.
@@ -124,15 +72,15 @@ func containerPort(c corev1.Container, port string) bool {
 }
 
 // variant checks one way to apply the manifests (the files not skipped).
-func variant(t *testing.T, docs []doc, skip ...string) {
+func variant(t *testing.T, docs []manifesttest.Doc, skip ...string) {
 	var services []*corev1.Service
 	var loads []workload
 	var hooks []*admissionregistrationv1.ValidatingWebhookConfiguration
 	for _, d := range docs {
-		if slices.Contains(skip, d.file) {
+		if slices.Contains(skip, d.File) {
 			continue
 		}
-		switch o := d.obj.(type) {
+		switch o := d.Obj.(type) {
 		case *corev1.Service:
 			services = append(services, o)
 		case *appsv1.StatefulSet:
@@ -350,8 +298,8 @@ func TestManifests(t *testing.T) {
 func TestWebhookCollectorsMatchWatchCollectors(t *testing.T) {
 	var watch, hook *appsv1.StatefulSet
 	for _, d := range load(t) {
-		if s, ok := d.obj.(*appsv1.StatefulSet); ok && s.Name == "meganode-collector" {
-			switch d.file {
+		if s, ok := d.Obj.(*appsv1.StatefulSet); ok && s.Name == "meganode-collector" {
+			switch d.File {
 			case "collectors.yaml":
 				watch = s
 			case "collectors-webhook.yaml":

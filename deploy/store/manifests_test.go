@@ -4,74 +4,25 @@
 package store
 
 import (
-	"bytes"
 	"fmt"
 	"net/url"
-	"os"
-	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"sigs.k8s.io/yaml"
+
+	"github.com/meganode/meganode/deploy/manifesttest"
 )
 
-type doc struct {
-	file string
-	obj  any
-}
-
-func load(t *testing.T) []doc {
+// load decodes every manifest of this directory (deploy/manifesttest).
+func load(t *testing.T) []manifesttest.Doc {
 	t.Helper()
-	files, err := filepath.Glob("*.yaml")
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests: %v", err)
-	}
-	var out []doc
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			if strings.TrimSpace(stripComments(part)) == "" {
-				continue
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(part), &tm); err != nil {
-				t.Fatalf("%s document %d: %v", f, i+1, err)
-			}
-			var obj any
-			switch tm.APIVersion + "/" + tm.Kind {
-			case "apps/v1/StatefulSet":
-				obj = &appsv1.StatefulSet{}
-			case "v1/Service":
-				obj = &corev1.Service{}
-			case "v1/Namespace":
-				obj = &corev1.Namespace{}
-			default:
-				t.Fatalf("%s document %d: unexpected kind %s %s", f, i+1, tm.APIVersion, tm.Kind)
-			}
-			if err := yaml.UnmarshalStrict([]byte(part), obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", f, i+1, tm.Kind, err)
-			}
-			out = append(out, doc{f, obj})
-		}
-	}
-	return out
-}
-
-func stripComments(s string) string {
-	var b bytes.Buffer
-	for _, l := range strings.Split(s, "\n") {
-		if !strings.HasPrefix(strings.TrimSpace(l), "#") {
-			b.WriteString(l + "\n")
-		}
-	}
-	return b.String()
+	return manifesttest.Load(t, map[string]func() any{
+		"apps/v1/StatefulSet": func() any { return &appsv1.StatefulSet{} },
+		"v1/Service":          func() any { return &corev1.Service{} },
+		"v1/Namespace":        func() any { return &corev1.Namespace{} },
+	})
 }
 
 func TestManifests(t *testing.T) {
@@ -79,7 +30,7 @@ func TestManifests(t *testing.T) {
 	services := map[string]*corev1.Service{}
 	var sets []*appsv1.StatefulSet
 	for _, d := range docs {
-		switch o := d.obj.(type) {
+		switch o := d.Obj.(type) {
 		case *corev1.Service:
 			services[o.Name] = o
 		case *appsv1.StatefulSet:
