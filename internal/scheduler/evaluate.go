@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
@@ -77,18 +76,7 @@ func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult 
 	if !st.IsSuccess() {
 		return evalResult{reason: "score: " + st.Message()}
 	}
-	best, ties := -1, 0
-	for i := range scores {
-		switch {
-		case best < 0 || scores[i].TotalScore > scores[best].TotalScore:
-			best, ties = i, 1
-		case scores[i].TotalScore == scores[best].TotalScore:
-			ties++
-			if rand.IntN(ties) == 0 {
-				best = i
-			}
-		}
-	}
+	best := bestOf(scores)
 	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state}
 }
 

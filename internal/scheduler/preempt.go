@@ -335,17 +335,7 @@ func (s *Shard) startPreemption(ctx context.Context, d Decision, h *heldPod) err
 		s.report(ctx, d.Collector, CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "allowed to bind a preemption proposal"})
 		return nil
 	}
-	select {
-	case s.bindSem <- struct{}{}:
-	case <-ctx.Done():
-		return ctx.Err()
-	}
-	go func() {
-		defer func() { <-s.bindSem }()
-		r := s.preempt(context.WithoutCancel(ctx), h)
-		s.report(context.WithoutCancel(ctx), d.Collector, r)
-	}()
-	return nil
+	return s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.preempt(ctx, h) })
 }
 
 // victimsLocked recomputes, from the current snapshot, the victims that make pod fit on node.

@@ -307,6 +307,13 @@ func (s *Shard) Decide(ctx context.Context, d Decision) error {
 		return s.startPreemption(ctx, d, h)
 	}
 	s.m.add("allowed", 1)
+	return s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.commit(ctx, h) })
+}
+
+// inBackground runs work (a bind or an eviction, which call the apiserver) on a goroutine once
+// one of the shard's bind slots is free, and reports its result to the collector. The work
+// outlives a cancelled decision context: a started bind is finished and reported.
+func (s *Shard) inBackground(ctx context.Context, collector int, work func(context.Context) CommitResult) error {
 	select {
 	case s.bindSem <- struct{}{}:
 	case <-ctx.Done():
@@ -314,8 +321,8 @@ func (s *Shard) Decide(ctx context.Context, d Decision) error {
 	}
 	go func() {
 		defer func() { <-s.bindSem }()
-		r := s.commit(context.WithoutCancel(ctx), h)
-		s.report(context.WithoutCancel(ctx), d.Collector, r)
+		r := work(context.WithoutCancel(ctx))
+		s.report(context.WithoutCancel(ctx), collector, r)
 	}()
 	return nil
 }
