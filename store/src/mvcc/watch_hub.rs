@@ -114,9 +114,6 @@ impl WatchHub {
             log.start = old.rev + 1;
             dropped += 1;
         }
-        if let Some(b) = log.batches.front() {
-            log.start = b.rev;
-        }
         dropped
     }
 

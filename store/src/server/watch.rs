@@ -196,7 +196,7 @@ impl Session {
                                 let pe = pb_event(e, w.prev_kv);
                                 let n = pe.encoded_len();
                                 match outs.last_mut() {
-                                    Some((rev, evs)) if size + n <= RESPONSE_BYTES || evs.is_empty() => {
+                                    Some((rev, evs)) if size + n <= RESPONSE_BYTES => {
                                         *rev = b.rev;
                                         evs.push(pe);
                                         size += n;
