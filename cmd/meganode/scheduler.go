@@ -42,7 +42,7 @@ func runScheduler(args []string) error {
 	queue := fs.Int("queue", 1024, "bounded queue length per hop (back-pressure)")
 	deadAfter := fs.Duration("dead-after", 3*time.Second, "role all: a shard silent this long is declared dead and its nodes taken over")
 	qps := fs.Float64("kube-api-qps", 5000, "client QPS (binds)")
-	feasibleRun := fs.Int("feasible-to-find", 0, "per shard: stop filtering after this many feasible nodes (0: examine every node)")
+	feasibleRun := fs.String("feasible-to-find", "auto", "per shard: stop filtering after this many feasible nodes: auto (kube-scheduler's adaptive percentageOfNodesToScore over the shard's own nodes: 1 shard samples as stock does, more shards examine more), all, or a count")
 	globalView := fs.String("global-view", "auto", "auto: pods with pod (anti-)affinity or topology spread are evaluated on a per-shard view of all nodes and pods (O(N) memory per shard) and serialised per constraint group | off: every pod sees only its shard's nodes")
 	health := fs.String("healthz", "", "127.0.0.1:port for /healthz and /metrics")
 	listen := fs.String("listen", "", "roles shard/relay/collector: 127.0.0.1:port to serve gRPC on")
@@ -66,9 +66,13 @@ func runScheduler(args []string) error {
 	if eq == 0 {
 		eq = -1
 	}
+	ftf, err := scheduler.ParseFeasibleToFind(*feasibleRun)
+	if err != nil {
+		return err
+	}
 	cfg := scheduler.Config{Kubeconfig: *kubeconfig, SchedulerName: *name, Shards: *shards, Collectors: *collectors, Fanout: *fanout,
 		Fraction: *fraction, Deadline: *deadline, EquivalenceTTL: eq, Parallelism: *parallelism, QueueLen: *queue,
-		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: *feasibleRun, InFlight: *inflight,
+		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: ftf, InFlight: *inflight,
 		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile},
 		GlobalView: *globalView}
 	if *role != "all" {
@@ -154,7 +158,9 @@ func runSchedulerSimulate(args []string) error {
 		cost     *scheduler.ShardCost
 	}
 	vs := []*variant{{label: "equivalence on, every node examined", eq: 2 * time.Second},
-		{label: "equivalence off, every node examined", eq: -1}}
+		{label: "equivalence off, every node examined", eq: -1},
+		{label: fmt.Sprintf("equivalence on, auto: stop at %d feasible nodes", scheduler.FeasibleLimit(scheduler.FeasibleAuto, shardSize)),
+			eq: 2 * time.Second, feasible: scheduler.FeasibleAuto}}
 	if *feasible > 0 {
 		vs = append(vs, &variant{label: fmt.Sprintf("equivalence on, stop at %d feasible nodes", *feasible), eq: 2 * time.Second, feasible: *feasible})
 	}
@@ -254,6 +260,8 @@ func runSchedulerBench(args []string) error {
 	stateDir := fs.String("state-dir", filepath.Join(os.TempDir(), "meganode-sched-bench"), "state directory for the clusters (one at a time)")
 	jsonOut := fs.String("json", "", "write the rows as JSON here")
 	nodeLease := fs.Int("node-lease-seconds", 0, "KWOK node lease duration (0 = 40 s); e.g. 600 at 10K nodes keeps lease writes from saturating the apiserver on a small machine")
+	profileDir := fs.String("profile-dir", "", "meganode runs: save a CPU profile of the scheduler during the drain here (<label>.pprof)")
+	profileSec := fs.Int("profile-seconds", 15, "length of that profile")
 	var extra stringList
 	fs.Var(&extra, "scheduler-arg", "extra `meganode scheduler` flag (repeatable)")
 	if ok, err := parseUpFlags(fs, args); !ok {
@@ -270,7 +278,7 @@ func runSchedulerBench(args []string) error {
 	ctx, stop := signalContext()
 	defer stop()
 	o := scheduler.BenchOptions{Nodes: *nodes, Pods: *pods, Shards: shards, NoStock: *noStock, LatencyPods: *latPods, LatencyQPS: *latQPS,
-		StateDir: *stateDir, SchedulerArg: extra, NodeLeaseSec: *nodeLease, Progress: bench.NewProgress(os.Stderr)}
+		StateDir: *stateDir, SchedulerArg: extra, NodeLeaseSec: *nodeLease, ProfileDir: *profileDir, ProfileSec: *profileSec, Progress: bench.NewProgress(os.Stderr)}
 	rows, err := scheduler.RunBench(ctx, o)
 	scheduler.PrintBench(os.Stdout, o, rows)
 	if *jsonOut != "" {

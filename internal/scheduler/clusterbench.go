@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -32,6 +33,8 @@ type BenchOptions struct {
 	BinDir       string
 	SchedulerArg []string        // extra meganode scheduler flags
 	NodeLeaseSec int             // KWOK node lease duration (0 = 40 s); longer keeps lease writes from drowning the apiserver at 10K nodes
+	ProfileDir   string          // meganode runs: a CPU profile of the scheduler (first ProfileSec of the drain) and its /metrics after it are written here
+	ProfileSec   int             // default 15
 	Progress     *bench.Progress `json:"-"`
 }
 
@@ -135,6 +138,18 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 	t0 := time.Now()
 	_ = syscall.Kill(sched.Pid, syscall.SIGCONT)
 	resumed = true
+	profDone := make(chan struct{})
+	if o.ProfileDir != "" && kind == cluster.SchedulerMeganode {
+		go func() {
+			defer close(profDone)
+			if err := fetchProfile(ctx, sched.URL, o.ProfileSec, filepath.Join(o.ProfileDir, strings.ReplaceAll(label, "/", "-")+".pprof")); err != nil {
+				prog.Printf("   profile: %v", err)
+			}
+		}()
+	} else {
+		close(profDone)
+	}
+	defer func() { <-profDone }()
 	n, err := waitAllBound(ctx, cs, o.Pods, 10*time.Minute)
 	el := time.Since(t0)
 	cpu := procCPU(sched.Pid) - cpu0
@@ -142,6 +157,11 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 		return nil, fmt.Errorf("drain: %d of %d bound: %w", n, o.Pods, err)
 	}
 	row.DrainSeconds, row.PodsPerSec, row.CPUMsPerPod = el.Seconds(), float64(o.Pods)/el.Seconds(), cpu*1e3/float64(o.Pods)
+	if o.ProfileDir != "" && kind == cluster.SchedulerMeganode {
+		if err := saveURL(ctx, sched.URL+"/metrics", filepath.Join(o.ProfileDir, strings.ReplaceAll(label, "/", "-")+".metrics")); err != nil {
+			prog.Printf("   metrics: %v", err)
+		}
+	}
 	if err := utilisation(ctx, cs, row); err != nil {
 		return nil, err
 	}
@@ -193,27 +213,62 @@ func createBenchPods(ctx context.Context, cs kubernetes.Interface, prefix string
 	}
 }
 
+// waitAllBound counts bound pods of benchNS from one LIST and then a watch, so the wait adds
+// one list and a stream of events to the apiserver, not a 10K-pod LIST every poll (which on
+// this 2-core machine took apiserver CPU from both schedulers).
 func waitAllBound(ctx context.Context, cs kubernetes.Interface, want int, timeout time.Duration) (int, error) {
-	deadline := time.Now().Add(timeout)
-	for {
-		pl, err := cs.CoreV1().Pods(benchNS).List(ctx, metav1.ListOptions{ResourceVersion: "0"})
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	bound := map[string]bool{}
+	for ctx.Err() == nil {
+		pl, err := cs.CoreV1().Pods(benchNS).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return 0, err
+			time.Sleep(100 * time.Millisecond)
+			continue
 		}
-		n := 0
+		clear(bound)
 		for _, p := range pl.Items {
-			if p.Spec.NodeName != "" {
+			bound[p.Name] = p.Spec.NodeName != ""
+		}
+		if countTrue(bound) >= want {
+			return countTrue(bound), nil
+		}
+		w, err := cs.CoreV1().Pods(benchNS).Watch(ctx, metav1.ListOptions{ResourceVersion: pl.ResourceVersion, AllowWatchBookmarks: true})
+		if err != nil {
+			continue
+		}
+		n := countTrue(bound)
+		for ev := range w.ResultChan() {
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			was := bound[p.Name]
+			now := p.Spec.NodeName != "" && ev.Type != "DELETED"
+			bound[p.Name] = now
+			if now && !was {
 				n++
+			} else if was && !now {
+				n--
+			}
+			if n >= want {
+				w.Stop()
+				return n, nil
 			}
 		}
-		if n >= want {
-			return n, nil
-		}
-		if time.Now().After(deadline) {
-			return n, fmt.Errorf("timeout")
-		}
-		time.Sleep(100 * time.Millisecond)
+		w.Stop() // the watch ended (timeout, expiry): list again
 	}
+	return countTrue(bound), fmt.Errorf("timeout")
+}
+
+func countTrue(m map[string]bool) int {
+	n := 0
+	for _, v := range m {
+		if v {
+			n++
+		}
+	}
+	return n
 }
 
 // utilisation: requested CPU / allocatable per node, over every node.
@@ -258,6 +313,42 @@ func utilisation(ctx context.Context, cs kubernetes.Interface, row *BenchRow) er
 	}
 	row.UtilStddev = math.Sqrt(row.UtilStddev)
 	return nil
+}
+
+// fetchProfile saves the scheduler's /debug/pprof/profile for sec seconds (default 15) to path.
+func fetchProfile(ctx context.Context, base string, sec int, path string) error {
+	if sec <= 0 {
+		sec = 15
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return saveURL(ctx, fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, sec), path)
+}
+
+// saveURL writes the body of a GET to path.
+func saveURL(ctx context.Context, url, path string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", req.URL, resp.Status)
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // procCPU is the user+system CPU seconds of pid.

@@ -59,6 +59,7 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 	}
 	s.m.observe("bind", time.Since(tb))
 	fw.RunPostBindPlugins(ctx, state, assumed, h.node)
+	s.events.scheduled(assumed, h.node)
 	s.m.add("bound", 1)
 	r.Bound = true
 	return r

@@ -2,6 +2,8 @@ package scheduler
 
 import (
 	"context"
+	"fmt"
+	"strconv"
 	"sync/atomic"
 	"time"
 
@@ -80,6 +82,42 @@ func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult 
 	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state}
 }
 
+// FeasibleAuto as a FeasibleToFind: each shard stops after kube-scheduler's adaptive number of
+// feasible nodes, computed over the shard's own node count.
+const FeasibleAuto = -1
+
+// FeasibleLimit is how many feasible nodes a shard of n nodes looks for (0: all). FeasibleAuto
+// is kube-scheduler's default percentageOfNodesToScore rule (numFeasibleNodesToFind): every
+// node below 100, else 50% − n/125 percentage points, at least 5%, at least 100 nodes. Applied
+// per shard, one shard samples exactly as the stock scheduler does over the same nodes, and S
+// shards together examine more: at 10K nodes 500 with 1 shard, 2×500 with 2, 4×750 with 4,
+// every node once shards hold ≤ 100.
+func FeasibleLimit(cfg, n int) int {
+	if cfg >= 0 {
+		return cfg
+	}
+	if n < 100 {
+		return 0
+	}
+	pct := max(50-n/125, 5)
+	return max(n*pct/100, 100)
+}
+
+// ParseFeasibleToFind reads the --feasible-to-find flag: "auto", "all" or a count.
+func ParseFeasibleToFind(v string) (int, error) {
+	switch v {
+	case "auto":
+		return FeasibleAuto, nil
+	case "all", "0":
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("--feasible-to-find: want auto, all or a count, got %q", v)
+	}
+	return n, nil
+}
+
 // filter runs Filter over nodes in parallel, reusing verdicts of the pod's equivalence class
 // for nodes whose generation has not moved. With FeasibleToFind > 0 it stops once that many
 // feasible nodes are found (relaxed randomisation: the walk starts where the previous pod's
@@ -87,16 +125,18 @@ func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult 
 func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) ([]fwk.NodeInfo, string) {
 	now := time.Now()
 	key := EquivalenceKey(ctx, s.fw, pod)
-	prev := s.eq.get(key, now)
+	verdicts := s.eq.class(key, now)
 	n := len(nodes)
 	const (
 		unknown = iota
 		pass
 		fail
+		reusedPass // verdicts from the class cache: not written back
+		reusedFail
 	)
 	verdictAt := make([]uint8, n)
 	start := 0
-	limit := int64(s.cfg.FeasibleToFind)
+	limit := int64(FeasibleLimit(s.cfg.FeasibleToFind, n))
 	if limit > 0 {
 		start = s.nextStart % n
 	}
@@ -107,9 +147,9 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	s.fw.Parallelizer().Until(fctx, n, func(i int) {
 		idx := (start + i) % n
 		nd := nodes[idx]
-		ok := false
-		if v, hit := prev[nd.Node().Name]; prev != nil && hit && v.gen == nd.GetGeneration() {
-			ok = v.ok
+		ok, hit := false, false
+		if v, cached := verdicts[nd.Node().Name]; cached && v.gen == nd.GetGeneration() {
+			ok, hit = v.ok, true
 			reused.Add(1)
 		} else {
 			st := s.fw.RunFilterPluginsWithNominatedPods(fctx, state, pod, nd)
@@ -127,44 +167,31 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		} else {
 			verdictAt[idx] = fail
 		}
+		if hit {
+			verdictAt[idx] += reusedPass - pass
+		}
 	}, "Filter")
 	var feasible []fwk.NodeInfo
-	var verdicts map[string]verdict
-	if key != 0 && s.eq.ttl > 0 {
-		verdicts = make(map[string]verdict, n)
-	}
 	examined, last := 0, start
 	for i := range n {
 		idx := (start + i) % n
-		switch verdictAt[idx] {
+		v := verdictAt[idx]
+		switch v {
 		case unknown:
 			continue
-		case pass:
+		case pass, reusedPass:
 			if limit <= 0 || int64(len(feasible)) < limit {
 				feasible = append(feasible, nodes[idx])
 			}
 		}
 		examined++
 		last = idx
-		if verdicts != nil {
-			verdicts[nodes[idx].Node().Name] = verdict{gen: nodes[idx].GetGeneration(), ok: verdictAt[idx] == pass}
+		if verdicts != nil && (v == pass || v == fail) {
+			verdicts[nodes[idx].Node().Name] = verdict{gen: nodes[idx].GetGeneration(), ok: v == pass}
 		}
 	}
 	if limit > 0 {
 		s.nextStart = last + 1
-	}
-	if verdicts != nil && (prev == nil || limit <= 0) {
-		s.eq.put(key, verdicts, now, prev != nil)
-	} else if verdicts != nil {
-		// A partial walk: merge the fresh verdicts into the class's map.
-		merged := make(map[string]verdict, len(prev)+len(verdicts))
-		for k, v := range prev {
-			merged[k] = v
-		}
-		for k, v := range verdicts {
-			merged[k] = v
-		}
-		s.eq.put(key, merged, now, true)
 	}
 	s.m.add("filter_nodes", int64(examined))
 	s.m.add("filter_reused", reused.Load())

@@ -36,6 +36,8 @@ type IntakeConfig struct {
 	// SerializeConstrained: at most one attempt per constraint group in flight (intake_groups.go;
 	// on with the shards' global view).
 	SerializeConstrained bool
+	// Events: record a FailedScheduling event for every attempt that found no node (events.go).
+	Events bool
 }
 
 type podState struct {
@@ -65,6 +67,7 @@ type Intake struct {
 	hist      *counters
 	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
 	groups    *groupGate    // nil: constrained pods are not serialised
+	events    *eventRecorders
 }
 
 // NewIntake registers the watch; call Run to start it.
@@ -179,6 +182,9 @@ func (in *Intake) mine(p *corev1.Pod) bool {
 
 // Run starts the watch (or the webhook intake's reconcile loop) and the senders.
 func (in *Intake) Run(ctx context.Context) error {
+	if in.cfg.Events {
+		in.events = newEventRecorders(ctx, in.cfg.Client) // before any attempt can be requeued
+	}
 	if in.wh != nil {
 		go in.reconcileLoop(ctx)
 	}
@@ -286,10 +292,16 @@ func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
 	}
 	st.attempt++
 	st.inflight = false
-	if strings.HasPrefix(why, "unschedulable") {
+	unschedulable := strings.HasPrefix(why, "unschedulable")
+	if unschedulable {
 		st.unsched++
 	}
 	in.mu.Unlock()
+	if unschedulable && in.events != nil {
+		if pod, ok := in.get(name); ok {
+			in.events.failed(pod, strings.TrimPrefix(why, "unschedulable: "))
+		}
+	}
 	in.m.add("requeued", 1)
 	if delay > 0 {
 		in.queue.AddAfter(name, delay)

@@ -45,6 +45,8 @@ type Config struct {
 	// a per-shard view of the whole cluster and serialises them per constraint group; "off"
 	// keeps every pod on the shard's own slice (global_view.go).
 	GlobalView string
+	// NoEvents: record no Scheduled/FailedScheduling events (events.go); the simulator sets it.
+	NoEvents bool
 }
 
 // globalView reports whether the global view is on; unknown values are an error.
@@ -189,7 +191,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	for i := range cfg.Shards {
 		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
-			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview})
+			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents})
 		if err != nil {
 			return nil, err
 		}
@@ -211,7 +213,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
 			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook,
-			SerializeConstrained: gview}, col)
+			SerializeConstrained: gview, Events: !cfg.NoEvents}, col)
 		lazy[i].c = col
 		sys.Collectors = append(sys.Collectors, col)
 		sys.Intakes = append(sys.Intakes, in)
@@ -343,7 +345,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		eq := max(cfg.EquivalenceTTL, 0)
 		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
-			GlobalView: gview})
+			GlobalView: gview, Events: !cfg.NoEvents})
 		if err != nil {
 			return err
 		}
@@ -378,7 +380,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
 			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook,
-			SerializeConstrained: gview}, col)
+			SerializeConstrained: gview, Events: !cfg.NoEvents}, col)
 		go func() { _ = in.Run(ctx) }()
 		forwarded, err := startWebhookCollector(ctx, cfg, rc, in)
 		if err != nil {

@@ -34,11 +34,14 @@ type ShardConfig struct {
 	Parallelism    int            // framework parallelism for Filter/Score (default 16)
 	EquivalenceTTL time.Duration  // how long filter results of a pod signature are reused (0: off)
 	BindWorkers    int            // concurrent binds (default 16)
-	// FeasibleToFind: stop filtering after this many feasible nodes (0: examine every node).
+	// FeasibleToFind: stop filtering after this many feasible nodes (0: examine every node;
+	// FeasibleAuto: kube-scheduler's adaptive count over the shard's own nodes, FeasibleLimit).
 	FeasibleToFind int
 	// GlobalView: also keep every node and bound pod for pods with cross-node constraints
 	// (global_view.go). Off in the zero value; Config turns it on by default.
 	GlobalView bool
+	// Events: record a Scheduled event for every pod this shard binds (events.go).
+	Events bool
 }
 
 // Shard runs the kube-scheduler framework over its slice of the nodes: it evaluates every pod
@@ -60,6 +63,7 @@ type Shard struct {
 	queue   chan []byte
 	held    sync.Map // AttemptKey → *heldPod: evaluated pods awaiting a decision
 	eq      *equivCache
+	events  *eventRecorders // nil: no events
 	m       *counters
 	bindSem chan struct{}
 	stopped chan struct{}
@@ -126,6 +130,9 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		return nil, fmt.Errorf("shard %d: framework: %w", cfg.Index, err)
 	}
 	s.fw = fw
+	if cfg.Events {
+		s.events = newEventRecorders(ctx, cfg.Client)
+	}
 	s.nodes = cfg.Informers.Core().V1().Nodes().Informer()
 	s.pods = cfg.Informers.Core().V1().Pods().Informer()
 	_ = s.pods.AddIndexers(cache.Indexers{podNodeIndex: func(obj any) ([]string, error) {

@@ -61,7 +61,8 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sys, err := StartAll(ctx, Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
-		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind})
+		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind,
+		NoEvents: true}) // events are apiserver writes, which the simulator does not model
 	if err != nil {
 		return nil, err
 	}

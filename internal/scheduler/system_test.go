@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -180,6 +181,49 @@ func TestSystemFakeSelectorsAndTaints(t *testing.T) {
 	}
 	if bound != 50 {
 		t.Errorf("bound %d, want 50", bound)
+	}
+	checkSchedulingEvents(t, cs, got)
+}
+
+// checkSchedulingEvents: every bound pod has kube-scheduler's Scheduled event naming its node,
+// every unbound one a FailedScheduling event, both reported by the pod's scheduler name
+// (events are recorded asynchronously: wait up to 10 s).
+func checkSchedulingEvents(t *testing.T, cs kubernetes.Interface, pods []corev1.Pod) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		el, err := cs.EventsV1().Events("").List(context.Background(), metav1.ListOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		byPod := map[string][]string{}
+		for _, e := range el.Items {
+			if e.Regarding.Kind != "Pod" || e.ReportingController == "" {
+				continue
+			}
+			byPod[e.Regarding.Name] = append(byPod[e.Regarding.Name], e.ReportingController+" "+e.Reason+" "+e.Note)
+		}
+		var missing []string
+		for _, p := range pods {
+			want := fmt.Sprintf("%s Scheduled Successfully assigned %s/%s to %s", p.Spec.SchedulerName, p.Namespace, p.Name, p.Spec.NodeName)
+			if p.Spec.NodeName == "" {
+				want = p.Spec.SchedulerName + " FailedScheduling "
+			}
+			found := false
+			for _, e := range byPod[p.Name] {
+				found = found || strings.HasPrefix(e, want)
+			}
+			if !found {
+				missing = append(missing, fmt.Sprintf("%s: want %q, have %q", p.Name, want, byPod[p.Name]))
+			}
+		}
+		if len(missing) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d pods lack their scheduling event, e.g. %s", len(missing), len(pods), missing[0])
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
 
