@@ -148,7 +148,7 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		idx := (start + i) % n
 		nd := nodes[idx]
 		ok, hit := false, false
-		if v, cached := verdicts[nd.Node().Name]; cached && v.gen == nd.GetGeneration() {
+		if v, cached := verdicts[nd]; cached && v.gen == nd.GetGeneration() {
 			ok, hit = v.ok, true
 			reused.Add(1)
 		} else {
@@ -187,7 +187,7 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		examined++
 		last = idx
 		if verdicts != nil && (v == pass || v == fail) {
-			verdicts[nodes[idx].Node().Name] = verdict{gen: nodes[idx].GetGeneration(), ok: v == pass}
+			verdicts[nodes[idx]] = verdict{gen: nodes[idx].GetGeneration(), ok: v == pass}
 		}
 	}
 	if limit > 0 {
