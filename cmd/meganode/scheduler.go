@@ -37,6 +37,7 @@ func runScheduler(args []string) error {
 	fraction := fs.Float64("fraction", 1, "decide once this fraction of shards answered (stragglers: see --deadline)")
 	deadline := fs.Duration("deadline", 250*time.Millisecond, "decide this long after the first answer even if shards are missing")
 	inflight := fs.Int("inflight", 64, "per collector: pod attempts between scatter and decision (keeps shards in step)")
+	bindWorkers := fs.Int("bind-workers", 256, "per shard: binds (and evictions) in flight to the apiserver at once")
 	eqTTL := fs.Duration("equivalence-ttl", 2*time.Second, "reuse filter results of identical pods for this long (0: off)")
 	parallelism := fs.Int("parallelism", 16, "framework parallelism per shard")
 	queue := fs.Int("queue", 1024, "bounded queue length per hop (back-pressure)")
@@ -72,7 +73,7 @@ func runScheduler(args []string) error {
 	}
 	cfg := scheduler.Config{Kubeconfig: *kubeconfig, SchedulerName: *name, Shards: *shards, Collectors: *collectors, Fanout: *fanout,
 		Fraction: *fraction, Deadline: *deadline, EquivalenceTTL: eq, Parallelism: *parallelism, QueueLen: *queue,
-		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: ftf, InFlight: *inflight,
+		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: ftf, InFlight: *inflight, BindWorkers: *bindWorkers,
 		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile},
 		GlobalView: *globalView}
 	if *role != "all" {

@@ -27,7 +27,7 @@ type verdict struct {
 }
 
 type equivEntry struct {
-	at    time.Time
+	at time.Time
 	// nodes is keyed by the snapshot's NodeInfo, not the node name: the scheduler cache updates a
 	// node's NodeInfo in place (one pointer per node for the snapshot's life), so the key hashes
 	// one pointer instead of a string (string hashing was ~15 % of a shard's CPU at 10K nodes).

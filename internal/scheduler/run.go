@@ -36,6 +36,7 @@ type Config struct {
 	QPS            float32       // client QPS (default 5000)
 	FeasibleToFind int           // per shard: stop filtering after this many feasible nodes (0: all)
 	InFlight       int           // per collector: attempts between send and decision (default 64)
+	BindWorkers    int           // per shard: binds/evictions in flight (default 256, ShardConfig)
 
 	// Intake is where pods come from: IntakeWatch ("" = watch) or IntakeWebhook (webhook.go,
 	// intake_webhook.go), with Webhook's options.
@@ -191,7 +192,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	for i := range cfg.Shards {
 		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
-			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents})
+			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers})
 		if err != nil {
 			return nil, err
 		}
@@ -345,7 +346,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		eq := max(cfg.EquivalenceTTL, 0)
 		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
-			GlobalView: gview, Events: !cfg.NoEvents})
+			GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers})
 		if err != nil {
 			return err
 		}

@@ -33,7 +33,12 @@ type ShardConfig struct {
 	QueueLen       int            // frames buffered before Send blocks (default 1024)
 	Parallelism    int            // framework parallelism for Filter/Score (default 16)
 	EquivalenceTTL time.Duration  // how long filter results of a pod signature are reused (0: off)
-	BindWorkers    int            // concurrent binds (default 16)
+	// BindWorkers bounds the binds and evictions in flight (default 256). A bind is one apiserver
+	// round trip (~100 ms on a busy 10K-node cluster), so the bound caps a shard at
+	// BindWorkers / bind latency pods/s: 16 capped it near the stock scheduler's rate at 10K
+	// nodes (binds queued behind it, and the decision handler with them). kube-scheduler binds
+	// each pod on its own goroutine, unbounded; the client's QPS limit still applies here.
+	BindWorkers int
 	// FeasibleToFind: stop filtering after this many feasible nodes (0: examine every node;
 	// FeasibleAuto: kube-scheduler's adaptive count over the shard's own nodes, FeasibleLimit).
 	FeasibleToFind int
@@ -110,7 +115,7 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		cfg.Parallelism = 16
 	}
 	if cfg.BindWorkers <= 0 {
-		cfg.BindWorkers = 16
+		cfg.BindWorkers = 256
 	}
 	if cfg.Live == nil {
 		cfg.Live = AllShards(max(cfg.Count, cfg.Index+1))
