@@ -504,13 +504,7 @@ func TestRolesOverGRPCPreemption(t *testing.T) {
 	cfg := Config{Client: cs, Shards: 2, Deadline: 200 * time.Millisecond}
 	shardAddrs := []string{freeAddr(t), freeAddr(t)}
 	colAddr := freeAddr(t)
-	run := func(role string, rc RoleConfig) {
-		go func() {
-			if err := RunRole(ctx, role, cfg, rc); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", role, err)
-			}
-		}()
-	}
+	run := roleRunner(ctx, t, cfg)
 	for i, a := range shardAddrs {
 		run("shard", RoleConfig{Index: i, Listen: a, Collectors: []string{colAddr}})
 	}

@@ -38,13 +38,7 @@ func TestRolesOverGRPC(t *testing.T) {
 	cfg := Config{Client: cs, Shards: 3, Deadline: 200 * time.Millisecond}
 	shardAddrs := []string{freeAddr(t), freeAddr(t), freeAddr(t)}
 	colAddr, relayA, relayB, root := freeAddr(t), freeAddr(t), freeAddr(t), freeAddr(t)
-	run := func(role string, rc RoleConfig) {
-		go func() {
-			if err := RunRole(ctx, role, cfg, rc); err != nil && ctx.Err() == nil {
-				t.Errorf("%s: %v", role, err)
-			}
-		}()
-	}
+	run := roleRunner(ctx, t, cfg)
 	for i, a := range shardAddrs {
 		run("shard", RoleConfig{Index: i, Listen: a, Collectors: []string{colAddr}})
 	}
@@ -69,5 +63,16 @@ func TestRolesOverGRPC(t *testing.T) {
 	checkNoOvercommit(t, nodeList, got)
 	if bound != 27 {
 		t.Fatalf("bound %d over gRPC roles, want 27", bound)
+	}
+}
+
+// roleRunner starts a role of cfg on a goroutine per call; an error before ctx ends fails t.
+func roleRunner(ctx context.Context, t *testing.T, cfg Config) func(role string, rc RoleConfig) {
+	return func(role string, rc RoleConfig) {
+		go func() {
+			if err := RunRole(ctx, role, cfg, rc); err != nil && ctx.Err() == nil {
+				t.Errorf("%s: %v", role, err)
+			}
+		}()
 	}
 }
