@@ -58,11 +58,22 @@ func runScheduler(args []string) error {
 	whKey := fs.String("webhook-key", "", "--intake webhook: serving key (PEM)")
 	whCA := fs.String("webhook-ca-file", "", "--intake webhook with a generated certificate: write the CA bundle (the webhook configuration's caBundle) here (default: a new temporary directory)")
 	reconcile := fs.Duration("reconcile-every", 10*time.Second, "--intake webhook: LIST unscheduled pods this often (the pods the webhook missed, and the ones gone)")
+	scatter := fs.String("scatter", strconv.Itoa(scheduler.DefaultScatter), "shards each pod is sent to: N (power of N choices; widened to every shard when none of the N has room; pods with inter-pod constraints go to every shard) or all (every shard, through the relay tree)")
+	batch := fs.Int("batch", scheduler.DefaultBatch, "at most this many pods of one equivalence class placed from one Filter+Score pass (1: off)")
+	parallelPods := fs.Int("parallel-pods", 0, "pods a shard evaluates at once (0: role all: cores / shards; role shard: every core)")
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
+	scatterN, err := scheduler.ParseScatter(*scatter)
+	if err != nil {
+		return err
+	}
+	batchN := *batch
+	if batchN <= 1 {
+		batchN = -1
+	}
 	eq := *eqTTL
 	if eq == 0 {
 		eq = -1
@@ -75,7 +86,7 @@ func runScheduler(args []string) error {
 		Fraction: *fraction, Deadline: *deadline, EquivalenceTTL: eq, Parallelism: *parallelism, QueueLen: *queue,
 		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: ftf, InFlight: *inflight, BindWorkers: *bindWorkers,
 		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile},
-		GlobalView: *globalView}
+		GlobalView: *globalView, Scatter: scatterN, Batch: batchN, ParallelPods: *parallelPods}
 	if *role != "all" {
 		return scheduler.RunRole(ctx, *role, cfg, scheduler.RoleConfig{Index: *index, Listen: *listen,
 			Children: scheduler.SplitAddrs(*children), Collectors: scheduler.SplitAddrs(*colAddrs),

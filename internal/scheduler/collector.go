@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -37,6 +38,9 @@ type CollectorConfig struct {
 
 type attempt struct {
 	key       AttemptKey
+	targets   []int        // the shards the frame went to (nil: every live shard)
+	members   []AttemptKey // a batch's pods (nil: one pod, key)
+	sig       uint64       // node-constraint signature (scatter.go), for the feasibility estimate
 	expected  time.Time
 	first     time.Time
 	got       map[int]Proposal
@@ -60,6 +64,7 @@ type Collector struct {
 	heard    map[int]time.Time
 	lastDone time.Time
 	m        *counters
+	sc       scatterState // d-sampling: outstanding work per shard, feasibility by signature (scatter.go)
 }
 
 // NewCollector makes a collector.
@@ -84,17 +89,35 @@ func NewCollector(cfg CollectorConfig) *Collector {
 	}
 	return &Collector{cfg: cfg, pending: map[AttemptKey]*attempt{}, decided: map[AttemptKey]time.Time{},
 		commits: map[AttemptKey]*time.Timer{}, misses: map[int]int{}, awaited: map[int]bool{}, heard: map[int]time.Time{},
-		m: metricsFor(fmt.Sprintf("collector/%d", cfg.Index))}
+		m: metricsFor(fmt.Sprintf("collector/%d", cfg.Index)), sc: newScatterState()}
 }
 
-// Expect registers an attempt before its frame is scattered, so that an attempt no shard
-// answers (frames lost, all shards down) still times out and is requeued.
+// Expect registers an attempt sent to every live shard (see ExpectScatter).
 func (c *Collector) Expect(key AttemptKey, unsched int) {
+	c.ExpectScatter(Expectation{Key: key, Unsched: unsched})
+}
+
+// Expectation describes an attempt about to be scattered.
+type Expectation struct {
+	Key     AttemptKey
+	Unsched int          // unschedulable rounds so far (backoff)
+	Targets []int        // shards the frame goes to (nil: every live shard)
+	Members []AttemptKey // a batch's pods (nil: a single pod)
+	Sig     uint64       // node-constraint signature (scatter.go)
+}
+
+// ExpectScatter registers an attempt before its frame is scattered, so that an attempt no
+// shard answers (frames lost, all shards down) still times out and is requeued.
+func (c *Collector) ExpectScatter(e Expectation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a := &attempt{key: key, expected: time.Now(), got: map[int]Proposal{}, unsched: unsched}
-	a.hardTimer = time.AfterFunc(c.cfg.NoAnswerTimeout, func() { c.timeout(key, true) })
-	c.pending[key] = a
+	a := &attempt{key: e.Key, expected: time.Now(), got: map[int]Proposal{}, unsched: e.Unsched, targets: e.Targets,
+		members: e.Members, sig: e.Sig}
+	a.hardTimer = time.AfterFunc(c.cfg.NoAnswerTimeout, func() { c.timeout(e.Key, true) })
+	c.pending[e.Key] = a
+	for _, t := range e.Targets {
+		c.sc.outstanding[t]++
+	}
 	c.m.add("expected", 1)
 }
 
@@ -124,6 +147,9 @@ func (c *Collector) Propose(ctx context.Context, p Proposal) error {
 		// From the first answer on, the hard deadline bounds the wait for the rest.
 		a.hardTimer.Reset(c.cfg.HardDeadline)
 	}
+	if _, dup := a.got[p.Shard]; !dup && a.targeted(p.Shard) && a.targets != nil {
+		c.sc.outstanding[p.Shard]--
+	}
 	a.got[p.Shard] = p
 	a.feasible = a.feasible || p.Feasible
 	if c.ready(a, false) {
@@ -139,12 +165,15 @@ func (c *Collector) Propose(ctx context.Context, p Proposal) error {
 // only if awaited), else wait for the hard deadline. O(awaited) per call, not O(shards).
 func (c *Collector) ready(a *attempt, deadline bool) bool {
 	nLive := len(c.cfg.Live())
+	if a.targets != nil {
+		nLive = len(a.targets)
+	}
 	answered := len(a.got)
 	if answered >= nLive {
 		return true
 	}
 	for s := range c.awaited {
-		if _, ok := a.got[s]; !ok {
+		if _, ok := a.got[s]; !ok && a.targeted(s) {
 			return false
 		}
 	}
@@ -153,6 +182,11 @@ func (c *Collector) ready(a *attempt, deadline bool) bool {
 	}
 	need := int(math.Ceil(c.cfg.Fraction * float64(nLive)))
 	return a.feasible && answered >= need
+}
+
+// targeted: shard s was sent this attempt's frame.
+func (a *attempt) targeted(s int) bool {
+	return a.targets == nil || slices.Contains(a.targets, s)
 }
 
 func (c *Collector) timeout(key AttemptKey, hard bool) {
@@ -187,7 +221,16 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 		}
 	}
 	live := c.cfg.Live()
+	c.sc.learn(a)
+	for _, s := range a.targets {
+		if _, ok := a.got[s]; !ok {
+			c.sc.outstanding[s]--
+		}
+	}
 	for _, s := range live {
+		if !a.targeted(s) {
+			continue
+		}
 		if _, ok := a.got[s]; ok {
 			if c.misses[s] != 0 {
 				c.misses[s] = 0
@@ -218,9 +261,17 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 			}
 		}
 	}
+	if a.members != nil {
+		c.decideBatch(ctx, a, now, live) // unlocks
+		return
+	}
+	// Sampled shards with no room: widen to every shard at once (no backoff, no event); only a
+	// pod that no shard can take is unschedulable, and only then may it preempt (preemption
+	// compares every shard's candidates: preempt.go).
+	sampled := a.targets != nil && len(a.targets) < len(live)
 	// No feasible node anywhere: the cheapest preemption candidate wins instead (preempt.go).
 	preempt := false
-	if winner < 0 {
+	if winner < 0 && !sampled {
 		winner = cheapestPreemption(a.got, live)
 		preempt = winner >= 0
 	}
@@ -249,6 +300,11 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 				_ = c.send(ctx, s, Decision{Key: a.key, Allow: false, Collector: c.cfg.Index})
 			}
 		}()
+	}
+	if winner < 0 && sampled {
+		c.m.add("widened", 1)
+		c.requeue(a.key, 0, fmt.Sprintf("widen: none of %d sampled shards has a feasible node", len(a.targets)))
+		return
 	}
 	if winner < 0 {
 		c.m.add("unschedulable", 1)

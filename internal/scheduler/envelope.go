@@ -21,6 +21,63 @@ type Header struct {
 	// Placed: the latest placements of constrained pods, for the shards' global views
 	// (global_view.go, intake_groups.go); only on frames of constrained pods.
 	Placed []Placement `json:"placed,omitempty"`
+	// Batch: the pods of one equivalence class carried by this frame (batch.go). UID is then
+	// BatchKeyPrefix + the first member's UID, Attempt the first member's attempt, Name the
+	// first member's name; the body holds every member's pod, each prefixed by its uvarint length.
+	Batch []BatchMember `json:"batch,omitempty"`
+}
+
+// BatchMember is one pod of a batch frame (same namespace as the frame).
+type BatchMember struct {
+	UID     string `json:"u"`
+	Name    string `json:"n"`
+	Attempt int    `json:"a"`
+}
+
+// Key is the member's own attempt key (its bind result is reported under it).
+func (m BatchMember) Key() AttemptKey { return AttemptKey{UID: m.UID, Attempt: m.Attempt} }
+
+// BatchKeyPrefix marks the attempt key of a batch (never a pod UID: UIDs have no '/').
+const BatchKeyPrefix = "batch/"
+
+// EncodeBatchFrame builds a batch frame from the members' encoded pods (in h.Batch's order).
+func EncodeBatchFrame(h Header, pods [][]byte) ([]byte, error) {
+	if len(pods) != len(h.Batch) || len(pods) == 0 {
+		return nil, fmt.Errorf("batch frame: %d pods for %d members", len(pods), len(h.Batch))
+	}
+	hb, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	n := 4 + len(hb)
+	for _, p := range pods {
+		n += binary.MaxVarintLen64 + len(p)
+	}
+	out := make([]byte, 4, n)
+	binary.BigEndian.PutUint32(out, uint32(len(hb)))
+	out = append(out, hb...)
+	for _, p := range pods {
+		out = binary.AppendUvarint(out, uint64(len(p)))
+		out = append(out, p...)
+	}
+	return out, nil
+}
+
+// SplitBatch returns each member's encoded pod from a batch frame's body.
+func SplitBatch(body []byte, members int) ([][]byte, error) {
+	out := make([][]byte, 0, members)
+	for len(body) > 0 {
+		l, n := binary.Uvarint(body)
+		if n <= 0 || uint64(len(body)-n) < l {
+			return nil, errors.New("batch frame: bad member length")
+		}
+		out = append(out, body[n:n+int(l)])
+		body = body[n+int(l):]
+	}
+	if len(out) != members {
+		return nil, fmt.Errorf("batch frame: %d pods for %d members", len(out), members)
+	}
+	return out, nil
 }
 
 // Key identifies one scheduling attempt of one pod.

@@ -9,6 +9,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
+	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
@@ -18,6 +19,20 @@ type evalResult struct {
 	reason string
 	state  fwk.CycleState      // the cycle's state, for Reserve/Permit/Bind of the proposal
 	fw     framework.Framework // the framework that ran the cycle (nil: the shard's own)
+	gen    int64               // the chosen node's NodeInfo generation in the evaluated snapshot
+	ni     fwk.NodeInfo        // the chosen node in the evaluator's snapshot
+	plugin []fwk.PluginScore   // the chosen node's per-plugin scores
+}
+
+// evaluator is one framework instance over one snapshot, with its own equivalence verdicts and
+// filter walk position. The shard's own (s.main) serves the paths that run under s.mu (global
+// view, preemption, re-checks); each parallel worker has one of its own (worker.go), so K pods
+// are evaluated at once without sharing a snapshot that UpdateSnapshot rewrites in place.
+type evaluator struct {
+	fw        framework.Framework
+	snapshot  *internalcache.Snapshot
+	eq        *equivCache
+	nextStart int // where the next bounded filter walk starts
 }
 
 // evaluate runs the framework's scheduling cycle for pod over this shard's nodes: PreFilter,
@@ -35,21 +50,51 @@ func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult 
 	if s.wantsGlobalLocked(pod) {
 		return s.evaluateGlobalLocked(ctx, pod)
 	}
-	t0 := time.Now()
-	if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
-		return evalResult{reason: "snapshot: " + err.Error()}
+	return s.evaluateWith(ctx, s.main, pod)
+}
+
+// evaluateWith runs the cycle on e's framework and snapshot. It takes no shard lock: e must be
+// used by one goroutine at a time (s.main under s.mu, a worker's by that worker).
+func (s *Shard) evaluateWith(ctx context.Context, e *evaluator, pod *corev1.Pod) evalResult {
+	state, feasible, scores, reason := s.cycle(ctx, e, pod, 0)
+	if len(feasible) == 0 {
+		return evalResult{reason: reason}
 	}
-	nodes, err := s.snapshot.NodeInfos().List()
+	best := bestOf(scores)
+	ni := feasible[0]
+	for _, n := range feasible {
+		if n.Node().Name == scores[best].Name {
+			ni = n
+			break
+		}
+	}
+	fw := e.fw
+	if e == s.main {
+		fw = nil
+	}
+	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: fw, gen: ni.GetGeneration(), ni: ni,
+		plugin: scores[best].Scores}
+}
+
+// cycle runs PreFilter, Filter (looking for at least minFeasible feasible nodes when the walk
+// is bounded), PreScore and Score for pod on e, and returns the cycle state, the feasible nodes
+// and their scores (none, with the reason, when nothing fits).
+func (s *Shard) cycle(ctx context.Context, e *evaluator, pod *corev1.Pod, minFeasible int) (fwk.CycleState, []fwk.NodeInfo, []fwk.NodePluginScores, string) {
+	t0 := time.Now()
+	if err := s.cache.UpdateSnapshot(s.logger, e.snapshot); err != nil {
+		return nil, nil, nil, "snapshot: " + err.Error()
+	}
+	nodes, err := e.snapshot.NodeInfos().List()
 	if err != nil || len(nodes) == 0 {
-		return evalResult{reason: "no nodes in shard"}
+		return nil, nil, nil, "no nodes in shard"
 	}
 	s.m.observe("snapshot", time.Since(t0))
 
 	t1 := time.Now()
 	state := framework.NewCycleState()
-	preRes, st, _ := s.fw.RunPreFilterPlugins(ctx, state, pod)
+	preRes, st, _ := e.fw.RunPreFilterPlugins(ctx, state, pod)
 	if !st.IsSuccess() {
-		return evalResult{reason: st.Message()}
+		return nil, nil, nil, st.Message()
 	}
 	if preRes != nil && !preRes.AllNodes() {
 		sub := nodes[:0:0]
@@ -63,23 +108,22 @@ func (s *Shard) evaluateLocked(ctx context.Context, pod *corev1.Pod) evalResult 
 	s.m.observe("prefilter", time.Since(t1))
 
 	t2 := time.Now()
-	feasible, reason := s.filter(ctx, state, pod, nodes)
+	feasible, reason := s.filter(ctx, e, state, pod, nodes, minFeasible)
 	s.m.observe("filter", time.Since(t2))
 	if len(feasible) == 0 {
-		return evalResult{reason: reason}
+		return nil, nil, nil, reason
 	}
 
 	t3 := time.Now()
 	defer func() { s.m.observe("score", time.Since(t3)) }()
-	if st := s.fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
-		return evalResult{reason: "prescore: " + st.Message()}
+	if st := e.fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
+		return nil, nil, nil, "prescore: " + st.Message()
 	}
-	scores, st := s.fw.RunScorePlugins(ctx, state, pod, feasible)
+	scores, st := e.fw.RunScorePlugins(ctx, state, pod, feasible)
 	if !st.IsSuccess() {
-		return evalResult{reason: "score: " + st.Message()}
+		return nil, nil, nil, "score: " + st.Message()
 	}
-	best := bestOf(scores)
-	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state}
+	return state, feasible, scores, ""
 }
 
 // FeasibleAuto as a FeasibleToFind: each shard stops after kube-scheduler's adaptive number of
@@ -122,10 +166,10 @@ func ParseFeasibleToFind(v string) (int, error) {
 // for nodes whose generation has not moved. With FeasibleToFind > 0 it stops once that many
 // feasible nodes are found (relaxed randomisation: the walk starts where the previous pod's
 // stopped, so every node gets its turn), like kube-scheduler's percentageOfNodesToScore.
-func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo) ([]fwk.NodeInfo, string) {
+func (s *Shard) filter(ctx context.Context, e *evaluator, state fwk.CycleState, pod *corev1.Pod, nodes []fwk.NodeInfo, minFeasible int) ([]fwk.NodeInfo, string) {
 	now := time.Now()
-	key := EquivalenceKey(ctx, s.fw, pod)
-	verdicts := s.eq.class(key, now)
+	key := EquivalenceKey(ctx, e.fw, pod)
+	verdicts := e.eq.class(key, now)
 	n := len(nodes)
 	const (
 		unknown = iota
@@ -137,14 +181,17 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 	verdictAt := make([]uint8, n)
 	start := 0
 	limit := int64(FeasibleLimit(s.cfg.FeasibleToFind, n))
+	if limit > 0 && limit < int64(minFeasible) {
+		limit = int64(minFeasible) // a batch wants room for each of its pods
+	}
 	if limit > 0 {
-		start = s.nextStart % n
+		start = e.nextStart % n
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	var firstReason atomic.Pointer[string]
 	var reused, found atomic.Int64
-	s.fw.Parallelizer().Until(fctx, n, func(i int) {
+	e.fw.Parallelizer().Until(fctx, n, func(i int) {
 		idx := (start + i) % n
 		nd := nodes[idx]
 		ok, hit := false, false
@@ -152,7 +199,7 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 			ok, hit = v.ok, true
 			reused.Add(1)
 		} else {
-			st := s.fw.RunFilterPluginsWithNominatedPods(fctx, state, pod, nd)
+			st := e.fw.RunFilterPluginsWithNominatedPods(fctx, state, pod, nd)
 			ok = st.IsSuccess()
 			if !ok {
 				msg := st.Message()
@@ -191,7 +238,7 @@ func (s *Shard) filter(ctx context.Context, state fwk.CycleState, pod *corev1.Po
 		}
 	}
 	if limit > 0 {
-		s.nextStart = last + 1
+		e.nextStart = last + 1
 	}
 	s.m.add("filter_nodes", int64(examined))
 	s.m.add("filter_reused", reused.Load())

@@ -38,6 +38,12 @@ type IntakeConfig struct {
 	SerializeConstrained bool
 	// Events: record a FailedScheduling event for every attempt that found no node (events.go).
 	Events bool
+	// Scatter: send each pod to this many shards picked by the collector (scatter.go) straight
+	// through ShardSinks; ScatterAll or 0: every shard, through Root.
+	Scatter    int
+	ShardSinks map[int]FrameSink
+	// Batch: at most this many pods of one equivalence class per frame (intake_batch.go); ≤ 1: off.
+	Batch int
 }
 
 type podState struct {
@@ -45,6 +51,7 @@ type podState struct {
 	inflight bool
 	unsched  int
 	seen     time.Time
+	wide     bool // sent to every shard from now on (no sampled shard had room: scatter.go)
 }
 
 // Intake watches unscheduled pods with spec.schedulerName (a field-selected watch:
@@ -68,6 +75,7 @@ type Intake struct {
 	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
 	groups    *groupGate    // nil: constrained pods are not serialised
 	events    *eventRecorders
+	batcher   *batcher // nil: no batches
 }
 
 // NewIntake registers the watch; call Run to start it.
@@ -89,6 +97,9 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 	}
 	if cfg.SerializeConstrained {
 		in.groups = newGroupGate(func(k string) { in.queue.Add(k) })
+	}
+	if cfg.Batch > 1 {
+		in.batcher = newBatcher(cfg.Batch)
 	}
 	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		in.names[strings.TrimSpace(name)] = true
@@ -197,6 +208,9 @@ func (in *Intake) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	go func() { <-ctx.Done(); in.queue.ShutDown() }()
+	if in.batcher != nil {
+		go in.flushLoop(ctx)
+	}
 	var wg sync.WaitGroup
 	for range in.cfg.Workers {
 		wg.Add(1)
@@ -253,6 +267,22 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 		h.Placed = in.groups.placements()
 	}
 	unsched := st.unsched
+	wide := st.wide || needsAllShards(pod)
+	if in.batcher != nil && group == "" && unsched == 0 && !wide {
+		if cls := batchClass(pod); cls != 0 {
+			ready := in.batcher.add(cls, batchEntry{key: k, pod: pod, attempt: st.attempt})
+			if ready == nil && in.queue.Len() == 0 {
+				ready = in.batcher.flushAll(0) // nothing else is waiting: do not hold pods back
+			}
+			in.mu.Unlock()
+			for _, b := range ready {
+				if !in.sendBatch(ctx, b) {
+					return false
+				}
+			}
+			return true
+		}
+	}
 	in.mu.Unlock()
 
 	frame, err := EncodeFrame(h, pod)
@@ -261,21 +291,40 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 		in.groups.release(h.Key(), nil)
 		return true
 	}
+	return in.scatter(ctx, frame, Expectation{Key: h.Key(), Unsched: unsched, Sig: nodeConstraintSig(pod)}, wide, 1)
+}
+
+// scatter waits for an in-flight slot, registers the attempt with the collector and sends the
+// frame: to the d shards the collector picks, or (wide, or --scatter all) down the relay tree.
+func (in *Intake) scatter(ctx context.Context, frame []byte, e Expectation, wide bool, pods int) bool {
 	select { // wait for an in-flight slot (back-pressure from the gather stage)
 	case in.window <- struct{}{}:
 	case <-ctx.Done():
 		return false
 	}
 	in.mu.Lock()
-	in.holding[h.Key()] = true
+	in.holding[e.Key] = true
 	in.mu.Unlock()
-	in.collector.Expect(h.Key(), unsched)
-	in.m.add("sent", 1)
-	if h.Attempt > 0 {
+	if !wide && in.cfg.Scatter > 0 && len(in.cfg.ShardSinks) > 0 {
+		e.Targets = in.collector.PickShards(in.cfg.Scatter, e.Sig)
+	}
+	in.collector.ExpectScatter(e)
+	in.m.add("sent", int64(pods))
+	if e.Key.Attempt > 0 {
 		in.m.add("resent", 1)
 	}
-	if err := in.cfg.Root.Send(ctx, frame); err != nil && ctx.Err() == nil {
-		in.m.add("send_errors", 1)
+	if e.Targets == nil {
+		in.m.add("scattered_all", 1)
+		if err := in.cfg.Root.Send(ctx, frame); err != nil && ctx.Err() == nil {
+			in.m.add("send_errors", 1)
+		}
+		return true
+	}
+	in.m.add("scattered_sampled", 1)
+	for _, t := range e.Targets {
+		if err := in.cfg.ShardSinks[t].Send(ctx, frame); err != nil && ctx.Err() == nil {
+			in.m.add("send_errors", 1)
+		}
 	}
 	return true
 }
@@ -295,6 +344,9 @@ func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
 	unschedulable := strings.HasPrefix(why, "unschedulable")
 	if unschedulable {
 		st.unsched++
+	}
+	if strings.HasPrefix(why, "widen") {
+		st.wide = true
 	}
 	in.mu.Unlock()
 	if unschedulable && in.events != nil {

@@ -16,6 +16,16 @@ type Proposal struct {
 	// PreemptWait: no new preemption for this pod this round, from any shard: the victims of its
 	// earlier preemption are still terminating, or a node of this shard fits it after all.
 	PreemptWait bool `json:"preemptWait,omitempty"`
+	// Slots: for a batch (Header.Batch), the shard's placements in the order it reserved them
+	// (each one filtered with the earlier ones assumed); Node/Score are the first slot's. The
+	// collector may take any prefix of a shard's slots, never a slot without those before it.
+	Slots []Slot `json:"slots,omitempty"`
+}
+
+// Slot is one reserved placement of a batch proposal.
+type Slot struct {
+	Node  string `json:"n"`
+	Score int64  `json:"s"`
 }
 
 // Decision is the collector's answer to a shard that proposed a node.
@@ -24,6 +34,9 @@ type Decision struct {
 	Allow     bool       `json:"allow"`
 	Collector int        `json:"collector"`
 	Preempt   bool       `json:"preempt,omitempty"` // allow = evict the proposed victims (no bind)
+	// Assign: for a batch, the batch members (indices into Header.Batch) that the shard's first
+	// len(Assign) slots get; its other slots are released. Allow is len(Assign) > 0.
+	Assign []int `json:"assign,omitempty"`
 }
 
 // CommitResult is the winner's report after its bind attempt.

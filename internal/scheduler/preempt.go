@@ -193,8 +193,11 @@ func (s *Shard) initPreemption(ctx context.Context) error {
 	for _, n := range strings.Split(s.cfg.SchedulerName, ",") {
 		names[strings.TrimSpace(n)] = true
 	}
-	s.nominator = newNominator(func(n string) bool { return names[n] }, s.eq.clear)
+	s.nominator = newNominator(func(n string) bool { return names[n] }, s.clearEquivalence)
 	s.fw.SetPodNominator(s.nominator)
+	for _, w := range s.workers {
+		w.fw.SetPodNominator(s.nominator)
+	}
 	reg, err := s.pods.AddEventHandler(s.nominator.handlers())
 	if err != nil {
 		return err

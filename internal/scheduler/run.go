@@ -1,12 +1,14 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/http"
 	"net/http/pprof"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -48,6 +50,54 @@ type Config struct {
 	GlobalView string
 	// NoEvents: record no Scheduled/FailedScheduling events (events.go); the simulator sets it.
 	NoEvents bool
+	// Scatter: shards each pod is sent to (scatter.go): 0 = DefaultScatter, ScatterAll = every shard.
+	Scatter int
+	// Batch: pods of one equivalence class per frame (batch.go): 0 = DefaultBatch, < 0 or 1 = off.
+	Batch int
+	// ParallelPods: pods a shard evaluates at once (worker.go): 0 = the shard's share of the
+	// cores (role all: cores / shards, at least 1; role shard: every core).
+	ParallelPods int
+}
+
+// DefaultScatter and DefaultBatch are the --scatter and --batch defaults.
+const (
+	DefaultScatter = 2
+	DefaultBatch   = 32
+)
+
+// scatterWidth is d, or ScatterAll.
+func (c *Config) scatterWidth() int {
+	switch {
+	case c.Scatter == 0:
+		return DefaultScatter
+	case c.Scatter < 0:
+		return ScatterAll
+	}
+	return c.Scatter
+}
+
+func (c *Config) batchSize() int {
+	switch {
+	case c.Batch == 0:
+		return DefaultBatch
+	case c.Batch < 0:
+		return 1
+	}
+	return c.Batch
+}
+
+// inFlight is the per-collector window: 64 when every shard sees every pod (it keeps them in
+// step); with d-sampling each shard sees d/S of the pods, so the window grows to keep about 8
+// attempts queued per shard.
+func (c *Config) inFlight() int {
+	if c.InFlight > 0 {
+		return c.InFlight
+	}
+	d := c.scatterWidth()
+	if d == ScatterAll || d >= c.Shards {
+		return 64
+	}
+	return max(64, 8*c.Shards*d/max(c.Collectors, 1))
 }
 
 // globalView reports whether the global view is on; unknown values are an error.
@@ -192,7 +242,8 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	for i := range cfg.Shards {
 		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
-			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers})
+			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers,
+			ParallelPods: cmp.Or(cfg.ParallelPods, max(1, runtime.NumCPU()/cfg.Shards))})
 		if err != nil {
 			return nil, err
 		}
@@ -205,6 +256,10 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	if deadAfter < 0 {
 		deadAfter = 0
 	}
+	shardFrames := map[int]FrameSink{}
+	for i, sh := range sys.Shards {
+		shardFrames[i] = sh
+	}
 	for i := range cfg.Collectors {
 		var in *Intake
 		col := NewCollector(CollectorConfig{Index: i, Shards: shardSinks, Live: sys.Live, Fraction: cfg.Fraction, Deadline: cfg.Deadline,
@@ -213,8 +268,8 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
-			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook,
-			SerializeConstrained: gview, Events: !cfg.NoEvents}, col)
+			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
+			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: shardFrames, Batch: cfg.batchSize()}, col)
 		lazy[i].c = col
 		sys.Collectors = append(sys.Collectors, col)
 		sys.Intakes = append(sys.Intakes, in)
@@ -346,7 +401,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		eq := max(cfg.EquivalenceTTL, 0)
 		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
-			GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers})
+			GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers, ParallelPods: cmp.Or(cfg.ParallelPods, runtime.NumCPU())})
 		if err != nil {
 			return err
 		}
@@ -360,7 +415,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		if err != nil {
 			return err
 		}
-		shards, err := dialAll(ctx, rc.ShardAddrs, 1)
+		shards, err := dialAll(ctx, rc.ShardAddrs, max(cfg.QueueLen, 1))
 		if err != nil {
 			return err
 		}
@@ -369,8 +424,10 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			return err
 		}
 		sinks := map[int]DecisionSink{}
+		frames := map[int]FrameSink{}
 		for i, s := range shards {
 			sinks[i] = s
+			frames[i] = s
 		}
 		live := AllShards(len(shards))
 		var in *Intake
@@ -380,8 +437,8 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
-			InFlight: cfg.InFlight, Source: cfg.Intake, Webhook: cfg.Webhook,
-			SerializeConstrained: gview, Events: !cfg.NoEvents}, col)
+			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
+			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: frames, Batch: cfg.batchSize()}, col)
 		go func() { _ = in.Run(ctx) }()
 		forwarded, err := startWebhookCollector(ctx, cfg, rc, in)
 		if err != nil {

@@ -47,6 +47,9 @@ type ShardConfig struct {
 	GlobalView bool
 	// Events: record a Scheduled event for every pod this shard binds (events.go).
 	Events bool
+	// ParallelPods: pods evaluated at once (worker.go), each by a worker with its own framework
+	// instance and snapshot; a conflict between them is caught at Reserve. Default 1.
+	ParallelPods int
 }
 
 // Shard runs the kube-scheduler framework over its slice of the nodes: it evaluates every pod
@@ -60,9 +63,13 @@ type Shard struct {
 	pods     cache.SharedIndexInformer
 	logger   klog.Logger
 
-	mu        sync.Mutex // the snapshot and the framework cycle: one evaluation or commit at a time
-	nextStart int        // where the next bounded filter walk starts (guarded by mu)
-	live      []int      // guarded by liveMu
+	// mu serialises every change to the cache's assumed pods (Reserve, assume, forget) and
+	// guards s.main (the framework and snapshot the global view, preemption and re-checks use).
+	// Parallel workers evaluate outside it, on their own evaluators (worker.go).
+	mu      sync.Mutex
+	main    *evaluator
+	workers []*evaluator
+	live    []int // guarded by liveMu
 	liveMu    sync.RWMutex
 
 	queue   chan []byte
@@ -135,6 +142,18 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		return nil, fmt.Errorf("shard %d: framework: %w", cfg.Index, err)
 	}
 	s.fw = fw
+	s.main = &evaluator{fw: fw, snapshot: s.snapshot, eq: s.eq}
+	if cfg.ParallelPods <= 0 {
+		cfg.ParallelPods = 1
+		s.cfg.ParallelPods = 1
+	}
+	for i := range cfg.ParallelPods {
+		w, err := s.newWorker(ctx, strings.TrimSpace(profile), i, cfg.ParallelPods)
+		if err != nil {
+			return nil, fmt.Errorf("shard %d: worker %d: %w", cfg.Index, i, err)
+		}
+		s.workers = append(s.workers, w)
+	}
 	if cfg.Events {
 		s.events = newEventRecorders(ctx, cfg.Client)
 	}
@@ -196,14 +215,23 @@ func (s *Shard) Run(ctx context.Context) error {
 		return ctx.Err()
 	}
 	go s.expireHeld(ctx)
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case f := <-s.queue:
-			s.handle(ctx, f)
-		}
+	var wg sync.WaitGroup
+	for _, w := range s.workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case f := <-s.queue:
+					s.handle(ctx, w, f)
+				}
+			}
+		}()
 	}
+	wg.Wait()
+	return nil
 }
 
 // Stop makes the shard stop answering (tests: a killed shard).
@@ -225,7 +253,7 @@ func (s *Shard) Send(ctx context.Context, frame []byte) error {
 	}
 }
 
-func (s *Shard) handle(ctx context.Context, frame []byte) {
+func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 	t0 := time.Now()
 	h, podBytes, err := SplitFrame(frame)
 	if err != nil {
@@ -235,6 +263,10 @@ func (s *Shard) handle(ctx context.Context, frame []byte) {
 	if h.SentNanos > 0 {
 		s.m.observe("scatter", time.Since(time.Unix(0, h.SentNanos)))
 	}
+	if len(h.Batch) > 0 {
+		s.handleBatch(ctx, w, h, podBytes, t0)
+		return
+	}
 	pod, err := DecodePod(podBytes)
 	if err != nil {
 		s.m.add("bad_frames", 1)
@@ -242,22 +274,11 @@ func (s *Shard) handle(ctx context.Context, frame []byte) {
 	}
 	s.m.observe("decode", time.Since(t0))
 	s.notePlaced(ctx, h.Placed)
-	s.mu.Lock()
-	s.noteSeen(pod)
-	res := s.evaluateLocked(ctx, pod)
-	var hp *heldPod
-	var pre preemptAnswer
-	if res.node != "" {
-		hp = &heldPod{pod: pod, node: res.node, hdr: h, since: time.Now(), state: res.state, fw: res.fw}
-		if r := s.reserveLocked(ctx, hp); r != nil {
-			res = evalResult{reason: r.Error}
-			hp = nil
-		}
-	} else if pre = s.preemptionLocked(ctx, pod); pre.cand != nil {
-		hp = &heldPod{pod: pod, node: pre.cand.Node, hdr: h, since: time.Now(), preempt: pre.cand}
-	}
-	s.mu.Unlock()
+	res, hp, pre := s.place(ctx, w, h, pod)
 	s.m.add("evaluated", 1)
+	if hp != nil && hp.preempt == nil {
+		s.m.observe("eval_reserve", time.Since(t0))
+	}
 	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason,
 		Preemption: pre.cand, PreemptWait: pre.wait}
 	if hp != nil {
@@ -287,10 +308,20 @@ func (s *Shard) expireHeld(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.held.Range(func(k, v any) bool {
-				if now.Sub(v.(*heldPod).since) > time.Minute {
-					if _, ok := s.held.LoadAndDelete(k); ok {
-						s.release(ctx, v.(*heldPod))
-						s.m.add("held_expired", 1)
+				switch h := v.(type) {
+				case *heldPod:
+					if now.Sub(h.since) > time.Minute {
+						if _, ok := s.held.LoadAndDelete(k); ok {
+							s.release(ctx, h)
+							s.m.add("held_expired", 1)
+						}
+					}
+				case *heldBatch:
+					if now.Sub(h.since) > time.Minute {
+						if _, ok := s.held.LoadAndDelete(k); ok {
+							s.releaseBatch(ctx, h, 0)
+							s.m.add("held_expired", 1)
+						}
 					}
 				}
 				return true
@@ -308,6 +339,9 @@ func (s *Shard) Decide(ctx context.Context, d Decision) error {
 			s.report(ctx, d.Collector, CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "no held pod"})
 		}
 		return nil
+	}
+	if hb, ok := v.(*heldBatch); ok {
+		return s.decideBatch(ctx, d, hb)
 	}
 	h := v.(*heldPod)
 	if !d.Allow {

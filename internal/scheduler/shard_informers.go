@@ -101,7 +101,7 @@ func (s *Shard) SetLive(live []int) (gained, lost int) {
 			_ = s.cache.RemoveNode(s.logger, n)
 		}
 	}
-	s.eq.clear()
+	s.clearEquivalence()
 	s.m.add("rebalanced_in", int64(gained))
 	s.m.add("rebalanced_out", int64(lost))
 	return gained, lost

@@ -1,0 +1,216 @@
+package scheduler
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+// The collector widens a sampled attempt whose shards have no feasible node: requeued at once,
+// with the "widen" reason, never as unschedulable, and no preemption on sampled answers.
+func TestCollectorWidensSampledAttempt(t *testing.T) {
+	ResetMetrics()
+	c, recs, q := newTestCollector(8, 1, time.Second)
+	key := AttemptKey{UID: "p", Attempt: 0}
+	c.ExpectScatter(Expectation{Key: key, Targets: []int{2, 5}})
+	ctx := context.Background()
+	_ = c.Propose(ctx, Proposal{Key: key, Shard: 2, Reason: "Insufficient cpu"})
+	_ = c.Propose(ctx, Proposal{Key: key, Shard: 5, Reason: "Insufficient cpu",
+		Preemption: &PreemptionCandidate{Node: "n5"}})
+	if q.n() != 1 || !strings.HasPrefix(q.why[0], "widen") {
+		t.Fatalf("requeues %v, want one widen", q.why)
+	}
+	for i, r := range recs {
+		for _, d := range r.decisions() {
+			if d.Allow {
+				t.Errorf("shard %d allowed %+v on a sampled attempt", i, d)
+			}
+		}
+	}
+	if n := Counter("collector/0", "unschedulable"); n != 0 {
+		t.Errorf("unschedulable = %d, want 0", n)
+	}
+}
+
+// Power of two choices: shards with outstanding attempts are avoided.
+func TestPickShardsPrefersIdleShards(t *testing.T) {
+	c, _, _ := newTestCollector(16, 1, time.Second)
+	for i := range 400 {
+		tg := c.PickShards(2, 0)
+		if len(tg) != 2 || tg[0] == tg[1] {
+			t.Fatalf("targets %v", tg)
+		}
+		c.ExpectScatter(Expectation{Key: AttemptKey{UID: fmt.Sprint(i)}, Targets: tg})
+	}
+	lo, hi := 1<<30, 0
+	for s := range 16 {
+		lo, hi = min(lo, c.sc.outstanding[s]), max(hi, c.sc.outstanding[s])
+	}
+	// 800 placements over 16 shards: 50 each; random picks would spread ~±15.
+	if hi-lo > 4 {
+		t.Errorf("outstanding per shard from %d to %d: power of two choices should keep them within a few", lo, hi)
+	}
+	if got := c.PickShards(16, 0); got != nil {
+		t.Errorf("d ≥ shards: %v, want nil (all)", got)
+	}
+}
+
+// A selective signature (few shards feasible) goes to every shard once learnt.
+func TestPickShardsLearnsSelectivity(t *testing.T) {
+	c, _, _ := newTestCollector(8, 1, time.Second)
+	key := AttemptKey{UID: "sel"}
+	c.ExpectScatter(Expectation{Key: key, Sig: 42})
+	for s := range 8 {
+		_ = c.Propose(context.Background(), Proposal{Key: key, Shard: s, Feasible: s == 3, Node: "n", Score: 1})
+	}
+	if got := c.PickShards(2, 42); got != nil {
+		t.Errorf("signature feasible on 1 of 8 shards: targets %v, want all", got)
+	}
+	if got := c.PickShards(2, 7); len(got) != 2 {
+		t.Errorf("unknown signature: targets %v, want 2", got)
+	}
+}
+
+// d-sampling widens to every shard when the sampled ones have no room: a pod that fits on
+// exactly one node, in one of 8 shards, is placed (through the widened or the learnt scatter).
+func TestScatterWidensToTheOnlyFeasibleShard(t *testing.T) {
+	ResetMetrics()
+	var objs []runtime.Object
+	var nodes []corev1.Node
+	for i := range 40 {
+		n := FakeNode(fmt.Sprintf("small-%02d", i), 500, 4096, 110, nil)
+		objs = append(objs, n)
+		nodes = append(nodes, *n)
+	}
+	big := FakeNode("big", 8000, 32768, 110, nil)
+	objs = append(objs, big)
+	nodes = append(nodes, *big)
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := StartAll(ctx, Config{Client: cs, Shards: 8, Scatter: 2, Batch: -1, DeadAfter: -1, Deadline: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 4 {
+		createPods(t, cs, FakePod("default", fmt.Sprintf("wide-%d", i), DefaultSchedulerName, 2000, 64))
+		got := waitBound(t, cs, "default", i+1, 20*time.Second)
+		for _, p := range got {
+			if p.Spec.NodeName != "" && p.Spec.NodeName != "big" {
+				t.Fatalf("pod %s on %s: only big fits", p.Name, p.Spec.NodeName)
+			}
+		}
+	}
+	pods := waitBound(t, cs, "default", 4, 0)
+	checkNoOvercommit(t, nodes, pods)
+	for _, p := range pods {
+		if p.Spec.NodeName != "big" {
+			t.Errorf("pod %s unbound (%q)", p.Name, p.Spec.NodeName)
+		}
+	}
+	all := Counter("intake/0", "scattered_all")
+	t.Logf("sampled %d, all %d, widened %d, selective %d", Counter("intake/0", "scattered_sampled"), all,
+		Counter("collector/0", "widened"), Counter("collector/0", "scatter_all_selective"))
+	if Counter("intake/0", "scattered_sampled") == 0 {
+		t.Error("no attempt was sampled: --scatter 2 not in effect")
+	}
+}
+
+// startWithPending creates the pods before the scheduler starts (they arrive in one LIST, so
+// the intake batches them) and runs it.
+func startWithPending(t *testing.T, cfg Config, nodeCPU int64, nodes, pods int, podCPU int64) (*fake.Clientset, []corev1.Node) {
+	t.Helper()
+	var objs []runtime.Object
+	var nl []corev1.Node
+	for i := range nodes {
+		n := FakeNode(fmt.Sprintf("node-%03d", i), nodeCPU, 1<<16, 110, nil)
+		objs = append(objs, n)
+		nl = append(nl, *n)
+	}
+	for i := range pods {
+		objs = append(objs, FakePod("default", fmt.Sprintf("p-%04d", i), DefaultSchedulerName, podCPU, 64))
+	}
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	cfg.Client, cfg.DeadAfter = cs, -1
+	if _, err := StartAll(ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	return cs, nl
+}
+
+func countBoundPods(pods []corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if p.Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// A batch never over-commits a node: 60 identical pods of 300m on 8 nodes of 1000m (3 fit per
+// node) arrive together, are placed in batches over 4 shards (d = 2), and exactly 24 bind.
+func TestBatchNeverOvercommits(t *testing.T) {
+	ResetMetrics()
+	cs, nodes := startWithPending(t, Config{Shards: 4, Scatter: 2, Batch: 16, Deadline: 200 * time.Millisecond}, 1000, 8, 60, 300)
+	waitBound(t, cs, "default", 24, 30*time.Second)
+	time.Sleep(500 * time.Millisecond) // let any wrong extra bind land
+	pods := waitBound(t, cs, "default", 0, 0)
+	checkNoOvercommit(t, nodes, pods)
+	if n := countBoundPods(pods); n != 24 {
+		t.Errorf("bound %d, want 24", n)
+	}
+	var frames, slots int64
+	for s := range 4 {
+		frames += Counter(fmt.Sprintf("shard/%d", s), "batch_frames")
+		slots += Counter(fmt.Sprintf("shard/%d", s), "batch_slots")
+	}
+	if frames == 0 {
+		t.Error("no batch frame evaluated")
+	}
+	t.Logf("batches sent %d (%d pods), batch frames evaluated %d with %d slots, widened %d", Counter("intake/0", "batches"),
+		Counter("intake/0", "batched_pods"), frames, slots, Counter("collector/0", "widened"))
+}
+
+// A batch's placements spread like single pods': on empty identical nodes each pod of a batch
+// lands on a different node (the node that got a 500m pod is re-scored below the empty ones).
+func TestBatchSpreadsOverEmptyNodes(t *testing.T) {
+	ResetMetrics()
+	cs, _ := startWithPending(t, Config{Shards: 1, Batch: 32, FeasibleToFind: 0}, 8000, 40, 32, 500)
+	pods := waitBound(t, cs, "default", 32, 30*time.Second)
+	per := map[string]int{}
+	for _, p := range pods {
+		per[p.Spec.NodeName]++
+	}
+	if len(per) != 32 {
+		t.Errorf("32 pods on %d nodes, want 32 (one per empty node): %v", len(per), per)
+	}
+	if Counter("shard/0", "batch_frames") == 0 {
+		t.Error("no batch frame evaluated")
+	}
+}
+
+// Parallel pods inside a shard never double-book a node: 4 workers race for the last room of
+// 10 nodes (3 pods of 300m fit per node, 60 pods). Run under -race in make test.
+func TestParallelPodsNeverDoubleBook(t *testing.T) {
+	ResetMetrics()
+	cs, nodes := startWithPending(t, Config{Shards: 1, Batch: -1, ParallelPods: 4, Deadline: 200 * time.Millisecond}, 1000, 10, 60, 300)
+	waitBound(t, cs, "default", 30, 60*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	pods := waitBound(t, cs, "default", 0, 0)
+	checkNoOvercommit(t, nodes, pods)
+	if n := countBoundPods(pods); n != 30 {
+		t.Errorf("bound %d, want 30", n)
+	}
+	t.Logf("parallel conflicts %d, re-checks %d, serialised %d", Counter("shard/0", "parallel_conflicts"),
+		Counter("shard/0", "reserve_rechecks"), Counter("shard/0", "parallel_serialised"))
+	_ = metav1.ListOptions{}
+}
