@@ -1,17 +1,12 @@
 package main
 
 import (
-	"context"
-	"encoding/json"
 	"flag"
 	"fmt"
 	"os"
-	"path/filepath"
-	"runtime/pprof"
 	"strconv"
 	"time"
 
-	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
 	"github.com/meganode/meganode/internal/scheduler"
 )
@@ -108,113 +103,6 @@ func runScheduler(args []string) error {
 	return nil
 }
 
-func runSchedulerSimulate(args []string) error {
-	fs := flag.NewFlagSet("scheduler simulate", flag.ContinueOnError)
-	nodes := fs.Int("nodes", 1000, "fake nodes for the end-to-end in-process run")
-	pods := fs.Int("pods", 2000, "pods for the end-to-end run")
-	shards := fs.Int("shards", 2, "shards for the end-to-end run")
-	fanout := fs.Int("fanout", 10, "relay fanout")
-	parallelism := fs.Int("parallelism", 16, "framework parallelism per shard in the end-to-end run")
-	tNodes := fs.Int("target-nodes", 1_000_000, "projection: nodes")
-	tPods := fs.Int("target-pods", 1_000_000, "projection: pods")
-	tShards := fs.Int("target-shards", 256, "projection: shards")
-	tCollectors := fs.Int("target-collectors", 16, "projection: collectors")
-	stagePods := fs.Int("stage-pods", 1000, "pods timed on one shard of target-nodes/target-shards nodes (parallelism 1)")
-	coresPerShard := fs.Float64("cores-per-shard", 1, "projection: cores per shard process")
-	eff := fs.Float64("parallel-efficiency", 0.8, "projection: efficiency of Filter/Score parallelism over those cores")
-	bindRate := fs.Float64("bind-rate", 0, "projection: apiserver Binding throughput (pods/s; 0: not modelled)")
-	intakeRate := fs.Float64("intake-rate", 0, "projection: intake throughput per collector (pods/s; 0: only the encode cost)")
-	hopLat := fs.Float64("hop-latency-us", 100, "projection: one network hop (latency only)")
-	jsonOut := fs.String("json", "", "write all results as JSON here")
-	feasible := fs.Int("feasible-to-find", 100, "stage timing: also time a shard that stops filtering after this many feasible nodes (0: skip)")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole simulation here")
-	if ok, err := parseUpFlags(fs, args); !ok {
-		return err
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	out := map[string]any{}
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
-
-	fmt.Printf("== end-to-end in process (fake clientset, real framework): %d nodes, %d pods, %d shards, fanout %d, parallelism %d\n",
-		*nodes, *pods, *shards, *fanout, *parallelism)
-	for _, eq := range []time.Duration{2 * time.Second, -1} {
-		r, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: *fanout,
-			Parallelism: *parallelism, EquivalenceTTL: eq})
-		if err != nil {
-			return err
-		}
-		label := map[bool]string{true: "equivalence on", false: "equivalence off"}[eq > 0]
-		fmt.Printf("  %-16s %d pods in %.2fs = %.0f pods/s, CPU %.0f µs/pod, conflicts %d, filter verdicts reused %.0f%%, schedule latency p50 %.1f ms p99 %.1f ms\n",
-			label, r.Bound, r.Seconds, r.PodsPerSec, r.CPUSeconds/float64(r.Bound)*1e6, r.Conflicts, r.FilterReused*100,
-			r.Collector["schedule"].P50Us/1e3, r.Collector["schedule"].P99Us/1e3)
-		out["e2e_"+map[bool]string{true: "eq", false: "noeq"}[eq > 0]] = r
-	}
-
-	shardSize := *tNodes / max(*tShards, 1)
-	fmt.Printf("== one shard of %d nodes (= %d/%d), parallelism 1 (per-core cost), %d identical pods, no apiserver in the loop (decode → framework cycle → Reserve+assume)\n",
-		shardSize, *tNodes, *tShards, *stagePods)
-	type variant struct {
-		label    string
-		eq       time.Duration
-		feasible int
-		cost     *scheduler.ShardCost
-	}
-	vs := []*variant{{label: "equivalence on, every node examined", eq: 2 * time.Second},
-		{label: "equivalence off, every node examined", eq: -1},
-		{label: fmt.Sprintf("equivalence on, auto: stop at %d feasible nodes", scheduler.FeasibleLimit(scheduler.FeasibleAuto, shardSize)),
-			eq: 2 * time.Second, feasible: scheduler.FeasibleAuto}}
-	if *feasible > 0 {
-		vs = append(vs, &variant{label: fmt.Sprintf("equivalence on, stop at %d feasible nodes", *feasible), eq: 2 * time.Second, feasible: *feasible})
-	}
-	for _, v := range vs {
-		c, err := scheduler.MeasureShard(ctx, shardSize, *stagePods, v.eq, v.feasible)
-		if err != nil {
-			return err
-		}
-		v.cost = c
-		fmt.Printf("  %-44s decode %.1f µs, snapshot %.1f, prefilter %.1f, filter %.1f, score %.1f → eval %.1f µs; reserve+assume %.1f µs; process CPU %.0f µs/pod; filter verdicts reused %.0f%%\n",
-			v.label+":", c.DecodeUs, c.Stages["snapshot"], c.Stages["prefilter"], c.Stages["filter"], c.Stages["score"], c.EvalUs, c.CommitUs, c.CPUUsPerPod, c.FilterReused*100)
-		out["shard: "+v.label] = c
-	}
-
-	hops, err := scheduler.MeasureHops(ctx)
-	if err != nil {
-		return err
-	}
-	out["hops"] = hops
-	fmt.Printf("== hops: encode %.2f µs (%d B frame), relay→child in-process %.2f µs, gRPC stream frame %.2f µs, proposal on the control stream %.2f µs (unary would be %.1f µs), collector per proposal in-process %.2f µs\n",
-		hops.EncodeUs, hops.FrameBytes, hops.RelayChildUs, hops.GRPCFrameUs, hops.GRPCStreamPropUs, hops.GRPCUnaryUs, hops.CollectorUs)
-
-	for _, v := range vs {
-		in := scheduler.ProjectionInput{Nodes: *tNodes, Pods: *tPods, Shards: *tShards, Fanout: *fanout, Collectors: *tCollectors,
-			ShardEvalUs: v.cost.DecodeUs + v.cost.EvalUs + hops.GRPCStreamPropUs, CommitUs: v.cost.CommitUs, EncodeUs: hops.EncodeUs,
-			HopUs: hops.GRPCFrameUs,
-			// per shard per pod at the collector: one proposal in and (for feasible losers) one deny out, both on streams
-			ProposalUs: 2 * hops.GRPCStreamPropUs, CoresPerShard: *coresPerShard, ParallelEff: *eff, BindPerSec: *bindRate,
-			IntakePerSec: *intakeRate, HopLatencyUs: *hopLat}
-		p := scheduler.Project(in)
-		fmt.Printf("== projection, %s\n", v.label)
-		p.Print(os.Stdout, in)
-		out["projection: "+v.label] = map[string]any{"input": in, "output": p}
-	}
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(out, "", "  ")
-		return os.WriteFile(*jsonOut, b, 0o644)
-	}
-	_ = context.Background
-	return nil
-}
-
 // schedulerUpFlags are `up`'s scheduler flags (also `demo`, which shares addUpFlags).
 type schedulerUpFlags struct {
 	scheduler *string
@@ -259,45 +147,4 @@ func (f *schedulerUpFlags) extra() []string {
 		return nil
 	}
 	return f.args
-}
-
-func runSchedulerBench(args []string) error {
-	fs := flag.NewFlagSet("scheduler bench", flag.ContinueOnError)
-	nodes := fs.Int("nodes", 1000, "KWOK nodes")
-	pods := fs.Int("pods", 2000, "pods pre-created while the scheduler is paused, then drained")
-	shardList := fs.String("shards", "1,2,4", "meganode shard counts to run")
-	noStock := fs.Bool("no-stock", false, "skip the stock kube-scheduler run")
-	latPods := fs.Int("latency-pods", 500, "pods of the paced latency phase (0: skip)")
-	latQPS := fs.Float64("latency-qps", 100, "creation rate of the latency phase")
-	stateDir := fs.String("state-dir", filepath.Join(os.TempDir(), "meganode-sched-bench"), "state directory for the clusters (one at a time)")
-	jsonOut := fs.String("json", "", "write the rows as JSON here")
-	nodeLease := fs.Int("node-lease-seconds", 0, "KWOK node lease duration (0 = 40 s); e.g. 600 at 10K nodes keeps lease writes from saturating the apiserver on a small machine")
-	profileDir := fs.String("profile-dir", "", "meganode runs: save a CPU profile of the scheduler during the drain here (<label>.pprof)")
-	profileSec := fs.Int("profile-seconds", 15, "length of that profile")
-	var extra stringList
-	fs.Var(&extra, "scheduler-arg", "extra `meganode scheduler` flag (repeatable)")
-	if ok, err := parseUpFlags(fs, args); !ok {
-		return err
-	}
-	var shards []int
-	for _, s := range scheduler.SplitAddrs(*shardList) {
-		n, err := strconv.Atoi(s)
-		if err != nil {
-			return fmt.Errorf("--shards: %w", err)
-		}
-		shards = append(shards, n)
-	}
-	ctx, stop := signalContext()
-	defer stop()
-	o := scheduler.BenchOptions{Nodes: *nodes, Pods: *pods, Shards: shards, NoStock: *noStock, LatencyPods: *latPods, LatencyQPS: *latQPS,
-		StateDir: *stateDir, SchedulerArg: extra, NodeLeaseSec: *nodeLease, ProfileDir: *profileDir, ProfileSec: *profileSec, Progress: bench.NewProgress(os.Stderr)}
-	rows, err := scheduler.RunBench(ctx, o)
-	scheduler.PrintBench(os.Stdout, o, rows)
-	if *jsonOut != "" {
-		b, _ := json.MarshalIndent(map[string]any{"options": o, "rows": rows}, "", "  ")
-		if werr := os.WriteFile(*jsonOut, b, 0o644); werr != nil && err == nil {
-			err = werr
-		}
-	}
-	return err
 }

@@ -37,7 +37,28 @@ type NodeOptions struct {
 	Prefix      string // node name prefix; default "kwok-node-"
 	Start       int    // first index
 	Concurrency int    // parallel creates; default 64
-	Progress    *bench.Progress
+	// Sizes: node i gets Sizes[i % len(Sizes)] (index i counts from 0 at the first node of the
+	// cluster, i.e. it includes Start); empty = every node DefaultNodeSize.
+	Sizes    []NodeSize
+	Progress *bench.Progress
+}
+
+// NodeSize is a KWOK node's capacity (the pods capacity stays 110, the kubelet's default).
+type NodeSize struct {
+	CPU          string `json:"cpu"`           // a quantity, e.g. "8"
+	Memory       string `json:"memory"`        // e.g. "32Gi"
+	InstanceType string `json:"instance_type"` // the node.kubernetes.io/instance-type label
+}
+
+// DefaultNodeSize is the node every caller gets unless it asks otherwise: an 8-core, 32 GiB machine.
+var DefaultNodeSize = NodeSize{CPU: "8", Memory: "32Gi", InstanceType: "m5.2xlarge"}
+
+// NodeSizeAt is the size of node i under sizes (empty: DefaultNodeSize).
+func NodeSizeAt(sizes []NodeSize, i int) NodeSize {
+	if len(sizes) == 0 {
+		return DefaultNodeSize
+	}
+	return sizes[((i%len(sizes))+len(sizes))%len(sizes)]
 }
 
 var zones = []string{"zone-a", "zone-b", "zone-c"}
@@ -45,9 +66,14 @@ var zones = []string{"zone-a", "zone-b", "zone-c"}
 // NodeObject is a KWOK node with realistic capacity and labels (an 8-core, 32 GiB machine
 // with room for 110 pods), annotated so KWOK manages it.
 func NodeObject(name string, i int) *corev1.Node {
+	return NodeObjectSized(name, i, DefaultNodeSize)
+}
+
+// NodeObjectSized is NodeObject with the given CPU, memory and instance type.
+func NodeObjectSized(name string, i int, size NodeSize) *corev1.Node {
 	rl := corev1.ResourceList{
-		corev1.ResourceCPU:              resource.MustParse("8"),
-		corev1.ResourceMemory:           resource.MustParse("32Gi"),
+		corev1.ResourceCPU:              resource.MustParse(size.CPU),
+		corev1.ResourceMemory:           resource.MustParse(size.Memory),
 		corev1.ResourcePods:             resource.MustParse("110"),
 		corev1.ResourceEphemeralStorage: resource.MustParse("100Gi"),
 	}
@@ -61,7 +87,7 @@ func NodeObject(name string, i int) *corev1.Node {
 				"kubernetes.io/os":                 "linux",
 				"kubernetes.io/arch":               "amd64",
 				"type":                             "kwok",
-				"node.kubernetes.io/instance-type": "m5.2xlarge",
+				"node.kubernetes.io/instance-type": size.InstanceType,
 				"topology.kubernetes.io/region":    "meganode-local",
 				"topology.kubernetes.io/zone":      zones[i%len(zones)],
 			},
@@ -101,7 +127,7 @@ func MakeNodes(ctx context.Context, cs kubernetes.Interface, o NodeOptions) erro
 				name := fmt.Sprintf("%s%06d", o.Prefix, i)
 				var err error
 				for attempt := 0; attempt < 5; attempt++ {
-					_, err = cs.CoreV1().Nodes().Create(ctx, NodeObject(name, i), metav1.CreateOptions{})
+					_, err = cs.CoreV1().Nodes().Create(ctx, NodeObjectSized(name, i, NodeSizeAt(o.Sizes, i)), metav1.CreateOptions{})
 					if err == nil || apierrors.IsAlreadyExists(err) {
 						err = nil
 						break

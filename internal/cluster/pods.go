@@ -40,6 +40,8 @@ type PodOptions struct {
 	Progress    *bench.Progress
 	// SchedulerName sets spec.schedulerName ("" = the default scheduler; "meganode" for `up --scheduler meganode`).
 	SchedulerName string
+	// Requests, direct mode: the requests of pod i (nil = PodObject's 50m CPU, 64Mi).
+	Requests func(i int) corev1.ResourceList
 }
 
 // PodRun is what a pod batch measured through a watch.
@@ -244,6 +246,9 @@ func CreatePods(ctx context.Context, cs kubernetes.Interface, o PodOptions) (*Po
 					for attempt := 0; attempt < 5; attempt++ {
 						p := PodObject(o.Namespace, name, run)
 						p.Spec = withScheduler(p.Spec, o.SchedulerName)
+						if o.Requests != nil {
+							p.Spec.Containers[0].Resources.Requests = o.Requests(i)
+						}
 						_, err = cs.CoreV1().Pods(o.Namespace).Create(ctx, p, metav1.CreateOptions{})
 						if err == nil || apierrors.IsAlreadyExists(err) {
 							err = nil

@@ -35,8 +35,11 @@ type UpOptions struct {
 	// kubelet). Longer leases cut lease writes for benchmarks of other things at large node counts;
 	// the plan raises the controller-manager's --node-monitor-grace-period to match.
 	NodeLeaseSeconds int
-	ProxyCmd         []string // how to run the proxy; default: this executable with "etcd-proxy"
-	Progress         *bench.Progress
+	// NodeSizes: KWOK node i gets NodeSizes[i % len(NodeSizes)]; empty = every node
+	// DefaultNodeSize (8 CPU, 32 GiB), as `up` always made them.
+	NodeSizes []NodeSize
+	ProxyCmd  []string // how to run the proxy; default: this executable with "etcd-proxy"
+	Progress  *bench.Progress
 }
 
 // DefaultStateDir is where `up` keeps pids, certificates, logs and store data.
@@ -270,7 +273,7 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		if err != nil {
 			return st, err
 		}
-		if err := MakeNodes(ctx, cs, NodeOptions{Count: o.Nodes, Progress: prog}); err != nil {
+		if err := MakeNodes(ctx, cs, NodeOptions{Count: o.Nodes, Sizes: o.NodeSizes, Progress: prog}); err != nil {
 			return st, err
 		}
 		st.Nodes = o.Nodes

@@ -1,6 +1,7 @@
 package scheduler
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -8,13 +9,17 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -31,29 +36,146 @@ type BenchOptions struct {
 	LatencyQPS   float64 // default 100
 	StateDir     string
 	BinDir       string
-	SchedulerArg []string        // extra meganode scheduler flags
-	NodeLeaseSec int             // KWOK node lease duration (0 = 40 s); longer keeps lease writes from drowning the apiserver at 10K nodes
-	ProfileDir   string          // meganode runs: a CPU profile of the scheduler (first ProfileSec of the drain) and its /metrics after it are written here
-	ProfileSec   int             // default 15
-	Progress     *bench.Progress `json:"-"`
+	SchedulerArg []string // extra meganode scheduler flags
+	NodeLeaseSec int      // KWOK node lease duration (0 = 40 s); longer keeps lease writes from drowning the apiserver at 10K nodes
+	ProfileDir   string   // meganode runs: a CPU profile of the scheduler (first ProfileSec of the drain) and its /metrics after it are written here
+	ProfileSec   int      // default 15
+	// Workload: WorkloadUniform ("" = uniform: every pod 100m CPU, 64Mi, on the default 8 CPU/32Gi
+	// nodes) or WorkloadMixed (pods of 100m/1/4 CPU on nodes of 8 and 32 CPU: mixedPodClasses, mixedNodeSizes).
+	Workload string
+	// BindCeiling: after each row's drain and latency phases, measure the apiserver's bind ceiling
+	// on the same cluster (bindCeiling).
+	BindCeiling bool
+	// BindCeilingWorkers: Bindings in flight in that phase (0 = 256, the meganode scheduler's --bind-workers default).
+	BindCeilingWorkers int
+	Progress           *bench.Progress `json:"-"`
+}
+
+// Workloads of the benchmark.
+const (
+	WorkloadUniform = "uniform"
+	WorkloadMixed   = "mixed"
+)
+
+// podClass is one kind of pod of a workload: its requests and its share of the pods (in tenths).
+type podClass struct {
+	CPU, Memory string
+	Tenths      int
+}
+
+// uniformPod is every pod of the uniform workload.
+var uniformPod = podClass{CPU: "100m", Memory: "64Mi", Tenths: 10}
+
+// mixedPodClasses: 70 % small, 20 % medium, 10 % large pods, interleaved by index (pod i is of
+// the class of i mod 10) so every stretch of the queue holds all three.
+var mixedPodClasses = []podClass{{"100m", "64Mi", 7}, {"1", "1Gi", 2}, {"4", "4Gi", 1}}
+
+// mixedNodeSizes: node i alternates between today's 8 CPU/32Gi node and a 32 CPU/128Gi one, so
+// half the nodes are each; with pods of three sizes, where a pod lands depends on scoring.
+var mixedNodeSizes = []cluster.NodeSize{cluster.DefaultNodeSize, {CPU: "32", Memory: "128Gi", InstanceType: "m5.8xlarge"}}
+
+// checkWorkload validates the workload name.
+func checkWorkload(w string) error {
+	switch w {
+	case "", WorkloadUniform, WorkloadMixed:
+		return nil
+	}
+	return fmt.Errorf("--workload: want %s or %s, got %q", WorkloadUniform, WorkloadMixed, w)
+}
+
+// workloadPodClass is the class of pod i of the workload.
+func workloadPodClass(workload string, i int) podClass {
+	if workload != WorkloadMixed {
+		return uniformPod
+	}
+	k := ((i % 10) + 10) % 10
+	for _, c := range mixedPodClasses {
+		if k < c.Tenths {
+			return c
+		}
+		k -= c.Tenths
+	}
+	return mixedPodClasses[len(mixedPodClasses)-1]
+}
+
+// WorkloadRequests are the requests of pod i of the workload.
+func WorkloadRequests(workload string, i int) corev1.ResourceList {
+	c := workloadPodClass(workload, i)
+	return corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(c.CPU), corev1.ResourceMemory: resource.MustParse(c.Memory)}
+}
+
+// WorkloadNodeSizes are the node sizes of the workload for cluster.UpOptions.NodeSizes (nil: the default node).
+func WorkloadNodeSizes(workload string) []cluster.NodeSize {
+	if workload == WorkloadMixed {
+		return mixedNodeSizes
+	}
+	return nil
+}
+
+// benchPod is pod i of the workload: cluster.PodObject (pause container, nodeSelector type=kwok)
+// with the workload's requests.
+func benchPod(workload, ns, name, run string, i int) *corev1.Pod {
+	p := cluster.PodObject(ns, name, run)
+	p.Spec.Containers[0].Resources.Requests = WorkloadRequests(workload, i)
+	return p
+}
+
+// checkCapacity refuses a run whose drain and latency pods could not all fit on the nodes
+// (CPU, memory or the 110 pods a node takes), which would leave the drain waiting forever.
+func checkCapacity(workload string, nodes, pods int) error {
+	var cpu, mem, capCPU, capMem int64
+	for i := range pods {
+		r := WorkloadRequests(workload, i)
+		cpu += r.Cpu().MilliValue()
+		mem += r.Memory().Value()
+	}
+	sizes := WorkloadNodeSizes(workload)
+	for i := range nodes {
+		n := cluster.NodeObjectSized("n", i, cluster.NodeSizeAt(sizes, i))
+		capCPU += n.Status.Allocatable.Cpu().MilliValue()
+		capMem += n.Status.Allocatable.Memory().Value()
+	}
+	switch {
+	case pods > 110*nodes:
+		return fmt.Errorf("%d pods do not fit on %d nodes of 110 pods each", pods, nodes)
+	case cpu > capCPU:
+		return fmt.Errorf("workload %s: %d pods request %dm CPU, %d nodes have %dm", workload, pods, cpu, nodes, capCPU)
+	case mem > capMem:
+		return fmt.Errorf("workload %s: %d pods request %d MiB, %d nodes have %d MiB", workload, pods, mem>>20, nodes, capMem>>20)
+	}
+	return nil
 }
 
 // BenchRow is one scheduler's result.
 type BenchRow struct {
-	Scheduler     string        `json:"scheduler"`
-	Shards        int           `json:"shards,omitempty"`
-	Pods          int           `json:"pods"`
-	DrainSeconds  float64       `json:"drain_seconds"` // pre-created pods: scheduler resumed → last bound
-	PodsPerSec    float64       `json:"pods_per_sec"`
-	CPUMsPerPod   float64       `json:"cpu_ms_per_pod"` // scheduler process CPU during the drain / pods
-	Latency       bench.Latency `json:"latency"`        // paced phase: creation → bound
-	LatencyQPS    float64       `json:"latency_qps"`
-	UtilMean      float64       `json:"util_mean"`   // mean over nodes of requested CPU / allocatable
-	UtilStddev    float64       `json:"util_stddev"` // spread of that (lower = more even)
-	UtilMax       float64       `json:"util_max"`
-	EmptyNodes    int           `json:"empty_nodes"`
-	Unscheduled   int           `json:"unscheduled"`
-	SchedulerName string        `json:"-"`
+	Scheduler    string        `json:"scheduler"`
+	Shards       int           `json:"shards,omitempty"`
+	Pods         int           `json:"pods"`
+	DrainSeconds float64       `json:"drain_seconds"` // pre-created pods: scheduler resumed → last bound
+	PodsPerSec   float64       `json:"pods_per_sec"`
+	CPUMsPerPod  float64       `json:"cpu_ms_per_pod"` // scheduler process CPU during the drain / pods
+	Latency      bench.Latency `json:"latency"`        // paced phase: creation → bound
+	LatencyQPS   float64       `json:"latency_qps"`
+	UtilMean     float64       `json:"util_mean"`   // mean over nodes of requested CPU / allocatable
+	UtilStddev   float64       `json:"util_stddev"` // spread of that (lower = more even)
+	UtilMax      float64       `json:"util_max"`
+	EmptyNodes   int           `json:"empty_nodes"` // nodes without requested CPU
+	Unscheduled  int           `json:"unscheduled"`
+	// Placement by pod count, over every node, of the drained pods once the drain ended.
+	PodsPerNodeMean   float64 `json:"pods_per_node_mean"`
+	PodsPerNodeStddev float64 `json:"pods_per_node_stddev"`
+	PodsPerNodeMax    int     `json:"pods_per_node_max"`
+	EmptyNodesByPods  int     `json:"empty_nodes_by_pods"` // nodes without a drained pod
+	// The apiserver's bind ceiling on this row's cluster (bindCeiling): Pods pre-decided Bindings
+	// posted as fast as the scheduler's client allows, first Binding → last OK. OfCeiling =
+	// PodsPerSec / BindCeilingPerSec.
+	BindCeilingPerSec  float64 `json:"bind_ceiling_per_sec,omitempty"`
+	BindCeilingSeconds float64 `json:"bind_ceiling_seconds,omitempty"`
+	BindCeilingBinds   int     `json:"bind_ceiling_binds,omitempty"`  // Bindings that succeeded
+	BindCeilingErrors  int     `json:"bind_ceiling_errors,omitempty"` // Bindings that failed (after retries)
+	BindCeilingRetries int     `json:"bind_ceiling_retries,omitempty"`
+	OfCeiling          float64 `json:"of_ceiling,omitempty"`
+	SchedulerName      string  `json:"-"`
 }
 
 const benchNS = "sched-bench"
@@ -62,6 +184,12 @@ const benchNS = "sched-bench"
 func RunBench(ctx context.Context, o BenchOptions) ([]BenchRow, error) {
 	if o.LatencyQPS <= 0 {
 		o.LatencyQPS = 100
+	}
+	if err := checkWorkload(o.Workload); err != nil {
+		return nil, err
+	}
+	if err := checkCapacity(o.Workload, o.Nodes, o.Pods+o.LatencyPods); err != nil {
+		return nil, err
 	}
 	type run struct {
 		kind   string
@@ -95,7 +223,8 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 	// A fresh state directory per run: certificates and data never mix between clusters.
 	dir := filepath.Join(o.StateDir, strings.ReplaceAll(label, "/", "-"))
 	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: dir, Nodes: o.Nodes, Pods: o.Pods, BinDir: o.BinDir,
-		Scheduler: kind, SchedulerShards: shards, SchedulerArgs: o.SchedulerArg, NodeLeaseSeconds: o.NodeLeaseSec})
+		Scheduler: kind, SchedulerShards: shards, SchedulerArgs: o.SchedulerArg, NodeLeaseSeconds: o.NodeLeaseSec,
+		NodeSizes: WorkloadNodeSizes(o.Workload)})
 	if st != nil {
 		defer func() { _ = st.Down(10*time.Second, nil) }()
 	}
@@ -131,7 +260,9 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 		}
 	}()
 	prog.Printf("   creating %d pods with the scheduler paused", o.Pods)
-	if err := createBenchPods(ctx, cs, "drain", o.Pods); err != nil {
+	if _, err := createBenchPods(ctx, cs, benchNS, o.Pods, func(i int) *corev1.Pod {
+		return benchPod(o.Workload, benchNS, fmt.Sprintf("drain-%06d", i), "drain", i)
+	}); err != nil {
 		return nil, err
 	}
 	cpu0 := procCPU(sched.Pid)
@@ -165,38 +296,245 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 	if err := utilisation(ctx, cs, row); err != nil {
 		return nil, err
 	}
-	prog.Printf("   drained %d pods in %.2fs = %.0f pods/s, %.2f ms CPU/pod, utilisation mean %.3f stddev %.4f max %.3f, %d empty nodes",
-		o.Pods, el.Seconds(), row.PodsPerSec, row.CPUMsPerPod, row.UtilMean, row.UtilStddev, row.UtilMax, row.EmptyNodes)
+	prog.Printf("   drained %d pods in %.2fs = %.0f pods/s, %.2f ms CPU/pod, utilisation mean %.3f stddev %.4f max %.3f, %d empty nodes; pods/node stddev %.2f max %d",
+		o.Pods, el.Seconds(), row.PodsPerSec, row.CPUMsPerPod, row.UtilMean, row.UtilStddev, row.UtilMax, row.EmptyNodes,
+		row.PodsPerNodeStddev, row.PodsPerNodeMax)
 
 	// Phase 2, latency: paced creation, creation → bound.
 	if o.LatencyPods > 0 {
 		r, err := cluster.CreatePods(ctx, cs, cluster.PodOptions{Namespace: benchNS + "-lat", Count: o.LatencyPods, QPS: o.LatencyQPS,
-			Timeout: 5 * time.Minute})
+			Timeout: 5 * time.Minute, Requests: func(i int) corev1.ResourceList { return WorkloadRequests(o.Workload, i) }})
 		if err != nil {
 			return nil, fmt.Errorf("latency phase: %w", err)
 		}
 		row.Latency = r.Schedule
 		prog.Printf("   latency at %.0f pods/s: p50 %.1f ms, p99 %.1f ms", o.LatencyQPS, r.Schedule.P50Us/1e3, r.Schedule.P99Us/1e3)
 	}
+
+	// Phase 3, the apiserver's bind ceiling on this cluster.
+	if o.BindCeiling {
+		prog.Printf("   bind ceiling: creating %d pods no scheduler serves, then posting their Bindings (%d in flight)",
+			o.Pods, cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers))
+		c, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o)
+		if err != nil {
+			return nil, fmt.Errorf("bind ceiling: %w", err)
+		}
+		row.BindCeilingPerSec, row.BindCeilingSeconds, row.BindCeilingBinds, row.BindCeilingErrors, row.BindCeilingRetries =
+			c.PerSec, c.Seconds, c.Binds, c.Errors, c.Retries
+		if c.PerSec > 0 {
+			row.OfCeiling = row.PodsPerSec / c.PerSec
+		}
+		prog.Printf("   bind ceiling: %d Bindings in %.2fs = %.0f binds/s (%d failed, %d retried); the drain ran at %.0f%% of it",
+			c.Binds, c.Seconds, c.PerSec, c.Errors, c.Retries, row.OfCeiling*100)
+	}
 	return row, nil
 }
 
-func createBenchPods(ctx context.Context, cs kubernetes.Interface, prefix string, n int) error {
+// Bind ceiling settings: the pods' spec.schedulerName (served by no scheduler, so only the
+// Bindings below place them), their namespace, and the Bindings in flight (the meganode
+// scheduler's --bind-workers default).
+const (
+	CeilingSchedulerName      = "meganode-ceiling-nobody"
+	ceilingNS                 = benchNS + "-ceiling"
+	DefaultBindCeilingWorkers = 256
+	ceilingClientQPS          = 5000 // the meganode scheduler's --kube-api-qps default (burst 2×)
+)
+
+// ceilingResult is what bindCeiling measured.
+type ceilingResult struct {
+	Binds, Errors, Retries int
+	Seconds, PerSec        float64
+}
+
+// bindCeiling measures how fast this cluster's apiserver takes Bindings: it creates o.Pods pods
+// of the workload that no scheduler serves, decides their nodes up front (round-robin over the
+// Ready nodes, skipping nodes the pod no longer fits by CPU, memory or pod count given what is
+// already bound; if none fits, plain round-robin), and posts the Bindings (pods/binding, with the
+// pod's UID as the framework's DefaultBinder does) from BindCeilingWorkers goroutines through
+// the client the meganode scheduler uses: ClientFor (QPS 5000, burst 10000, protobuf) on the
+// scheduler's kubeconfig, so the requests fall in the scheduler's API priority and fairness flow.
+// The time runs from the first Binding sent to the last one answered OK.
+//
+// It is a ceiling of the Binding path only: both schedulers also write one Scheduled Event per
+// pod (and the stock scheduler patches status on failures), which this does not. The scheduler
+// keeps running meanwhile (it ignores these pods, but its informers see them as the drain's did).
+func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o BenchOptions) (*ceilingResult, error) {
+	workers := cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers)
+	if err := cluster.EnsureNamespace(ctx, admin, ceilingNS); err != nil {
+		return nil, err
+	}
+	pods, err := createBenchPods(ctx, admin, ceilingNS, o.Pods, func(i int) *corev1.Pod {
+		p := benchPod(o.Workload, ceilingNS, fmt.Sprintf("ceiling-%06d", i), "ceiling", i)
+		p.Spec.SchedulerName = CeilingSchedulerName
+		return p
+	})
+	if err != nil {
+		return nil, err
+	}
+	nl, err := admin.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	pl, err := admin.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	targets := assignRoundRobin(nl.Items, pl.Items, pods)
+	if targets == nil {
+		return nil, fmt.Errorf("no Ready node")
+	}
+	cs, err := ClientFor(schedKubeconfig, ceilingClientQPS)
+	if err != nil {
+		return nil, err
+	}
+	var next, binds, errs, retries atomic.Int64
+	var mu sync.Mutex
+	var last time.Time
+	var firstErr error
+	var wg sync.WaitGroup
+	t0 := time.Now()
+	for range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var myLast time.Time
+			for {
+				i := int(next.Add(1) - 1)
+				if i >= len(pods) {
+					break
+				}
+				p := pods[i]
+				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+					Target: corev1.ObjectReference{Kind: "Node", Name: targets[i]}}
+				var err error
+				for attempt := range 5 {
+					if err = cs.CoreV1().Pods(p.Namespace).Bind(ctx, b, metav1.CreateOptions{}); err == nil {
+						break
+					}
+					// Conflict: already bound (a retried request that had gone through); other errors
+					// (429, timeouts) are retried like client-go's callers would after a short pause.
+					if apierrors.IsConflict(err) || ctx.Err() != nil {
+						break
+					}
+					retries.Add(1)
+					time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond)
+				}
+				if err != nil {
+					errs.Add(1)
+					mu.Lock()
+					if firstErr == nil {
+						firstErr = err
+					}
+					mu.Unlock()
+					continue
+				}
+				binds.Add(1)
+				myLast = time.Now()
+			}
+			mu.Lock()
+			if myLast.After(last) {
+				last = myLast
+			}
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	r := &ceilingResult{Binds: int(binds.Load()), Errors: int(errs.Load()), Retries: int(retries.Load())}
+	if r.Binds > 0 {
+		r.Seconds = last.Sub(t0).Seconds()
+		r.PerSec = float64(r.Binds) / r.Seconds
+	}
+	if r.Binds == 0 && firstErr != nil {
+		return r, firstErr
+	}
+	if ctx.Err() != nil {
+		return r, ctx.Err()
+	}
+	return r, nil
+}
+
+// assignRoundRobin decides a node for each pod: round-robin over the Ready nodes (in name order),
+// moving on past nodes the pod does not fit (CPU, memory, pod count, counting the pods already
+// bound and those assigned before it); a pod that fits nowhere takes the next node regardless
+// (the apiserver does not check; only a scheduler would). nil without Ready nodes.
+func assignRoundRobin(nodes []corev1.Node, bound []corev1.Pod, pods []*corev1.Pod) []string {
+	type free struct {
+		name          string
+		cpu, mem, cnt int64
+	}
+	var fs []*free
+	byName := map[string]*free{}
+	for i := range nodes {
+		n := &nodes[i]
+		if !cluster.NodeReady(n) {
+			continue
+		}
+		a := n.Status.Allocatable
+		f := &free{name: n.Name, cpu: a.Cpu().MilliValue(), mem: a.Memory().Value(), cnt: a.Pods().Value()}
+		fs = append(fs, f)
+		byName[n.Name] = f
+	}
+	if len(fs) == 0 {
+		return nil
+	}
+	slices.SortFunc(fs, func(a, b *free) int { return strings.Compare(a.name, b.name) })
+	for i := range bound {
+		p := &bound[i]
+		f := byName[p.Spec.NodeName]
+		if f == nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+			continue
+		}
+		cpu, mem := podRequests(p)
+		f.cpu, f.mem, f.cnt = f.cpu-cpu, f.mem-mem, f.cnt-1
+	}
+	out := make([]string, len(pods))
+	cursor := 0
+	for i, p := range pods {
+		cpu, mem := podRequests(p)
+		pick := fs[cursor%len(fs)]
+		for k := range len(fs) {
+			if f := fs[(cursor+k)%len(fs)]; f.cpu >= cpu && f.mem >= mem && f.cnt >= 1 {
+				pick, cursor = f, cursor+k
+				break
+			}
+		}
+		cursor++
+		pick.cpu, pick.mem, pick.cnt = pick.cpu-cpu, pick.mem-mem, pick.cnt-1
+		out[i] = pick.name
+	}
+	return out
+}
+
+// podRequests sums the CPU (milli) and memory (bytes) requests of the pod's containers.
+func podRequests(p *corev1.Pod) (cpu, mem int64) {
+	for _, c := range p.Spec.Containers {
+		cpu += c.Resources.Requests.Cpu().MilliValue()
+		mem += c.Resources.Requests.Memory().Value()
+	}
+	return cpu, mem
+}
+
+// createBenchPods creates pods mk(0) … mk(n-1) in ns from 32 goroutines and returns them as
+// the apiserver stored them (with their UIDs), by index.
+func createBenchPods(ctx context.Context, cs kubernetes.Interface, ns string, n int, mk func(i int) *corev1.Pod) ([]*corev1.Pod, error) {
 	var wg sync.WaitGroup
 	errc := make(chan error, 1)
 	next := make(chan int)
+	out := make([]*corev1.Pod, n)
 	for range 32 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
-				p := cluster.PodObject(benchNS, fmt.Sprintf("%s-%06d", prefix, i), prefix)
-				if _, err := cs.CoreV1().Pods(benchNS).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+				p, err := cs.CoreV1().Pods(ns).Create(ctx, mk(i), metav1.CreateOptions{})
+				if err != nil {
 					select {
 					case errc <- err:
 					default:
 					}
+					continue
 				}
+				out[i] = p
 			}
 		}()
 	}
@@ -207,9 +545,9 @@ func createBenchPods(ctx context.Context, cs kubernetes.Interface, prefix string
 	wg.Wait()
 	select {
 	case err := <-errc:
-		return err
+		return nil, err
 	default:
-		return nil
+		return out, nil
 	}
 }
 
@@ -271,48 +609,75 @@ func countTrue(m map[string]bool) int {
 	return n
 }
 
-// utilisation: requested CPU / allocatable per node, over every node.
+// utilisation lists the nodes and pods and fills the row's placement figures (placementStats).
 func utilisation(ctx context.Context, cs kubernetes.Interface, row *BenchRow) error {
 	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
-	pl, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	pl, err := cs.CoreV1().Pods(benchNS).List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
 	}
+	placementStats(nl.Items, pl.Items, row)
+	return nil
+}
+
+// placementStats computes, over every node, from the drained pods (pods holds the bench
+// namespace; terminated pods are left out): the requested CPU / allocatable per node (mean,
+// population standard deviation, max; EmptyNodes = nodes with none requested), pods per node
+// (mean, standard deviation, max; EmptyNodesByPods = nodes with no pod), and the pods left
+// unscheduled.
+func placementStats(nodes []corev1.Node, pods []corev1.Pod, row *BenchRow) {
 	req := map[string]int64{}
-	for _, p := range pl.Items {
+	cnt := map[string]int{}
+	row.Unscheduled, row.EmptyNodes, row.EmptyNodesByPods, row.UtilMax, row.PodsPerNodeMax = 0, 0, 0, 0, 0
+	for i := range pods {
+		p := &pods[i]
 		if p.Spec.NodeName == "" {
-			if p.Namespace == benchNS {
-				row.Unscheduled++
-			}
+			row.Unscheduled++
 			continue
 		}
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
 			continue
 		}
-		for _, c := range p.Spec.Containers {
-			req[p.Spec.NodeName] += c.Resources.Requests.Cpu().MilliValue()
-		}
+		cpu, _ := podRequests(p)
+		req[p.Spec.NodeName] += cpu
+		cnt[p.Spec.NodeName]++
 	}
-	var us []float64
-	for _, n := range nl.Items {
+	us := make([]float64, 0, len(nodes))
+	ps := make([]float64, 0, len(nodes))
+	for i := range nodes {
+		n := &nodes[i]
 		u := float64(req[n.Name]) / float64(max(n.Status.Allocatable.Cpu().MilliValue(), 1))
 		us = append(us, u)
+		ps = append(ps, float64(cnt[n.Name]))
 		if req[n.Name] == 0 {
 			row.EmptyNodes++
 		}
+		if cnt[n.Name] == 0 {
+			row.EmptyNodesByPods++
+		}
 		row.UtilMax = math.Max(row.UtilMax, u)
+		row.PodsPerNodeMax = max(row.PodsPerNodeMax, cnt[n.Name])
 	}
-	for _, u := range us {
-		row.UtilMean += u / float64(len(us))
+	row.UtilMean, row.UtilStddev = meanStddev(us)
+	row.PodsPerNodeMean, row.PodsPerNodeStddev = meanStddev(ps)
+}
+
+// meanStddev is the mean and population standard deviation of xs (0, 0 when empty).
+func meanStddev(xs []float64) (mean, sd float64) {
+	if len(xs) == 0 {
+		return 0, 0
 	}
-	for _, u := range us {
-		row.UtilStddev += (u - row.UtilMean) * (u - row.UtilMean) / float64(len(us))
+	for _, x := range xs {
+		mean += x
 	}
-	row.UtilStddev = math.Sqrt(row.UtilStddev)
-	return nil
+	mean /= float64(len(xs))
+	for _, x := range xs {
+		sd += (x - mean) * (x - mean)
+	}
+	return mean, math.Sqrt(sd / float64(len(xs)))
 }
 
 // fetchProfile saves the scheduler's /debug/pprof/profile for sec seconds (default 15) to path.
@@ -371,13 +736,28 @@ func procCPU(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
-// PrintBench writes the table.
+// PrintBench writes the table: speed (drain pods/s, the bind ceiling and the drain's share of
+// it, CPU, latency) and, beside it, placement quality (CPU utilisation over nodes, pods per node).
 func PrintBench(w io.Writer, o BenchOptions, rows []BenchRow) {
-	fmt.Fprintf(w, "\nscheduler benchmark: %d pods (pre-created, then the scheduler resumed) on %d KWOK nodes; latency: %d pods created at %.0f/s\n",
-		o.Pods, o.Nodes, o.LatencyPods, o.LatencyQPS)
-	fmt.Fprintf(w, "%-16s %9s %9s %11s %9s %9s %9s %9s %9s %6s\n", "scheduler", "pods/s", "drain s", "CPU ms/pod", "p50 ms", "p99 ms", "util mean", "util sd", "util max", "empty")
-	for _, r := range rows {
-		fmt.Fprintf(w, "%-16s %9.0f %9.2f %11.2f %9.1f %9.1f %9.4f %9.4f %9.4f %6d\n", r.Scheduler, r.PodsPerSec, r.DrainSeconds, r.CPUMsPerPod,
-			r.Latency.P50Us/1e3, r.Latency.P99Us/1e3, r.UtilMean, r.UtilStddev, r.UtilMax, r.EmptyNodes)
+	fmt.Fprintf(w, "\nscheduler benchmark, workload %s: %d pods (pre-created, then the scheduler resumed) on %d KWOK nodes; latency: %d pods created at %.0f/s\n",
+		cmp.Or(o.Workload, WorkloadUniform), o.Pods, o.Nodes, o.LatencyPods, o.LatencyQPS)
+	if o.BindCeiling {
+		fmt.Fprintf(w, "bind ceiling: %d Bindings of pods no scheduler serves, %d in flight, client QPS %d (as the meganode scheduler's)\n",
+			o.Pods, cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers), ceilingClientQPS)
 	}
+	fmt.Fprintf(w, "%-16s %8s %8s %8s %8s %10s %8s %8s %9s %8s %8s %6s %7s %7s %6s\n", "scheduler", "pods/s", "drain s", "ceiling/s", "of ceil",
+		"CPU ms/pod", "p50 ms", "p99 ms", "util mean", "util sd", "util max", "empty", "ppn sd", "ppn max", "unsch")
+	for _, r := range rows {
+		ceil, of, p50, p99 := "-", "-", "-", "-"
+		if r.BindCeilingPerSec > 0 {
+			ceil, of = fmt.Sprintf("%.0f", r.BindCeilingPerSec), fmt.Sprintf("%.1f%%", r.OfCeiling*100)
+		}
+		if r.Latency.Count > 0 {
+			p50, p99 = fmt.Sprintf("%.1f", r.Latency.P50Us/1e3), fmt.Sprintf("%.1f", r.Latency.P99Us/1e3)
+		}
+		fmt.Fprintf(w, "%-16s %8.0f %8.2f %9s %8s %10.2f %8s %8s %9.4f %8.4f %8.4f %6d %7.2f %7d %6d\n", r.Scheduler, r.PodsPerSec, r.DrainSeconds, ceil, of,
+			r.CPUMsPerPod, p50, p99, r.UtilMean, r.UtilStddev, r.UtilMax, r.EmptyNodesByPods,
+			r.PodsPerNodeStddev, r.PodsPerNodeMax, r.Unscheduled)
+	}
+	fmt.Fprintf(w, "(util: requested CPU / allocatable per node; empty: nodes without a drained pod; ppn: drained pods per node; all over every node)\n")
 }
