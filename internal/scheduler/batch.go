@@ -52,7 +52,7 @@ import (
 var (
 	rescored = map[string]bool{names.NodeResourcesFit: true, names.NodeResourcesBalancedAllocation: true, names.ImageLocality: true,
 		names.DynamicResources: true} // batched pods have no resource claims: its score is a function of the node alone
-	kept     = map[string]bool{names.TaintToleration: true, names.NodeAffinity: true}
+	kept = map[string]bool{names.TaintToleration: true, names.NodeAffinity: true}
 )
 
 // heldBatch is a batch proposal awaiting its decision.

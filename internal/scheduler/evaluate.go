@@ -147,6 +147,25 @@ func FeasibleLimit(cfg, n int) int {
 	return max(n*pct/100, 100)
 }
 
+// FeasibleLimitSampled is the auto limit of one of the d shards a pod is sampled to, when
+// there are shards shards of about n nodes each: kube-scheduler's count for the whole cluster
+// (FeasibleLimit over n·shards nodes), split over the d shards, so a pod's d shards together
+// examine at least what the stock scheduler examines (0, every node, when that is the shard).
+func FeasibleLimitSampled(n, shards, d int) int {
+	if d <= 0 || shards <= d {
+		return FeasibleLimit(FeasibleAuto, n)
+	}
+	total := FeasibleLimit(FeasibleAuto, n*shards)
+	if total == 0 {
+		return 0
+	}
+	per := (total + d - 1) / d
+	if per >= n {
+		return 0
+	}
+	return max(per, FeasibleLimit(FeasibleAuto, n))
+}
+
 // ParseFeasibleToFind reads the --feasible-to-find flag: "auto", "all" or a count.
 func ParseFeasibleToFind(v string) (int, error) {
 	switch v {
@@ -181,6 +200,9 @@ func (s *Shard) filter(ctx context.Context, e *evaluator, state fwk.CycleState, 
 	verdictAt := make([]uint8, n)
 	start := 0
 	limit := int64(FeasibleLimit(s.cfg.FeasibleToFind, n))
+	if s.cfg.FeasibleToFind == FeasibleAuto && s.cfg.Scatter > 0 {
+		limit = int64(FeasibleLimitSampled(n, len(s.liveShards()), s.cfg.Scatter))
+	}
 	if limit > 0 && limit < int64(minFeasible) {
 		limit = int64(minFeasible) // a batch wants room for each of its pods
 	}

@@ -3,11 +3,15 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
 )
 
 // ShardCost is one shard's cost per pod, measured without any apiserver or fake-apiserver
@@ -94,4 +98,140 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 		c.Stages[k] = m.hist(k).MeanUs
 	}
 	return c, nil
+}
+
+// BatchCost is one shard's cost for a batch of equivalent pods (Parallelism 1, one worker):
+// one full cycle for the first pod, then one Filter+Score of one node per further pod.
+type BatchCost struct {
+	Nodes, Batch, Batches int
+	FirstUs               float64 `json:"first_us"` // a batch of one: the single pod's evaluation
+	NextUs                float64 `json:"next_us"`  // each further pod of a batch
+	PerPodUs              float64 `json:"per_pod_us"`
+	CPUUsPerPod           float64 `json:"cpu_us_per_pod"`
+}
+
+// MeasureShardBatch times batches of batch pods on one shard of nodes nodes; every slot stays
+// reserved (as if bound), so nodes fill as they would.
+func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int) (*BatchCost, error) {
+	ResetMetrics()
+	var objs []k8sruntime.Object
+	for i := range nodes {
+		objs = append(objs, FakeNode(fmt.Sprintf("m-node-%d", i), 32000, 256<<10, 110, nil))
+	}
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: eq, FeasibleToFind: feasible, ParallelPods: 1})
+	if err != nil {
+		return nil, err
+	}
+	sh.cfg.Informers.Start(ctx.Done())
+	sh.WaitSynced(ctx)
+	ctrl := true
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
+	frame := func(b, size int) ([]byte, error) {
+		h := Header{Namespace: "m", Name: fmt.Sprintf("m-%d-0", b)}
+		var pods [][]byte
+		for i := range size {
+			p := FakePod("m", fmt.Sprintf("m-%d-%d", b, i), DefaultSchedulerName, 100, 64)
+			p.UID = types.UID(fmt.Sprintf("m-uid-%d-%d", b, i))
+			p.OwnerReferences = []metav1.OwnerReference{owner}
+			pb, err := p.Marshal()
+			if err != nil {
+				return nil, err
+			}
+			pods = append(pods, pb)
+			h.Batch = append(h.Batch, BatchMember{UID: string(p.UID), Name: p.Name})
+		}
+		h.UID = BatchKeyPrefix + h.Batch[0].UID
+		return EncodeBatchFrame(h, pods)
+	}
+	run := func(size int) (float64, float64, error) {
+		var wall time.Duration
+		cpu0 := cpuSeconds()
+		for b := range batches {
+			f, err := frame(b+size*batches, size)
+			if err != nil {
+				return 0, 0, err
+			}
+			t0 := time.Now()
+			h, body, err := SplitFrame(f)
+			if err != nil {
+				return 0, 0, err
+			}
+			bodies, err := SplitBatch(body, len(h.Batch))
+			if err != nil {
+				return 0, 0, err
+			}
+			rep, err := DecodePod(bodies[0])
+			if err != nil {
+				return 0, 0, err
+			}
+			hb := &heldBatch{hdr: h, pods: bodies, rep: rep}
+			if r := sh.planBatch(ctx, sh.workers[0], hb); len(hb.slots) < size {
+				return 0, 0, fmt.Errorf("batch %d: %d of %d placed: %s", b, len(hb.slots), size, r)
+			}
+			wall += time.Since(t0)
+		}
+		return us(wall) / float64(batches), (cpuSeconds() - cpu0) * 1e6 / float64(batches*size), nil
+	}
+	if _, _, err := run(1); err != nil { // warm-up: first cycles build caches and equivalence classes
+		return nil, err
+	}
+	batches *= 4 // single pods are cheap: time more of them
+	one, _, err := run(1)
+	batches /= 4
+	if err != nil {
+		return nil, err
+	}
+	full, cpu, err := run(batch)
+	if err != nil {
+		return nil, err
+	}
+	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, FirstUs: one, PerPodUs: full / float64(batch), CPUUsPerPod: cpu}
+	if batch > 1 {
+		c.NextUs = max(full-one, 0) / float64(batch-1)
+	}
+	return c, nil
+}
+
+// MeasureFakeAPI is the in-process fake apiserver's CPU per scheduled pod, without any
+// scheduling: pods created and listed, then bound through the Binding subresource, with the
+// informers a simulated system runs (shards' nodes and pods, the intake's pods) consuming every
+// event. The simulator's runs pay this on the same two cores; the model's ApiUs.
+func MeasureFakeAPI(ctx context.Context, nodes, pods int) (float64, error) {
+	var objs []k8sruntime.Object
+	for i := range nodes {
+		objs = append(objs, FakeNode(fmt.Sprintf("f-node-%d", i), 8000, 32<<10, 110, nil))
+	}
+	for i := range pods {
+		objs = append(objs, FakePod("f", fmt.Sprintf("f-pod-%d", i), DefaultSchedulerName, 100, 64))
+	}
+	cs := NewFakeClient(objs...)
+	objs = nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	f := informers.NewSharedInformerFactory(cs, 0)
+	podInf := f.Core().V1().Pods().Informer()
+	_ = f.Core().V1().Nodes().Informer()
+	var bound atomic.Int64
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			bound.Add(1)
+		}
+	}})
+	cpu0 := cpuSeconds()
+	f.Start(ctx.Done())
+	f.WaitForCacheSync(ctx.Done())
+	for i := range pods {
+		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "f", Name: fmt.Sprintf("f-pod-%d", i)},
+			Target: corev1.ObjectReference{Kind: "Node", Name: fmt.Sprintf("f-node-%d", i%nodes)}}
+		if err := cs.CoreV1().Pods("f").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+			return 0, err
+		}
+	}
+	for bound.Load() < int64(pods) && ctx.Err() == nil {
+		time.Sleep(time.Millisecond)
+	}
+	return (cpuSeconds() - cpu0) * 1e6 / float64(pods), nil
 }

@@ -243,7 +243,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
 			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers,
-			ParallelPods: cmp.Or(cfg.ParallelPods, max(1, runtime.NumCPU()/cfg.Shards))})
+			ParallelPods: cmp.Or(cfg.ParallelPods, max(1, runtime.NumCPU()/cfg.Shards)), Scatter: max(cfg.scatterWidth(), 0)})
 		if err != nil {
 			return nil, err
 		}
@@ -401,7 +401,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		eq := max(cfg.EquivalenceTTL, 0)
 		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
-			GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers, ParallelPods: cmp.Or(cfg.ParallelPods, runtime.NumCPU())})
+			GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers, ParallelPods: cmp.Or(cfg.ParallelPods, runtime.NumCPU()), Scatter: max(cfg.scatterWidth(), 0)})
 		if err != nil {
 			return err
 		}

@@ -50,6 +50,10 @@ type ShardConfig struct {
 	// ParallelPods: pods evaluated at once (worker.go), each by a worker with its own framework
 	// instance and snapshot; a conflict between them is caught at Reserve. Default 1.
 	ParallelPods int
+	// Scatter: the d of the collectors' --scatter (0: every shard sees every pod). With
+	// FeasibleAuto and d-sampling, the d shards a pod visits together look for as many feasible
+	// nodes as kube-scheduler would over the whole cluster (FeasibleLimitSampled).
+	Scatter int
 }
 
 // Shard runs the kube-scheduler framework over its slice of the nodes: it evaluates every pod
@@ -70,7 +74,7 @@ type Shard struct {
 	main    *evaluator
 	workers []*evaluator
 	live    []int // guarded by liveMu
-	liveMu    sync.RWMutex
+	liveMu  sync.RWMutex
 
 	queue   chan []byte
 	held    sync.Map // AttemptKey → *heldPod: evaluated pods awaiting a decision
@@ -380,4 +384,11 @@ func (s *Shard) report(ctx context.Context, collector int, r CommitResult) {
 	if err := s.cfg.Collectors[collector].Result(ctx, r); err != nil {
 		s.m.add("result_errors", 1)
 	}
+}
+
+// liveShards is the current membership.
+func (s *Shard) liveShards() []int {
+	s.liveMu.RLock()
+	defer s.liveMu.RUnlock()
+	return s.live
 }

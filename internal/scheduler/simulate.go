@@ -6,15 +6,12 @@ import (
 	"math"
 	"net"
 	"runtime"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 
 	"github.com/meganode/meganode/internal/bench"
 )
@@ -22,29 +19,40 @@ import (
 // SimConfig configures the in-process simulator: a fake clientset (no apiserver), the real
 // framework in every shard, in-process relays and collectors.
 type SimConfig struct {
-	Nodes, Pods, Shards, Fanout int
-	Parallelism                 int           // framework parallelism per shard (1 = CPU cost per pod)
-	EquivalenceTTL              time.Duration // <0 off
-	Fraction                    float64
-	Timeout                     time.Duration
-	FeasibleToFind              int
+	Nodes, Pods, Shards, Fanout  int
+	Parallelism                  int           // framework parallelism per shard (1 = CPU cost per pod)
+	EquivalenceTTL               time.Duration // <0 off
+	Fraction                     float64
+	Timeout                      time.Duration
+	FeasibleToFind               int
+	Scatter, Batch, ParallelPods int // as Config (0: their defaults)
+	// Precreate: every pod exists before the scheduler starts (as `scheduler bench` creates them
+	// while the scheduler is stopped); the clock starts when the scheduler has synced.
+	Precreate bool
+	// GlobalView: "off" in the scale runs (uniform pods need none, and it holds every node in
+	// every shard); "" keeps Config's default.
+	GlobalView string
 }
 
 // SimResult is what one simulated run measured.
 type SimResult struct {
-	Config        SimConfig                `json:"config"`
-	Seconds       float64                  `json:"seconds"`
-	Bound         int                      `json:"bound"`
-	PodsPerSec    float64                  `json:"pods_per_sec"`
-	Conflicts     int64                    `json:"conflicts"`
-	Unschedulable int64                    `json:"unschedulable"`
-	FilterReused  float64                  `json:"filter_reused_fraction"`
-	Stages        map[string]bench.Latency `json:"stages"`    // per pod per shard (µs), shard 0
-	Collector     map[string]bench.Latency `json:"collector"` // gather, schedule
-	CPUSeconds    float64                  `json:"cpu_seconds"`
-	EmptyNodes    int                      `json:"empty_nodes"`
-	MaxPerNode    int                      `json:"max_pods_per_node"`
-	StddevPerNode float64                  `json:"stddev_pods_per_node"`
+	Config            SimConfig                `json:"config"`
+	Seconds           float64                  `json:"seconds"`
+	Bound             int                      `json:"bound"`
+	PodsPerSec        float64                  `json:"pods_per_sec"`
+	Conflicts         int64                    `json:"conflicts"`
+	Unschedulable     int64                    `json:"unschedulable"`
+	FilterReused      float64                  `json:"filter_reused_fraction"`
+	Stages            map[string]bench.Latency `json:"stages"`    // per pod per shard (µs), shard 0
+	Collector         map[string]bench.Latency `json:"collector"` // gather, schedule
+	CPUSeconds        float64                  `json:"cpu_seconds"`
+	EmptyNodes        int                      `json:"empty_nodes"`
+	Widened           int64                    `json:"widened"`
+	Decided           int64                    `json:"decided"`     // attempts decided (a batch is one)
+	Evaluations       int64                    `json:"evaluations"` // shard evaluations (a batch is one)
+	ParallelConflicts int64                    `json:"parallel_conflicts"`
+	MaxPerNode        int                      `json:"max_pods_per_node"`
+	StddevPerNode     float64                  `json:"stddev_pods_per_node"`
 }
 
 // Simulate runs P pods over N fake nodes with S shards in this process and times every stage.
@@ -57,33 +65,55 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	for i := range sc.Nodes {
 		objs = append(objs, FakeNode(fmt.Sprintf("sim-node-%d", i), 8000, 32<<10, 110, nil)) // a KWOK node of `up`
 	}
+	// A ReplicaSet-like run: one owner, identical requests (what equivalence classes target).
+	ctrl := true
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
+	simPod := func(i int) *corev1.Pod {
+		p := FakePod("sim", fmt.Sprintf("sim-pod-%d", i), DefaultSchedulerName, 100, 64)
+		p.OwnerReferences = []metav1.OwnerReference{owner}
+		p.Labels = map[string]string{"app": "sim"}
+		return p
+	}
+	if sc.Precreate {
+		for i := range sc.Pods {
+			objs = append(objs, simPod(i))
+		}
+	}
 	cs := NewFakeClient(objs...)
+	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	sys, err := StartAll(ctx, Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
 		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind,
+		Scatter: sc.Scatter, Batch: sc.Batch, ParallelPods: sc.ParallelPods, GlobalView: sc.GlobalView,
 		NoEvents: true}) // events are apiserver writes, which the simulator does not model
 	if err != nil {
 		return nil, err
 	}
-	bound, err := countBound(ctx, cs)
-	if err != nil {
-		return nil, err
-	}
-	cpu0 := cpuSeconds()
-	began := time.Now()
+	// Bound pods, as the collectors count them (a watch on the fake clientset cannot keep up
+	// with 100K binds).
+	bound := &atomic.Int64{}
 	go func() {
-		// A ReplicaSet-like batch: one owner, identical requests (what equivalence classes target).
-		ctrl := true
-		owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
-		for i := range sc.Pods {
-			p := FakePod("sim", fmt.Sprintf("sim-pod-%d", i), DefaultSchedulerName, 50, 64)
-			p.OwnerReferences = []metav1.OwnerReference{owner}
-			if _, err := cs.CoreV1().Pods("sim").Create(ctx, p, metav1.CreateOptions{}); err != nil {
-				return
+		for ctx.Err() == nil {
+			var n int64
+			for i := range sys.Collectors {
+				n += Counter(fmt.Sprintf("collector/%d", i), "bound")
 			}
+			bound.Store(n)
+			time.Sleep(2 * time.Millisecond)
 		}
 	}()
+	cpu0 := cpuSeconds()
+	began := time.Now()
+	if !sc.Precreate {
+		go func() {
+			for i := range sc.Pods {
+				if _, err := cs.CoreV1().Pods("sim").Create(ctx, simPod(i), metav1.CreateOptions{}); err != nil {
+					return
+				}
+			}
+		}()
+	}
 	deadline := time.After(sc.Timeout)
 	for bound.Load() < int64(sc.Pods) {
 		select {
@@ -116,8 +146,16 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 		}
 		r.StddevPerNode = math.Sqrt(r.StddevPerNode)
 	}
-	r.Conflicts = Counter("collector/0", "conflicts")
-	r.Unschedulable = Counter("collector/0", "unschedulable")
+	for i := range sys.Collectors {
+		r.Conflicts += Counter(fmt.Sprintf("collector/%d", i), "conflicts")
+		r.Unschedulable += Counter(fmt.Sprintf("collector/%d", i), "unschedulable")
+		r.Widened += Counter(fmt.Sprintf("collector/%d", i), "widened")
+		r.Decided += Counter(fmt.Sprintf("collector/%d", i), "decided")
+	}
+	for i := range sys.Shards {
+		r.Evaluations += Counter(fmt.Sprintf("shard/%d", i), "evaluated")
+		r.ParallelConflicts += Counter(fmt.Sprintf("shard/%d", i), "parallel_conflicts")
+	}
 	if n := Counter("shard/0", "filter_nodes"); n > 0 {
 		r.FilterReused = float64(Counter("shard/0", "filter_reused")) / float64(n)
 	}
@@ -128,25 +166,6 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	r.Collector["gather"] = metricsFor("collector/0").hist("gather")
 	r.Collector["schedule"] = metricsFor("intake/0").hist("schedule")
 	return r, nil
-}
-
-func countBound(ctx context.Context, cs kubernetes.Interface) (*atomic.Int64, error) {
-	w, err := cs.CoreV1().Pods("sim").Watch(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, err
-	}
-	var n atomic.Int64
-	seen := sync.Map{}
-	go func() {
-		for ev := range w.ResultChan() {
-			if p, ok := ev.Object.(*corev1.Pod); ok && ev.Type == watch.Modified && p.Spec.NodeName != "" {
-				if _, dup := seen.LoadOrStore(p.Name, true); !dup {
-					n.Add(1)
-				}
-			}
-		}
-	}()
-	return &n, nil
 }
 
 // HopCosts are microbenchmarks of the scatter and gather hops on this machine.
