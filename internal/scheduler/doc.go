@@ -3,7 +3,8 @@
 //
 // Nodes are documents and a pod is a query (design.md §4):
 //
-//	intake (watch or admission webhook, per collector) ──frame──► relay tree (fanout F) ──frame──► every shard
+//	intake (watch or admission webhook, per collector) ──frame──► d shards picked per pod (scatter.go),
+//	                                                    or the relay tree (fanout F) ──frame──► every shard
 //	shard: PreFilter/Filter/Score over its slice of nodes ──Proposal{node,score}──► collector(hash ns/name)
 //	collector: best score wins (random tie-break), once a fraction of shards answered or a deadline passed
 //	          ──Decision{allow|deny}──► shards; the winner re-checks, Reserves, assumes and binds
@@ -21,5 +22,8 @@
 // AdmissionReview in, allowed out, pods offered or forwarded to their collector),
 // intake_webhook.go (the webhook intake's store, gone confirmation and reconcile LIST; its
 // consistency story is on webhookStore and in NOTES.md), metrics.go, run.go (roles),
-// simulate.go and projection.go (in-process simulator and the N-node projection).
+// simulate.go and projection.go (in-process simulator and the N-node projection), scatter.go
+// (d-sampled scatter and widening), batch.go, batch_collector.go and intake_batch.go (pods of one
+// class placed from one Filter+Score pass), worker.go (K pods evaluated at once per shard),
+// model/ (the discrete-event model the projection runs on).
 package scheduler

@@ -29,10 +29,9 @@ type evalResult struct {
 // view, preemption, re-checks); each parallel worker has one of its own (worker.go), so K pods
 // are evaluated at once without sharing a snapshot that UpdateSnapshot rewrites in place.
 type evaluator struct {
-	fw        framework.Framework
-	snapshot  *internalcache.Snapshot
-	eq        *equivCache
-	nextStart int // where the next bounded filter walk starts
+	fw       framework.Framework
+	snapshot *internalcache.Snapshot
+	eq       *equivCache
 }
 
 // evaluate runs the framework's scheduling cycle for pod over this shard's nodes: PreFilter,
@@ -207,7 +206,11 @@ func (s *Shard) filter(ctx context.Context, e *evaluator, state fwk.CycleState, 
 		limit = int64(minFeasible) // a batch wants room for each of its pods
 	}
 	if limit > 0 {
-		start = e.nextStart % n
+		// One walk per shard, shared by its workers: each claims the next window of limit nodes,
+		// so like kube-scheduler's single walk a node is examined again only after every other
+		// node was (workers walking on their own revisit recently filled nodes, and the integer
+		// scores of small pods often tie a node holding one pod with empty ones).
+		start = int((s.walk.Add(limit) - limit) % int64(n))
 	}
 	fctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -259,8 +262,8 @@ func (s *Shard) filter(ctx context.Context, e *evaluator, state fwk.CycleState, 
 			verdicts[nodes[idx]] = verdict{gen: nodes[idx].GetGeneration(), ok: v == pass}
 		}
 	}
-	if limit > 0 {
-		e.nextStart = last + 1
+	if walked := int64((last-start+n)%n + 1); limit > 0 && walked > limit {
+		s.walk.Add(walked - limit) // infeasible nodes took the walk beyond its window: skip them next time
 	}
 	s.m.add("filter_nodes", int64(examined))
 	s.m.add("filter_reused", reused.Load())

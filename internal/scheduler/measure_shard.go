@@ -195,11 +195,20 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 	return c, nil
 }
 
-// MeasureFakeAPI is the in-process fake apiserver's CPU per scheduled pod, without any
-// scheduling: pods created and listed, then bound through the Binding subresource, with the
-// informers a simulated system runs (shards' nodes and pods, the intake's pods) consuming every
-// event. The simulator's runs pay this on the same two cores; the model's ApiUs.
-func MeasureFakeAPI(ctx context.Context, nodes, pods int) (float64, error) {
+// FakeAPICost is the in-process fake apiserver's cost per scheduled pod.
+type FakeAPICost struct {
+	CPUUsPerPod  float64 `json:"cpu_us_per_pod"`
+	WallUsPerPod float64 `json:"wall_us_per_pod"`
+	// Concurrency is CPU over wall time with 16 binders: how many cores the fake's work can use
+	// at once (its object tracker takes one lock per write; each informer delivers on one goroutine).
+	Concurrency float64 `json:"concurrency"`
+}
+
+// MeasureFakeAPI measures the in-process fake apiserver without any scheduling: pods listed,
+// then bound through the Binding subresource by 16 goroutines, with the informers a simulated
+// system runs (the shards' shared nodes and pods, one collector intake's pods) consuming every
+// event. The simulator's runs pay this on the same cores; it is the model's ApiUs.
+func MeasureFakeAPI(ctx context.Context, nodes, pods int) (FakeAPICost, error) {
 	var objs []k8sruntime.Object
 	for i := range nodes {
 		objs = append(objs, FakeNode(fmt.Sprintf("f-node-%d", i), 8000, 32<<10, 110, nil))
@@ -211,27 +220,49 @@ func MeasureFakeAPI(ctx context.Context, nodes, pods int) (float64, error) {
 	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	f := informers.NewSharedInformerFactory(cs, 0)
-	podInf := f.Core().V1().Pods().Informer()
-	_ = f.Core().V1().Nodes().Informer()
+	shared := informers.NewSharedInformerFactory(cs, 0)
+	podInf := shared.Core().V1().Pods().Informer()
+	_ = shared.Core().V1().Nodes().Informer()
+	intake := informers.NewSharedInformerFactory(cs, 0)
+	_ = intake.Core().V1().Pods().Informer()
 	var bound atomic.Int64
 	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
 		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 			bound.Add(1)
 		}
 	}})
-	cpu0 := cpuSeconds()
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
+	shared.Start(ctx.Done())
+	intake.Start(ctx.Done())
+	shared.WaitForCacheSync(ctx.Done())
+	intake.WaitForCacheSync(ctx.Done())
+	cpu0, t0 := cpuSeconds(), time.Now()
+	next := make(chan int)
+	errc := make(chan error, 16)
+	for range 16 {
+		go func() {
+			for i := range next {
+				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "f", Name: fmt.Sprintf("f-pod-%d", i)},
+					Target: corev1.ObjectReference{Kind: "Node", Name: fmt.Sprintf("f-node-%d", i%nodes)}}
+				if err := cs.CoreV1().Pods("f").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
 	for i := range pods {
-		b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "f", Name: fmt.Sprintf("f-pod-%d", i)},
-			Target: corev1.ObjectReference{Kind: "Node", Name: fmt.Sprintf("f-node-%d", i%nodes)}}
-		if err := cs.CoreV1().Pods("f").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
-			return 0, err
+		next <- i
+	}
+	close(next)
+	for bound.Load() < int64(pods) && ctx.Err() == nil {
+		select {
+		case err := <-errc:
+			return FakeAPICost{}, err
+		case <-time.After(time.Millisecond):
 		}
 	}
-	for bound.Load() < int64(pods) && ctx.Err() == nil {
-		time.Sleep(time.Millisecond)
-	}
-	return (cpuSeconds() - cpu0) * 1e6 / float64(pods), nil
+	cpu, wall := cpuSeconds()-cpu0, time.Since(t0).Seconds()
+	return FakeAPICost{CPUUsPerPod: cpu * 1e6 / float64(pods), WallUsPerPod: wall * 1e6 / float64(pods), Concurrency: cpu / wall}, nil
 }

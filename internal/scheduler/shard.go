@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -73,7 +74,8 @@ type Shard struct {
 	mu      sync.Mutex
 	main    *evaluator
 	workers []*evaluator
-	live    []int // guarded by liveMu
+	walk    atomic.Int64 // where the next bounded filter walk starts (evaluate.go)
+	live    []int        // guarded by liveMu
 	liveMu  sync.RWMutex
 
 	queue   chan []byte

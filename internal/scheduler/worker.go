@@ -17,8 +17,8 @@ import (
 // once, as the reference design's 30 scheduling goroutines per replica did. Each worker is an
 // evaluator of its own: a framework instance over its own snapshot (UpdateSnapshot rewrites a
 // snapshot in place, so two cycles cannot share one) with its own equivalence verdicts and
-// filter walk, all fed by the shard's one scheduler cache. The walk of worker i starts at a
-// different offset, so workers examine different windows of the shard's nodes.
+// verdicts, all fed by the shard's one scheduler cache. The workers share the shard's filter
+// walk (s.walk): each claims the next window of nodes, so they examine different nodes.
 //
 // Optimistic concurrency, as between shards: a worker evaluates without any lock, then takes
 // s.mu — the lock every Reserve/assume/forget of the shard holds — and checks its choice
@@ -39,8 +39,7 @@ func (s *Shard) newWorker(ctx context.Context, profile string, i, k int) (*evalu
 	if err != nil {
 		return nil, err
 	}
-	// Different start offsets (a large prime apart, taken modulo the node count at each walk).
-	return &evaluator{fw: fw, snapshot: snap, eq: newEquivCache(s.cfg.EquivalenceTTL), nextStart: i * 104729}, nil
+	return &evaluator{fw: fw, snapshot: snap, eq: newEquivCache(s.cfg.EquivalenceTTL)}, nil
 }
 
 // clearEquivalence drops every evaluator's equivalence verdicts (nominations, rebalances).

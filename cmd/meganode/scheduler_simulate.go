@@ -1,0 +1,288 @@
+package main
+
+import (
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/model"
+)
+
+// `meganode scheduler simulate`: the measured projection.
+//
+//  1. Costs, measured here: one shard of the target size (1M/S nodes, the real framework and
+//     default plugins, one core) per pod evaluated alone and per pod of a batch; the hops; the
+//     in-process fake apiserver's cost per pod.
+//  2. Runs, in process on this machine: N nodes, N pods, S shards, for each --scatter and
+//     --batch value, with placement quality; plus kube-scheduler's algorithm (one shard, every
+//     pod alone, kube-scheduler's sampling rule) as the quality reference.
+//  3. The model (internal/scheduler/model, a discrete-event simulation) fed with the costs
+//     measured at the run's shard size, on the same 2-core pool, predicts each run it was not
+//     fitted to: the error is printed.
+//  4. The same model, fed with the costs at the target shard size and dedicated cores, projects
+//     1M pods on 1M nodes for each S, d, K and batch size, with the cores it uses.
+func runSchedulerSimulate(args []string) error {
+	fs := flag.NewFlagSet("scheduler simulate", flag.ContinueOnError)
+	nodes := fs.Int("nodes", 100000, "in-process runs: fake nodes (8 CPU, 32 GiB, as `up`'s KWOK nodes)")
+	pods := fs.Int("pods", 100000, "in-process runs: pods (100m, 64Mi, one ReplicaSet)")
+	shards := fs.Int("shards", 16, "in-process runs: shards")
+	scatters := fs.String("scatter-list", "2,4", "in-process runs: --scatter values")
+	batches := fs.String("batch-list", "1,32", "in-process runs: --batch values (1: off)")
+	refNodes := fs.Int("reference-nodes", 20000, "kube-scheduler's algorithm (1 shard, scatter all, no batch, one pod at a time) on this many nodes and pods, and meganode's first mode at the same size, for placement quality (0: skip)")
+	stagePods := fs.Int("stage-pods", 1000, "pods timed per shard-cost measurement")
+	tNodes := fs.Int("target-nodes", 1_000_000, "projection: nodes")
+	tPods := fs.Int("target-pods", 1_000_000, "projection: pods")
+	tShards := fs.String("target-shards", "256,1024", "projection: shard counts")
+	tD := fs.String("target-scatter", "2", "projection: d values")
+	tK := fs.String("target-parallel-pods", "1,4", "projection: pods evaluated at once per shard (cores per shard)")
+	tCollectors := fs.Int("target-collectors", 16, "projection: collectors")
+	bindRate := fs.Float64("bind-rate", 0, "projection: apiserver Binding throughput in pods/s (0: not a limit; the seed's 5 apiservers are outside the scheduler's cores)")
+	hopLat := fs.Float64("hop-latency-us", 100, "projection: network delay per message")
+	skipRuns := fs.Bool("skip-runs", false, "costs and projection only (no in-process runs, no validation)")
+	jsonOut := fs.String("json", "", "write every measurement, run, prediction and projection as JSON here")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole command here")
+	if ok, err := parseUpFlags(fs, args); !ok {
+		return err
+	}
+	ctx, stop := signalContext()
+	defer stop()
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	ints := func(flagName, v string) ([]int, error) {
+		var out []int
+		for _, s := range strings.Split(v, ",") {
+			n, err := strconv.Atoi(strings.TrimSpace(s))
+			if err != nil {
+				return nil, fmt.Errorf("--%s: %w", flagName, err)
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	dList, err := ints("scatter-list", *scatters)
+	if err != nil {
+		return err
+	}
+	bList, err := ints("batch-list", *batches)
+	if err != nil {
+		return err
+	}
+	sList, err := ints("target-shards", *tShards)
+	if err != nil {
+		return err
+	}
+	tdList, err := ints("target-scatter", *tD)
+	if err != nil {
+		return err
+	}
+	kList, err := ints("target-parallel-pods", *tK)
+	if err != nil {
+		return err
+	}
+	maxBatch := 1
+	for _, b := range bList {
+		maxBatch = max(maxBatch, b)
+	}
+	out := map[string]any{"command": os.Args, "cores_here": runtime.NumCPU()}
+
+	// 1. Costs.
+	type shardCosts struct {
+		Nodes  int                  `json:"nodes"`
+		Single *scheduler.ShardCost `json:"single"`
+		Batch  *scheduler.BatchCost `json:"batch"`
+	}
+	// A shard's feasible-node target depends on S and d (scheduler.FeasibleLimitSampled): the d
+	// shards of a pod together examine what kube-scheduler examines over the whole cluster.
+	measure := func(n, shardsN, d int) (*shardCosts, error) {
+		limit := scheduler.FeasibleLimitSampled(n, shardsN, d)
+		single, err := scheduler.MeasureShard(ctx, n, *stagePods, 2*time.Second, limit)
+		if err != nil {
+			return nil, err
+		}
+		bc, err := scheduler.MeasureShardBatch(ctx, n, max(*stagePods/max(maxBatch, 1), 4), max(maxBatch, 2), 2*time.Second, limit)
+		if err != nil {
+			return nil, err
+		}
+		what := fmt.Sprintf("%d feasible", limit)
+		if limit == 0 {
+			what = "every node"
+		}
+		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s): one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f; process CPU %.0f µs/pod); batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod, CPU %.0f µs/pod)\n",
+			n, shardsN, d, what, single.DecodeUs+single.EvalUs+single.CommitUs, single.DecodeUs, single.EvalUs, single.CommitUs, single.CPUUsPerPod,
+			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.CPUUsPerPod)
+		return &shardCosts{Nodes: n, Single: single, Batch: bc}, nil
+	}
+	fmt.Printf("== costs measured here (one core, real framework and default plugins, kube-scheduler's sampling rule per shard)\n")
+	costs := map[string]*shardCosts{}
+	costKey := func(n, s, d int) string { return fmt.Sprintf("%d nodes/S=%d/d=%d", n, s, d) }
+	need := [][3]int{}
+	if !*skipRuns {
+		for _, d := range dList {
+			need = append(need, [3]int{*nodes / max(*shards, 1), *shards, d})
+		}
+	}
+	for _, s := range sList {
+		for _, d := range tdList {
+			need = append(need, [3]int{*tNodes / s, s, d})
+		}
+	}
+	for _, k := range need {
+		if costs[costKey(k[0], k[1], k[2])] != nil {
+			continue
+		}
+		c, err := measure(k[0], k[1], k[2])
+		if err != nil {
+			return err
+		}
+		costs[costKey(k[0], k[1], k[2])] = c
+	}
+	out["shard_costs"] = costs
+	hops, err := scheduler.MeasureHops(ctx)
+	if err != nil {
+		return err
+	}
+	out["hops"] = hops
+	fmt.Printf("  hops: encode %.2f µs/pod (%d B), relay→child in-process %.2f µs, gRPC frame %.2f µs, streamed proposal %.2f µs, collector per proposal %.2f µs\n",
+		hops.EncodeUs, hops.FrameBytes, hops.RelayChildUs, hops.GRPCFrameUs, hops.GRPCStreamPropUs, hops.CollectorUs)
+
+	type runRow struct {
+		Label      string               `json:"label"`
+		Sim        *scheduler.SimResult `json:"sim"`
+		Predicted  *model.Result        `json:"predicted,omitempty"`
+		ErrorPct   float64              `json:"error_pct,omitempty"`
+		PodsPerCPU float64              `json:"pods_per_cpu_second"`
+	}
+	var rows []runRow
+	if !*skipRuns {
+		api, err := scheduler.MeasureFakeAPI(ctx, *nodes, min(*pods, 20000))
+		if err != nil {
+			return err
+		}
+		out["fake_api"] = api
+		fmt.Printf("  in-process fake apiserver: %.0f µs CPU per pod (Binding + informer events), %.0f µs wall with 16 binders: it uses %.2f cores\n",
+			api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
+		apiConc := max(1, int(math.Round(api.Concurrency)))
+		fmt.Printf("== in-process runs: %d nodes, %d pods (pre-created), %d shards, %d cores shared by everything\n", *nodes, *pods, *shards, runtime.NumCPU())
+		for _, d := range dList {
+			for _, b := range bList {
+				label := fmt.Sprintf("S=%d d=%d batch=%d", *shards, d, b)
+				sc := costs[costKey(*nodes/max(*shards, 1), *shards, d)]
+				r, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
+					EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
+					Precreate: true, GlobalView: "off", Timeout: 30 * time.Minute})
+				if err != nil {
+					return fmt.Errorf("%s: %w", label, err)
+				}
+				in := model.Input{Pods: *pods, Shards: *shards, Workers: 1, Collectors: 1,
+					Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
+					EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.DecodeUs + sc.Single.EvalUs + sc.Single.CommitUs,
+					BatchFirstUs: sc.Batch.FirstUs, BatchNextUs: sc.Batch.NextUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
+					CommitUs: sc.Single.CommitUs, ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
+				if d >= *shards {
+					in.Scatter = model.ScatterAll
+				}
+				p := model.Run(in)
+				row := runRow{Label: label, Sim: r, Predicted: &p, ErrorPct: 100 * (p.Seconds - r.Seconds) / r.Seconds,
+					PodsPerCPU: float64(r.Bound) / r.CPUSeconds}
+				rows = append(rows, row)
+				printRun(row.Label, r, row.PodsPerCPU)
+				fmt.Printf("      model predicted %.1f s (measured %.1f s): error %+.1f %%\n", p.Seconds, r.Seconds, row.ErrorPct)
+			}
+		}
+		if *refNodes > 0 {
+			fmt.Printf("== placement quality at %d nodes, %d pods: kube-scheduler's algorithm vs meganode (S=%d d=%d batch=%d)\n",
+				*refNodes, *refNodes, *shards, dList[0], bList[len(bList)-1])
+			ref, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
+				EquivalenceTTL: -1, FeasibleToFind: scheduler.FeasibleAuto, Scatter: scheduler.ScatterAll, Batch: -1, ParallelPods: 1,
+				Precreate: true, GlobalView: "off", Timeout: 30 * time.Minute})
+			if err != nil {
+				return err
+			}
+			rows = append(rows, runRow{Label: "kube-scheduler's algorithm", Sim: ref, PodsPerCPU: float64(ref.Bound) / ref.CPUSeconds})
+			printRun("kube-scheduler's algorithm", ref, float64(ref.Bound)/ref.CPUSeconds)
+			mg, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: *shards, Fanout: 10, Parallelism: 1,
+				EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: dList[0], Batch: batchFlag(bList[len(bList)-1]),
+				ParallelPods: 1, Precreate: true, GlobalView: "off", Timeout: 30 * time.Minute})
+			if err != nil {
+				return err
+			}
+			l := fmt.Sprintf("meganode S=%d d=%d batch=%d", *shards, dList[0], bList[len(bList)-1])
+			rows = append(rows, runRow{Label: l, Sim: mg, PodsPerCPU: float64(mg.Bound) / mg.CPUSeconds})
+			printRun(l, mg, float64(mg.Bound)/mg.CPUSeconds)
+		}
+		out["runs"] = rows
+	}
+
+	// 4. Projection.
+	type proj struct {
+		Shards, D, K, Batch int
+		Result              model.Result `json:"result"`
+	}
+	var projs []proj
+	fmt.Printf("== projection: %d pods on %d nodes, %d collectors, dedicated cores, costs measured above at each shard size, hop latency %.0f µs, binds %s\n",
+		*tPods, *tNodes, *tCollectors, *hopLat, rateText(*bindRate))
+	fmt.Printf("  %6s %3s %3s %6s %10s %10s %8s %8s  %s\n", "shards", "d", "K", "batch", "seconds", "pods/s", "cores", "p99 ms", "bottleneck")
+	for _, s := range sList {
+		for _, d := range tdList {
+			sc := costs[costKey(*tNodes/s, s, d)]
+			for _, k := range kList {
+				for _, b := range bList {
+					in := model.Input{Pods: *tPods, Shards: s, Workers: k, Collectors: *tCollectors,
+						Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
+						EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.DecodeUs + sc.Single.EvalUs + sc.Single.CommitUs + hops.GRPCStreamPropUs,
+						BatchFirstUs: sc.Batch.FirstUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextUs,
+						ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: sc.Single.CommitUs,
+						BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
+					r := model.Run(in)
+					projs = append(projs, proj{Shards: s, D: d, K: k, Batch: b, Result: r})
+					fmt.Printf("  %6d %3d %3d %6d %10.1f %10.0f %8d %8.1f  %s\n", s, d, k, b, r.Seconds, r.PodsPerSec, r.Cores, r.LatencyP99Ms, r.Bottleneck)
+				}
+			}
+		}
+	}
+	out["projection"] = projs
+	if *jsonOut != "" {
+		b, err := json.MarshalIndent(out, "", "  ")
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(*jsonOut, b, 0o644)
+	}
+	return nil
+}
+
+func batchFlag(b int) int {
+	if b <= 1 {
+		return -1
+	}
+	return b
+}
+
+func rateText(r float64) string {
+	if r <= 0 {
+		return "not a limit"
+	}
+	return fmt.Sprintf("%.0f/s", r)
+}
+
+func printRun(label string, r *scheduler.SimResult, perCPU float64) {
+	fmt.Printf("  %-30s %7d pods in %6.1f s = %6.0f pods/s, %6.0f pods per CPU-second (%.0f µs CPU/pod), evaluations %d, widened %d; pods per node stdev %.3f, max %d, empty nodes %d\n",
+		label, r.Bound, r.Seconds, r.PodsPerSec, perCPU, r.CPUSeconds/float64(max(r.Bound, 1))*1e6, r.Evaluations, r.Widened,
+		r.StddevPerNode, r.MaxPerNode, r.EmptyNodes)
+}
