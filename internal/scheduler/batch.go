@@ -159,16 +159,9 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 			// again and put it back in its place.
 			s.mu.Unlock()
 			s.m.add("batch_node_changed", 1)
-			if !w.fw.RunFilterPluginsWithNominatedPods(ctx, state, hb.rep, ni).IsSuccess() {
-				continue
+			if rescoreCand(ctx, w, state, hb.rep, c, ni) {
+				heap.Push(&q, c)
 			}
-			fresh, st := w.fw.RunScorePlugins(ctx, state, hb.rep, []fwk.NodeInfo{ni})
-			if !st.IsSuccess() || len(fresh) != 1 {
-				continue
-			}
-			c.ni, c.gen, c.tie = ni, ni.GetGeneration(), rand.Uint64()
-			c.scores, c.total = rescore(c.scores, fresh[0].Scores)
-			heap.Push(&q, c)
 			continue
 		}
 		ph := placeholderPod(hb.rep, hb.hdr, len(hb.slots), name)
@@ -181,22 +174,36 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 		s.mu.Unlock()
 		hb.slots = append(hb.slots, batchSlot{node: name, score: c.total, state: slotState, placeholder: ph})
 		// Does the node take one more pod of the class, and at what score?
-		if err != nil || !w.fw.RunFilterPluginsWithNominatedPods(ctx, state, hb.rep, ni).IsSuccess() {
-			continue
+		if err == nil && rescoreCand(ctx, w, state, hb.rep, c, ni) {
+			heap.Push(&q, c)
+			s.m.add("batch_rescored", 1)
 		}
-		fresh, st := w.fw.RunScorePlugins(ctx, state, hb.rep, []fwk.NodeInfo{ni})
-		if !st.IsSuccess() || len(fresh) != 1 {
-			continue
-		}
-		c.ni, c.gen, c.tie = ni, ni.GetGeneration(), rand.Uint64()
-		c.scores, c.total = rescore(c.scores, fresh[0].Scores)
-		heap.Push(&q, c)
-		s.m.add("batch_rescored", 1)
 	}
 	if len(hb.slots) < n {
 		return fmt.Sprintf("room for %d of %d pods of the batch in shard", len(hb.slots), n)
 	}
 	return ""
+}
+
+// rescoreCand re-filters and re-scores candidate c on its node's current NodeInfo ni; false
+// when the node no longer takes a pod of the class.
+func rescoreCand(ctx context.Context, w *evaluator, state fwk.CycleState, rep *corev1.Pod, c *cand, ni fwk.NodeInfo) bool {
+	if !w.fw.RunFilterPluginsWithNominatedPods(ctx, state, rep, ni).IsSuccess() {
+		return false
+	}
+	fresh, st := w.fw.RunScorePlugins(ctx, state, rep, []fwk.NodeInfo{ni})
+	if !st.IsSuccess() || len(fresh) != 1 {
+		return false
+	}
+	// c was just popped, so every candidate still queued with an equal total has a larger tie:
+	// drawing the new tie from above c's keeps c's chance among them uniform (a fresh draw over
+	// the whole range would put a node that just got a pod ahead of most of them).
+	if c.tie < ^uint64(0) {
+		c.tie += rand.Uint64N(^uint64(0) - c.tie)
+	}
+	c.ni, c.gen = ni, ni.GetGeneration()
+	c.scores, c.total = rescore(c.scores, fresh[0].Scores)
+	return true
 }
 
 // planSequential plans a batch with a full cycle per slot (the earlier slots reserved): used
@@ -376,10 +383,10 @@ func (s *Shard) decideBatch(ctx context.Context, d Decision, hb *heldBatch) erro
 	return nil
 }
 
-// cand is a node of a batch's greedy plan. Equal totals are ordered by tie, drawn anew each
-// time a node is (re-)queued: like kube-scheduler's choice among equal top scores, a re-scored
-// node that ties with untouched ones (integer scores often do not move for a small pod) is one
-// of them at random, not first again.
+// cand is a node of a batch's greedy plan. Equal totals are ordered by tie, drawn again when a
+// node is re-queued (rescoreCand): like kube-scheduler's choice among equal top scores, a
+// re-scored node that ties with untouched ones (integer scores often do not move for a small
+// pod) is one of them at random, not first again.
 type cand struct {
 	ni     fwk.NodeInfo
 	gen    int64

@@ -30,24 +30,34 @@ type ShardCost struct {
 	Stages         map[string]float64
 }
 
-// MeasureShard times one shard of nodes nodes over pods pods (Parallelism 1: per-core cost).
-func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasible int) (*ShardCost, error) {
+// measuredShard is one synced shard of nodes big fake nodes (Parallelism 1, one worker: per-core
+// costs) and the ReplicaSet owner of the pods measured on it. Cancel ctx to stop it.
+func measuredShard(ctx context.Context, nodes int, eq time.Duration, feasible int) (*Shard, metav1.OwnerReference, error) {
 	ResetMetrics()
 	var objs []k8sruntime.Object
 	for i := range nodes {
 		objs = append(objs, FakeNode(fmt.Sprintf("m-node-%d", i), 32000, 256<<10, 110, nil))
 	}
-	cs := NewFakeClient(objs...)
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: eq, FeasibleToFind: feasible})
+	ctrl := true
+	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
+	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: NewFakeClient(objs...), Parallelism: 1, EquivalenceTTL: eq,
+		FeasibleToFind: feasible, ParallelPods: 1})
 	if err != nil {
-		return nil, err
+		return nil, owner, err
 	}
 	sh.cfg.Informers.Start(ctx.Done())
 	sh.WaitSynced(ctx)
-	ctrl := true
-	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
+	return sh, owner, nil
+}
+
+// MeasureShard times one shard of nodes nodes over pods pods (Parallelism 1: per-core cost).
+func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasible int) (*ShardCost, error) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	sh, owner, err := measuredShard(ctx, nodes, eq, feasible)
+	if err != nil {
+		return nil, err
+	}
 	var frames [][]byte
 	for i := range pods {
 		p := FakePod("m", fmt.Sprintf("m-pod-%d", i), DefaultSchedulerName, 50, 64)
@@ -113,22 +123,12 @@ type BatchCost struct {
 // MeasureShardBatch times batches of batch pods on one shard of nodes nodes; every slot stays
 // reserved (as if bound), so nodes fill as they would.
 func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int) (*BatchCost, error) {
-	ResetMetrics()
-	var objs []k8sruntime.Object
-	for i := range nodes {
-		objs = append(objs, FakeNode(fmt.Sprintf("m-node-%d", i), 32000, 256<<10, 110, nil))
-	}
-	cs := NewFakeClient(objs...)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: eq, FeasibleToFind: feasible, ParallelPods: 1})
+	sh, owner, err := measuredShard(ctx, nodes, eq, feasible)
 	if err != nil {
 		return nil, err
 	}
-	sh.cfg.Informers.Start(ctx.Done())
-	sh.WaitSynced(ctx)
-	ctrl := true
-	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
 	frame := func(b, size int) ([]byte, error) {
 		h := Header{Namespace: "m", Name: fmt.Sprintf("m-%d-0", b)}
 		var pods [][]byte
