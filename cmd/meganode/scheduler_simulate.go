@@ -8,8 +8,6 @@ import (
 	"os"
 	"runtime"
 	"runtime/pprof"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/meganode/meganode/internal/scheduler"
@@ -64,36 +62,17 @@ func runSchedulerSimulate(args []string) error {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	ints := func(flagName, v string) ([]int, error) {
-		var out []int
-		for _, s := range strings.Split(v, ",") {
-			n, err := strconv.Atoi(strings.TrimSpace(s))
-			if err != nil {
-				return nil, fmt.Errorf("--%s: %w", flagName, err)
-			}
-			out = append(out, n)
+	var dList, bList, sList, tdList, kList []int
+	for _, l := range []struct {
+		flag string
+		v    *string
+		out  *[]int
+	}{{"scatter-list", scatters, &dList}, {"batch-list", batches, &bList}, {"target-shards", tShards, &sList},
+		{"target-scatter", tD, &tdList}, {"target-parallel-pods", tK, &kList}} {
+		var err error
+		if *l.out, err = parseInts(*l.v); err != nil {
+			return fmt.Errorf("--%s: %w", l.flag, err)
 		}
-		return out, nil
-	}
-	dList, err := ints("scatter-list", *scatters)
-	if err != nil {
-		return err
-	}
-	bList, err := ints("batch-list", *batches)
-	if err != nil {
-		return err
-	}
-	sList, err := ints("target-shards", *tShards)
-	if err != nil {
-		return err
-	}
-	tdList, err := ints("target-scatter", *tD)
-	if err != nil {
-		return err
-	}
-	kList, err := ints("target-parallel-pods", *tK)
-	if err != nil {
-		return err
 	}
 	maxBatch := 1
 	for _, b := range bList {

@@ -126,7 +126,7 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 	}
 	if !greedyOK(state, scores) {
 		s.m.add("batch_sequential", 1)
-		return s.planSequential(ctx, w, hb, state, scores, feasible)
+		return s.planSequential(ctx, w, hb, s.pick(w, state, feasible, scores))
 	}
 	defer func() { s.m.observe("batch_plan", time.Since(tc)) }()
 	byName := make(map[string]fwk.NodeInfo, len(feasible))
@@ -188,11 +188,8 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 // rescoreCand re-filters and re-scores candidate c on its node's current NodeInfo ni; false
 // when the node no longer takes a pod of the class.
 func rescoreCand(ctx context.Context, w *evaluator, state fwk.CycleState, rep *corev1.Pod, c *cand, ni fwk.NodeInfo) bool {
-	if !w.fw.RunFilterPluginsWithNominatedPods(ctx, state, rep, ni).IsSuccess() {
-		return false
-	}
-	fresh, st := w.fw.RunScorePlugins(ctx, state, rep, []fwk.NodeInfo{ni})
-	if !st.IsSuccess() || len(fresh) != 1 {
+	scores, total, ok := rescoreNode(ctx, w.fw, state, rep, ni, c.scores)
+	if !ok {
 		return false
 	}
 	// c was just popped, so every candidate still queued with an equal total has a larger tie:
@@ -201,47 +198,53 @@ func rescoreCand(ctx context.Context, w *evaluator, state fwk.CycleState, rep *c
 	if c.tie < ^uint64(0) {
 		c.tie += rand.Uint64N(^uint64(0) - c.tie)
 	}
-	c.ni, c.gen = ni, ni.GetGeneration()
-	c.scores, c.total = rescore(c.scores, fresh[0].Scores)
+	c.ni, c.gen, c.scores, c.total = ni, ni.GetGeneration(), scores, total
 	return true
 }
 
+// rescoreNode runs Filter and Score for pod on node ni alone and merges the fresh scores into
+// the node's earlier per-plugin scores (rescore); ok is false when the node no longer takes pod.
+func rescoreNode(ctx context.Context, fw framework.Framework, state fwk.CycleState, pod *corev1.Pod, ni fwk.NodeInfo,
+	plugin []fwk.PluginScore) ([]fwk.PluginScore, int64, bool) {
+	if !fw.RunFilterPluginsWithNominatedPods(ctx, state, pod, ni).IsSuccess() {
+		return nil, 0, false
+	}
+	fresh, st := fw.RunScorePlugins(ctx, state, pod, []fwk.NodeInfo{ni})
+	if !st.IsSuccess() || len(fresh) != 1 {
+		return nil, 0, false
+	}
+	scores, total := rescore(plugin, fresh[0].Scores)
+	return scores, total, true
+}
+
 // planSequential plans a batch with a full cycle per slot (the earlier slots reserved): used
-// when the scores cannot be reused. The first cycle's result is the first slot's.
-func (s *Shard) planSequential(ctx context.Context, w *evaluator, hb *heldBatch, state fwk.CycleState,
-	scores []fwk.NodePluginScores, feasible []fwk.NodeInfo) string {
+// when the scores cannot be reused. first is the first cycle's result. A slot whose node was
+// taken meanwhile is evaluated again, at most maxParallelRetries times in a row.
+func (s *Shard) planSequential(ctx context.Context, w *evaluator, hb *heldBatch, first evalResult) string {
 	n := len(hb.hdr.Batch)
-	reason := ""
+	res, lost := first, 0
 	for len(hb.slots) < n {
-		if len(hb.slots) > 0 {
-			var r string
-			state, feasible, scores, r = s.cycle(ctx, w, hb.rep, 0)
-			if len(feasible) == 0 {
-				reason = r
-				break
-			}
-		}
-		best := bestOf(scores)
-		name := scores[best].Name
-		var ni fwk.NodeInfo
-		for _, f := range feasible {
-			if f.Node().Name == name {
-				ni = f
-			}
+		if res.node == "" {
+			return res.reason
 		}
 		s.mu.Lock()
-		ok := s.stillFitsLocked(ctx, w, hb.rep, evalResult{node: name, gen: ni.GetGeneration(), state: state,
-			plugin: scores[best].Scores, score: scores[best].TotalScore})
-		ph := placeholderPod(hb.rep, hb.hdr, len(hb.slots), name)
-		ok = ok && s.reservePlaceholderLocked(ctx, w.fw, state, ph, name)
+		ph := placeholderPod(hb.rep, hb.hdr, len(hb.slots), res.node)
+		ok := s.stillFitsLocked(ctx, w, hb.rep, res) && s.reservePlaceholderLocked(ctx, w.fw, res.state, ph, res.node)
 		s.mu.Unlock()
-		if !ok {
+		if ok {
+			hb.slots = append(hb.slots, batchSlot{node: res.node, score: res.score, state: res.state, placeholder: ph})
+			lost = 0
+		} else if lost++; lost >= maxParallelRetries {
+			s.m.add("parallel_serialised", 1)
+			return fmt.Sprintf("room for %d of %d pods of the batch in shard (lost the node %d times)", len(hb.slots), n, lost)
+		} else {
 			s.m.add("parallel_conflicts", 1)
-			continue // evaluate again: this node was taken meanwhile
 		}
-		hb.slots = append(hb.slots, batchSlot{node: name, score: scores[best].TotalScore, state: state, placeholder: ph})
+		if len(hb.slots) < n {
+			res = s.evaluateWith(ctx, w, hb.rep)
+		}
 	}
-	return reason
+	return ""
 }
 
 // greedyOK: the first pass's scores may be reused for nodes that did not get a pod.

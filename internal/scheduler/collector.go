@@ -147,7 +147,7 @@ func (c *Collector) Propose(ctx context.Context, p Proposal) error {
 		// From the first answer on, the hard deadline bounds the wait for the rest.
 		a.hardTimer.Reset(c.cfg.HardDeadline)
 	}
-	if _, dup := a.got[p.Shard]; !dup && a.targeted(p.Shard) && a.targets != nil {
+	if _, dup := a.got[p.Shard]; !dup && a.targets != nil && a.targeted(p.Shard) {
 		c.sc.outstanding[p.Shard]--
 	}
 	a.got[p.Shard] = p

@@ -20,7 +20,6 @@ type evalResult struct {
 	state  fwk.CycleState      // the cycle's state, for Reserve/Permit/Bind of the proposal
 	fw     framework.Framework // the framework that ran the cycle (nil: the shard's own)
 	gen    int64               // the chosen node's NodeInfo generation in the evaluated snapshot
-	ni     fwk.NodeInfo        // the chosen node in the evaluator's snapshot
 	plugin []fwk.PluginScore   // the chosen node's per-plugin scores
 }
 
@@ -59,11 +58,17 @@ func (s *Shard) evaluateWith(ctx context.Context, e *evaluator, pod *corev1.Pod)
 	if len(feasible) == 0 {
 		return evalResult{reason: reason}
 	}
+	return s.pick(e, state, feasible, scores)
+}
+
+// pick is the result of a cycle on e that found feasible nodes: the best-scored one (ties at
+// random), with what a later re-check of it needs.
+func (s *Shard) pick(e *evaluator, state fwk.CycleState, feasible []fwk.NodeInfo, scores []fwk.NodePluginScores) evalResult {
 	best := bestOf(scores)
-	ni := feasible[0]
+	var gen int64
 	for _, n := range feasible {
 		if n.Node().Name == scores[best].Name {
-			ni = n
+			gen = n.GetGeneration()
 			break
 		}
 	}
@@ -71,8 +76,7 @@ func (s *Shard) evaluateWith(ctx context.Context, e *evaluator, pod *corev1.Pod)
 	if e == s.main {
 		fw = nil
 	}
-	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: fw, gen: ni.GetGeneration(), ni: ni,
-		plugin: scores[best].Scores}
+	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: fw, gen: gen, plugin: scores[best].Scores}
 }
 
 // cycle runs PreFilter, Filter (looking for at least minFeasible feasible nodes when the walk

@@ -64,6 +64,15 @@ func FakeNode(name string, milliCPU, memMiB, pods int64, labels map[string]strin
 	}
 }
 
+// fakeNodes is n FakeNodes named prefix-0… of the given size, as objects for NewFakeClient.
+func fakeNodes(prefix string, n int, milliCPU, memMiB int64) []runtime.Object {
+	objs := make([]runtime.Object, 0, n)
+	for i := range n {
+		objs = append(objs, FakeNode(fmt.Sprintf("%s-%d", prefix, i), milliCPU, memMiB, 110, nil))
+	}
+	return objs
+}
+
 // FakePod is a pending pod for schedulerName requesting milliCPU and memMiB.
 func FakePod(ns, name, schedulerName string, milliCPU, memMiB int64) *corev1.Pod {
 	return &corev1.Pod{

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -34,10 +33,7 @@ type ShardCost struct {
 // costs) and the ReplicaSet owner of the pods measured on it. Cancel ctx to stop it.
 func measuredShard(ctx context.Context, nodes int, eq time.Duration, feasible int) (*Shard, metav1.OwnerReference, error) {
 	ResetMetrics()
-	var objs []k8sruntime.Object
-	for i := range nodes {
-		objs = append(objs, FakeNode(fmt.Sprintf("m-node-%d", i), 32000, 256<<10, 110, nil))
-	}
+	objs := fakeNodes("m-node", nodes, 32000, 256<<10)
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
 	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: NewFakeClient(objs...), Parallelism: 1, EquivalenceTTL: eq,
@@ -209,10 +205,7 @@ type FakeAPICost struct {
 // system runs (the shards' shared nodes and pods, one collector intake's pods) consuming every
 // event. The simulator's runs pay this on the same cores; it is the model's ApiUs.
 func MeasureFakeAPI(ctx context.Context, nodes, pods int) (FakeAPICost, error) {
-	var objs []k8sruntime.Object
-	for i := range nodes {
-		objs = append(objs, FakeNode(fmt.Sprintf("f-node-%d", i), 8000, 32<<10, 110, nil))
-	}
+	objs := fakeNodes("f-node", nodes, 8000, 32<<10)
 	for i := range pods {
 		objs = append(objs, FakePod("f", fmt.Sprintf("f-pod-%d", i), DefaultSchedulerName, 100, 64))
 	}

@@ -198,6 +198,42 @@ func TestBatchSpreadsOverEmptyNodes(t *testing.T) {
 	}
 }
 
+// Pods a Service selects get kube-scheduler's default topology spread scoring, whose scores
+// cannot be reused: their batches are planned with a full cycle per slot, and still never
+// over-commit a node.
+func TestBatchSequentialWhenSpreadScores(t *testing.T) {
+	ResetMetrics()
+	var objs []runtime.Object
+	var nodes []corev1.Node
+	for _, o := range fakeNodes("seq", 8, 1000, 4096) {
+		objs = append(objs, o)
+		nodes = append(nodes, *o.(*corev1.Node))
+	}
+	objs = append(objs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
+		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}})
+	for i := range 30 {
+		p := FakePod("default", fmt.Sprintf("web-%02d", i), DefaultSchedulerName, 300, 64)
+		p.Labels = map[string]string{"app": "web"}
+		objs = append(objs, p)
+	}
+	cs := NewFakeClient(objs...)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := StartAll(ctx, Config{Client: cs, Shards: 1, Batch: 16, ParallelPods: 2, DeadAfter: -1, Deadline: 200 * time.Millisecond}); err != nil {
+		t.Fatal(err)
+	}
+	waitBound(t, cs, "default", 24, 30*time.Second)
+	time.Sleep(500 * time.Millisecond)
+	pods := waitBound(t, cs, "default", 0, 0)
+	checkNoOvercommit(t, nodes, pods)
+	if n := countBoundPods(pods); n != 24 {
+		t.Errorf("bound %d, want 24 (3 per node)", n)
+	}
+	if Counter("shard/0", "batch_sequential") == 0 {
+		t.Error("no batch was planned sequentially: the spread scores were reused")
+	}
+}
+
 // Parallel pods inside a shard never double-book a node: 4 workers race for the last room of
 // 10 nodes (3 pods of 300m fit per node, 60 pods). Run under -race in make test.
 func TestParallelPodsNeverDoubleBook(t *testing.T) {

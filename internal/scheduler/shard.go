@@ -154,7 +154,7 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		s.cfg.ParallelPods = 1
 	}
 	for i := range cfg.ParallelPods {
-		w, err := s.newWorker(ctx, strings.TrimSpace(profile), i, cfg.ParallelPods)
+		w, err := s.newWorker(ctx, strings.TrimSpace(profile))
 		if err != nil {
 			return nil, fmt.Errorf("shard %d: worker %d: %w", cfg.Index, i, err)
 		}
@@ -314,20 +314,18 @@ func (s *Shard) expireHeld(ctx context.Context) {
 			return
 		case now := <-t.C:
 			s.held.Range(func(k, v any) bool {
+				var since time.Time
+				var release func()
 				switch h := v.(type) {
 				case *heldPod:
-					if now.Sub(h.since) > time.Minute {
-						if _, ok := s.held.LoadAndDelete(k); ok {
-							s.release(ctx, h)
-							s.m.add("held_expired", 1)
-						}
-					}
+					since, release = h.since, func() { s.release(ctx, h) }
 				case *heldBatch:
-					if now.Sub(h.since) > time.Minute {
-						if _, ok := s.held.LoadAndDelete(k); ok {
-							s.releaseBatch(ctx, h, 0)
-							s.m.add("held_expired", 1)
-						}
+					since, release = h.since, func() { s.releaseBatch(ctx, h, 0) }
+				}
+				if release != nil && now.Sub(since) > time.Minute {
+					if _, ok := s.held.LoadAndDelete(k); ok {
+						release()
+						s.m.add("held_expired", 1)
 					}
 				}
 				return true

@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meganode/meganode/internal/bench"
 )
@@ -61,10 +60,7 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	if sc.Timeout <= 0 {
 		sc.Timeout = 10 * time.Minute
 	}
-	var objs []k8sruntime.Object
-	for i := range sc.Nodes {
-		objs = append(objs, FakeNode(fmt.Sprintf("sim-node-%d", i), 8000, 32<<10, 110, nil)) // a KWOK node of `up`
-	}
+	objs := fakeNodes("sim-node", sc.Nodes, 8000, 32<<10) // KWOK nodes of `up`
 	// A ReplicaSet-like run: one owner, identical requests (what equivalence classes target).
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}

@@ -16,24 +16,24 @@ import (
 // that stops at 100 feasible nodes has little to split — so a shard instead evaluates K pods at
 // once, as the reference design's 30 scheduling goroutines per replica did. Each worker is an
 // evaluator of its own: a framework instance over its own snapshot (UpdateSnapshot rewrites a
-// snapshot in place, so two cycles cannot share one) with its own equivalence verdicts and
-// verdicts, all fed by the shard's one scheduler cache. The workers share the shard's filter
+// snapshot in place, so two cycles cannot share one) with its own equivalence verdicts, all fed
+// by the shard's one scheduler cache. The workers share the shard's filter
 // walk (s.walk): each claims the next window of nodes, so they examine different nodes.
 //
 // Optimistic concurrency, as between shards: a worker evaluates without any lock, then takes
 // s.mu — the lock every Reserve/assume/forget of the shard holds — and checks its choice
 // (stillFitsLocked): if the chosen node's NodeInfo generation has not moved since the worker's
 // snapshot, nothing was reserved there meanwhile and the pod fits; if it moved (another worker
-// or a bind landed there), Filter runs again on that one node's fresh NodeInfo. A pod that no
-// longer fits (two workers picked the same last room) is evaluated again; after
+// or a bind landed there), Filter and Score run again on that one node's fresh NodeInfo. A pod
+// that no longer fits there, or now scores lower, is evaluated again; after
 // maxParallelRetries it is evaluated under s.mu, where no other reservation can intervene.
 // Pods that need the global view, and preemption, run under s.mu on the shard's own evaluator.
 
 const maxParallelRetries = 3
 
-// newWorker builds worker i of k: a framework of the same profile (sharing the shard
+// newWorker builds a worker: a framework of the same profile (sharing the shard
 // framework's DRA and CSI managers) over a new snapshot of the shard's cache.
-func (s *Shard) newWorker(ctx context.Context, profile string, i, k int) (*evaluator, error) {
+func (s *Shard) newWorker(ctx context.Context, profile string) (*evaluator, error) {
 	snap := internalcache.NewEmptySnapshot()
 	fw, err := newFrameworkSharing(ctx, s.cfg.Client, s.cfg.Informers, snap, s.cache, profile, s.cfg.Parallelism, s.fw)
 	if err != nil {
@@ -54,7 +54,7 @@ func (s *Shard) clearEquivalence() {
 func (s *Shard) place(ctx context.Context, w *evaluator, h Header, pod *corev1.Pod) (evalResult, *heldPod, preemptAnswer) {
 	s.mu.Lock()
 	s.noteSeen(pod)
-	if w == nil || s.wantsGlobalLocked(pod) {
+	if s.wantsGlobalLocked(pod) {
 		defer s.mu.Unlock()
 		return s.placeLocked(ctx, h, pod, s.evaluateLocked(ctx, pod))
 	}
@@ -115,13 +115,6 @@ func (s *Shard) stillFitsLocked(ctx context.Context, w *evaluator, pod *corev1.P
 // then evaluated again rather than stacked on a node it chose before that reservation.
 func (s *Shard) stillBestLocked(ctx context.Context, w *evaluator, pod *corev1.Pod, state fwk.CycleState, ni fwk.NodeInfo,
 	plugin []fwk.PluginScore, score int64) bool {
-	if !w.fw.RunFilterPluginsWithNominatedPods(ctx, state, pod, ni).IsSuccess() {
-		return false
-	}
-	fresh, st := w.fw.RunScorePlugins(ctx, state, pod, []fwk.NodeInfo{ni})
-	if !st.IsSuccess() || len(fresh) != 1 {
-		return false
-	}
-	_, total := rescore(plugin, fresh[0].Scores)
-	return total >= score
+	_, total, ok := rescoreNode(ctx, w.fw, state, pod, ni, plugin)
+	return ok && total >= score
 }
