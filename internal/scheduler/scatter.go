@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
@@ -108,22 +109,25 @@ func (c *Collector) PickShards(d int, sig uint64) []int {
 		c.m.add("scatter_all_selective", 1)
 		return nil
 	}
+	// Draws among the shards not chosen yet, by rejection: d is small against the shard count,
+	// so this costs O(d²) per pod instead of copying the live list (O(S)) on the collector's path.
 	out := make([]int, 0, d)
-	rest := append([]int(nil), live...)
-	for range d {
-		i := c.sc.rng.IntN(len(rest))
-		if len(rest) > 1 {
-			j := c.sc.rng.IntN(len(rest) - 1)
-			if j >= i {
-				j++
-			}
-			if c.sc.outstanding[rest[j]] < c.sc.outstanding[rest[i]] {
-				i = j
+	draw := func(not int) int {
+		for {
+			s := live[c.sc.rng.IntN(len(live))]
+			if s != not && !slices.Contains(out, s) {
+				return s
 			}
 		}
-		out = append(out, rest[i])
-		rest[i] = rest[len(rest)-1]
-		rest = rest[:len(rest)-1]
+	}
+	for range d {
+		a := draw(-1)
+		if len(live)-len(out) > 1 {
+			if b := draw(a); c.sc.outstanding[b] < c.sc.outstanding[a] {
+				a = b
+			}
+		}
+		out = append(out, a)
 	}
 	return out
 }
