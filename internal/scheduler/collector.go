@@ -405,6 +405,10 @@ func (c *Collector) WatchDead(ctx context.Context) {
 	}
 	t := time.NewTicker(c.cfg.DeadAfter / 4)
 	defer t.Stop()
+	// A live shard this collector never heard from counts as heard when first seen live: with
+	// d-sampled scatter a shard may die before it was ever sent one of this collector's pods,
+	// and without this it would stay live (and its nodes unused) for ever.
+	liveSince := map[int]time.Time{}
 	for {
 		select {
 		case <-ctx.Done():
@@ -418,9 +422,19 @@ func (c *Collector) WatchDead(ctx context.Context) {
 				}
 			}
 			var dead []int
+			live := c.cfg.Live()
+			for _, s := range live {
+				if _, ok := liveSince[s]; !ok {
+					liveSince[s] = now
+				}
+			}
 			if now.Sub(newest) < c.cfg.DeadAfter { // others are answering
-				for _, s := range c.cfg.Live() {
-					if h, ok := c.heard[s]; ok && now.Sub(h) > c.cfg.DeadAfter && c.misses[s] > 0 {
+				for _, s := range live {
+					h, ok := c.heard[s]
+					if !ok {
+						h = liveSince[s]
+					}
+					if now.Sub(h) > c.cfg.DeadAfter && c.misses[s] > 0 {
 						dead = append(dead, s)
 					}
 				}
