@@ -167,31 +167,57 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// CountReadyNodes lists nodes (paginated, from the watch cache) and counts the Ready ones.
+// NodeSchedulable reports whether a scheduler may place pods on the node: Ready, not cordoned,
+// and without the node lifecycle controller's not-ready/unreachable taints. Ready comes first:
+// KWOK sets the condition at once, but the controller-manager lifts the not-ready taint (which
+// the apiserver adds to every new node) node by node — at 5,000 nodes ≈3,000 were still tainted
+// when the last turned Ready — and a scheduler started then sees only the untainted part of the
+// cluster, which skews every placement-spread figure.
+func NodeSchedulable(n *corev1.Node) bool {
+	if !NodeReady(n) || n.Spec.Unschedulable {
+		return false
+	}
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
+	return true
+}
+
+// CountReadyNodes lists nodes (from the watch cache) and counts the Ready ones.
 func CountReadyNodes(ctx context.Context, cs kubernetes.Interface) (total, ready int, err error) {
-	opts := metav1.ListOptions{Limit: 500, ResourceVersion: "0"}
-	opts.Limit = 0 // RV=0 is served whole from the cache
+	total, ready, _, err = CountNodes(ctx, cs)
+	return total, ready, err
+}
+
+// CountNodes lists nodes (from the watch cache) and counts the Ready and the schedulable ones.
+func CountNodes(ctx context.Context, cs kubernetes.Interface) (total, ready, schedulable int, err error) {
+	opts := metav1.ListOptions{ResourceVersion: "0"} // served whole from the watch cache
 	l, err := cs.CoreV1().Nodes().List(ctx, opts)
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	for i := range l.Items {
 		total++
 		if NodeReady(&l.Items[i]) {
 			ready++
 		}
+		if NodeSchedulable(&l.Items[i]) {
+			schedulable++
+		}
 	}
-	return total, ready, nil
+	return total, ready, schedulable, nil
 }
 
-// WaitNodesReady waits until at least want nodes are Ready.
+// WaitNodesReady waits until at least want nodes are Ready and schedulable (NodeSchedulable).
 func WaitNodesReady(ctx context.Context, cs kubernetes.Interface, want int, timeout time.Duration, prog *bench.Progress) error {
 	var ready atomic.Int64
-	prog.Start(fmt.Sprintf("waiting for %d nodes Ready", want), int64(want), 0, ready.Load)
+	prog.Start(fmt.Sprintf("waiting for %d nodes Ready and untainted", want), int64(want), 0, ready.Load)
 	defer prog.Done()
 	deadline := time.Now().Add(timeout)
 	for {
-		_, r, err := CountReadyNodes(ctx, cs)
+		_, _, r, err := CountNodes(ctx, cs)
 		if err == nil {
 			ready.Store(int64(r))
 			if r >= want {
@@ -199,7 +225,7 @@ func WaitNodesReady(ctx context.Context, cs kubernetes.Interface, want int, time
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d nodes Ready after %s (last error: %v)", r, want, timeout, err)
+			return fmt.Errorf("%d of %d nodes Ready and untainted after %s (last error: %v)", r, want, timeout, err)
 		}
 		select {
 		case <-ctx.Done():

@@ -166,6 +166,9 @@ type BenchRow struct {
 	PodsPerNodeStddev float64 `json:"pods_per_node_stddev"`
 	PodsPerNodeMax    int     `json:"pods_per_node_max"`
 	EmptyNodesByPods  int     `json:"empty_nodes_by_pods"` // nodes without a drained pod
+	// PodsPerNodeHist[k] is the number of nodes holding k drained pods: the shape behind the
+	// stdev (clumps of 3 on a third of the nodes and as many empty nodes is not random spread).
+	PodsPerNodeHist []int `json:"pods_per_node_hist"`
 	// The apiserver's bind ceiling on this row's cluster (bindCeiling): Pods pre-decided Bindings
 	// posted as fast as the scheduler's client allows, first Binding → last OK. OfCeiling =
 	// PodsPerSec / BindCeilingPerSec.
@@ -299,6 +302,7 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 	prog.Printf("   drained %d pods in %.2fs = %.0f pods/s, %.2f ms CPU/pod, utilisation mean %.3f stddev %.4f max %.3f, %d empty nodes; pods/node stddev %.2f max %d",
 		o.Pods, el.Seconds(), row.PodsPerSec, row.CPUMsPerPod, row.UtilMean, row.UtilStddev, row.UtilMax, row.EmptyNodes,
 		row.PodsPerNodeStddev, row.PodsPerNodeMax)
+	prog.Printf("   nodes by pods held (0, 1, 2, …): %v", row.PodsPerNodeHist)
 
 	// Phase 2, latency: paced creation, creation → bound.
 	if o.LatencyPods > 0 {
@@ -466,7 +470,7 @@ func assignRoundRobin(nodes []corev1.Node, bound []corev1.Pod, pods []*corev1.Po
 	byName := map[string]*free{}
 	for i := range nodes {
 		n := &nodes[i]
-		if !cluster.NodeReady(n) {
+		if !cluster.NodeSchedulable(n) {
 			continue
 		}
 		a := n.Status.Allocatable
@@ -660,6 +664,10 @@ func placementStats(nodes []corev1.Node, pods []corev1.Pod, row *BenchRow) {
 		}
 		row.UtilMax = math.Max(row.UtilMax, u)
 		row.PodsPerNodeMax = max(row.PodsPerNodeMax, cnt[n.Name])
+	}
+	row.PodsPerNodeHist = make([]int, row.PodsPerNodeMax+1)
+	for i := range nodes {
+		row.PodsPerNodeHist[cnt[nodes[i].Name]]++
 	}
 	row.UtilMean, row.UtilStddev = meanStddev(us)
 	row.PodsPerNodeMean, row.PodsPerNodeStddev = meanStddev(ps)
