@@ -27,6 +27,23 @@ import (
 //     fitted to: the error is printed.
 //  4. The same model, fed with the costs at the target shard size and dedicated cores, projects
 //     1M pods on 1M nodes for each S, d, K and batch size, with the cores it uses.
+//
+// shardCosts are one shard size's measured costs.
+type shardCosts struct {
+	Nodes  int                  `json:"nodes"`
+	Single *scheduler.ShardCost `json:"single"`
+	Batch  *scheduler.BatchCost `json:"batch"`
+}
+
+// commitCost is the winning shard's CPU per pod committed: a single pod's commit, or a batch
+// slot's (placeholder swapped for the pod, then the commit).
+func commitCost(sc *shardCosts, batch int) float64 {
+	if batch > 1 {
+		return sc.Batch.CommitCPUUs
+	}
+	return sc.Single.CommitCPUUs
+}
+
 func runSchedulerSimulate(args []string) error {
 	fs := flag.NewFlagSet("scheduler simulate", flag.ContinueOnError)
 	nodes := fs.Int("nodes", 100000, "in-process runs: fake nodes (8 CPU, 32 GiB, as `up`'s KWOK nodes)")
@@ -44,6 +61,7 @@ func runSchedulerSimulate(args []string) error {
 	tCollectors := fs.Int("target-collectors", 16, "projection: collectors")
 	bindRate := fs.Float64("bind-rate", 0, "projection: apiserver Binding throughput in pods/s (0: not a limit; the seed's 5 apiservers are outside the scheduler's cores)")
 	hopLat := fs.Float64("hop-latency-us", 100, "projection: network delay per message")
+	binds := fs.String("binds", "counted", "in-process runs: counted (Bindings recorded, no object write or watch event: the scheduler's own cost) or api (the fake apiserver writes each pod and every informer receives it: ≈2.7 ms CPU per pod, the runs' bottleneck past a few shards)")
 	skipRuns := fs.Bool("skip-runs", false, "costs and projection only (no in-process runs, no validation)")
 	jsonOut := fs.String("json", "", "write every measurement, run, prediction and projection as JSON here")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole command here")
@@ -74,6 +92,10 @@ func runSchedulerSimulate(args []string) error {
 			return fmt.Errorf("--%s: %w", l.flag, err)
 		}
 	}
+	if *binds != "counted" && *binds != "api" {
+		return fmt.Errorf("--binds: want counted or api, got %q", *binds)
+	}
+	counted := *binds == "counted"
 	maxBatch := 1
 	for _, b := range bList {
 		maxBatch = max(maxBatch, b)
@@ -81,11 +103,6 @@ func runSchedulerSimulate(args []string) error {
 	out := map[string]any{"command": os.Args, "cores_here": runtime.NumCPU()}
 
 	// 1. Costs.
-	type shardCosts struct {
-		Nodes  int                  `json:"nodes"`
-		Single *scheduler.ShardCost `json:"single"`
-		Batch  *scheduler.BatchCost `json:"batch"`
-	}
 	// A shard's feasible-node target depends on S and d (scheduler.FeasibleLimitSampled): the d
 	// shards of a pod together examine what kube-scheduler examines over the whole cluster.
 	measure := func(n, shardsN, d int) (*shardCosts, error) {
@@ -102,9 +119,11 @@ func runSchedulerSimulate(args []string) error {
 		if limit == 0 {
 			what = "every node"
 		}
-		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s): one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f; process CPU %.0f µs/pod); batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod, CPU %.0f µs/pod)\n",
-			n, shardsN, d, what, single.DecodeUs+single.EvalUs+single.CommitUs, single.DecodeUs, single.EvalUs, single.CommitUs, single.CPUUsPerPod,
-			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.CPUUsPerPod)
+		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s): one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f) + commit %.0f µs; in CPU %.0f + %.0f µs\n",
+			n, shardsN, d, what, single.DecodeUs+single.EvalUs+single.ReserveUs, single.DecodeUs, single.EvalUs, single.ReserveUs, single.CommitUs,
+			single.EvalCPUUs, single.CommitCPUUs)
+		fmt.Printf("      batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod); in CPU first %.0f, next %.0f, commit %.0f µs/pod\n",
+			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.FirstCPUUs, bc.NextCPUUs, bc.CommitCPUUs)
 		return &shardCosts{Nodes: n, Single: single, Batch: bc}, nil
 	}
 	fmt.Printf("== costs measured here (one core, real framework and default plugins, kube-scheduler's sampling rule per shard)\n")
@@ -149,13 +168,13 @@ func runSchedulerSimulate(args []string) error {
 	}
 	var rows []runRow
 	if !*skipRuns {
-		api, err := scheduler.MeasureFakeAPI(ctx, *nodes, min(*pods, 20000))
+		api, err := scheduler.MeasureFakeAPI(ctx, *nodes, min(*pods, 20000), counted)
 		if err != nil {
 			return err
 		}
 		out["fake_api"] = api
-		fmt.Printf("  in-process fake apiserver: %.0f µs CPU per pod (Binding + informer events), %.0f µs wall with 16 binders: it uses %.2f cores\n",
-			api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
+		fmt.Printf("  in-process fake apiserver (--binds %s): %.0f µs CPU per pod, %.0f µs wall with 16 binders: it uses %.2f cores\n",
+			*binds, api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
 		apiConc := max(1, int(math.Round(api.Concurrency)))
 		fmt.Printf("== in-process runs: %d nodes, %d pods (pre-created), %d shards, %d cores shared by everything\n", *nodes, *pods, *shards, runtime.NumCPU())
 		for _, d := range dList {
@@ -164,15 +183,15 @@ func runSchedulerSimulate(args []string) error {
 				sc := costs[costKey(*nodes/max(*shards, 1), *shards, d)]
 				r, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
-					Precreate: true, GlobalView: "off", Timeout: 30 * time.Minute})
+					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
 				}
 				in := model.Input{Pods: *pods, Shards: *shards, Workers: 1, Collectors: 1,
 					Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-					EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.DecodeUs + sc.Single.EvalUs + sc.Single.CommitUs,
-					BatchFirstUs: sc.Batch.FirstUs, BatchNextUs: sc.Batch.NextUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
-					CommitUs: sc.Single.CommitUs, ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
+					EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
+					BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
+					CommitUs: commitCost(sc, b), ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
 				if d >= *shards {
 					in.Scatter = model.ScatterAll
 				}
@@ -189,7 +208,7 @@ func runSchedulerSimulate(args []string) error {
 				*refNodes, *refNodes, *shards, dList[0], bList[len(bList)-1])
 			ref, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
 				EquivalenceTTL: -1, FeasibleToFind: scheduler.FeasibleAuto, Scatter: scheduler.ScatterAll, Batch: -1, ParallelPods: 1,
-				Precreate: true, GlobalView: "off", Timeout: 30 * time.Minute})
+				Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
 				return err
 			}
@@ -197,7 +216,7 @@ func runSchedulerSimulate(args []string) error {
 			printRun("kube-scheduler's algorithm", ref, float64(ref.Bound)/ref.CPUSeconds)
 			mg, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: *shards, Fanout: 10, Parallelism: 1,
 				EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: dList[0], Batch: batchFlag(bList[len(bList)-1]),
-				ParallelPods: 1, Precreate: true, GlobalView: "off", Timeout: 30 * time.Minute})
+				ParallelPods: 1, Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
 				return err
 			}
@@ -224,9 +243,9 @@ func runSchedulerSimulate(args []string) error {
 				for _, b := range bList {
 					in := model.Input{Pods: *tPods, Shards: s, Workers: k, Collectors: *tCollectors,
 						Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-						EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.DecodeUs + sc.Single.EvalUs + sc.Single.CommitUs + hops.GRPCStreamPropUs,
-						BatchFirstUs: sc.Batch.FirstUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextUs,
-						ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: sc.Single.CommitUs,
+						EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
+						BatchFirstUs: sc.Batch.FirstCPUUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextCPUUs,
+						ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b),
 						BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
 					r := model.Run(in)
 					projs = append(projs, proj{Shards: s, D: d, K: k, Batch: b, Result: r})

@@ -10,23 +10,31 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
-// ShardCost is one shard's cost per pod, measured without any apiserver or fake-apiserver
-// work in the loop: frame decode, then the framework cycle (snapshot, PreFilter, Filter, PreScore,
-// Score), then Reserve and assume on the node it proposes — every pod is assumed on the node
-// the shard picked (as the winner's would be), so nodes fill up and change generation.
+// ShardCost is one shard's cost per pod: frame decode, then the framework cycle (snapshot,
+// PreFilter, Filter, PreScore, Score), then Reserve and assume on the node it proposes, then the
+// winner's commit (Permit, PreBind, Bind through a fake client that only counts the Binding,
+// PostBind) — every pod is committed on the node the shard picked, so nodes fill up and change
+// generation. The *CPUUs figures are the stage times scaled by the process's CPU over the wall
+// time of the loop: they include the garbage collector's work for the stage, which runs on
+// another core and which a CPU-bound run pays like any other work.
 type ShardCost struct {
 	Nodes, Pods    int
 	EquivalenceTTL time.Duration
 	FeasibleToFind int
 	DecodeUs       float64 `json:"decode_us"`
-	EvalUs         float64 `json:"eval_us"`   // snapshot+PreFilter+Filter+Score
-	CommitUs       float64 `json:"commit_us"` // Reserve + assume of the proposal (the bind RPC is the apiserver's)
-	CPUUsPerPod    float64 `json:"cpu_us_per_pod"`
-	FilterReused   float64 `json:"filter_reused"`
-	Stages         map[string]float64
+	EvalUs         float64 `json:"eval_us"`    // snapshot+PreFilter+Filter+Score
+	ReserveUs      float64 `json:"reserve_us"` // Reserve + assume of the proposal
+	CommitUs       float64 `json:"commit_us"`  // Permit … PostBind (the Binding only counted)
+	// EvalCPUUs is decode + eval + reserve in CPU; CommitCPUUs the commit in CPU.
+	EvalCPUUs    float64 `json:"eval_cpu_us"`
+	CommitCPUUs  float64 `json:"commit_cpu_us"`
+	CPUUsPerPod  float64 `json:"cpu_us_per_pod"`
+	FilterReused float64 `json:"filter_reused"`
+	Stages       map[string]float64
 }
 
 // measuredShard is one synced shard of nodes big fake nodes (Parallelism 1, one worker: per-core
@@ -36,7 +44,8 @@ func measuredShard(ctx context.Context, nodes int, eq time.Duration, feasible in
 	objs := fakeNodes("m-node", nodes, 32000, 256<<10)
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
-	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: NewFakeClient(objs...), Parallelism: 1, EquivalenceTTL: eq,
+	cs, _ := NewFakeClientCountingBinds(objs...)
+	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: eq,
 		FeasibleToFind: feasible, ParallelPods: 1})
 	if err != nil {
 		return nil, owner, err
@@ -65,8 +74,8 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 		}
 		frames = append(frames, f)
 	}
-	var dec, ev, com time.Duration
-	cpu0 := cpuSeconds()
+	var dec, ev, res, com time.Duration
+	cpu0, w0 := cpuSeconds(), time.Now()
 	for _, f := range frames {
 		t0 := time.Now()
 		h, pb, err := SplitFrame(f)
@@ -79,23 +88,30 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 		}
 		t1 := time.Now()
 		sh.mu.Lock()
-		res := sh.evaluateLocked(ctx, pod)
+		r0 := sh.evaluateLocked(ctx, pod)
 		t2 := time.Now()
-		if res.node == "" {
+		if r0.node == "" {
 			sh.mu.Unlock()
-			return nil, fmt.Errorf("pod %s unschedulable: %s", pod.Name, res.reason)
+			return nil, fmt.Errorf("pod %s unschedulable: %s", pod.Name, r0.reason)
 		}
-		r := sh.reserveLocked(ctx, &heldPod{pod: pod, node: res.node, hdr: h, state: res.state})
+		held := &heldPod{pod: pod, node: r0.node, hdr: h, state: r0.state}
+		r := sh.reserveLocked(ctx, held)
 		sh.mu.Unlock()
 		if r != nil {
 			return nil, fmt.Errorf("reserve: %s", r.Error)
 		}
-		dec, ev, com = dec+t1.Sub(t0), ev+t2.Sub(t1), com+time.Since(t2)
+		t3 := time.Now()
+		if cr := sh.commit(ctx, held); !cr.Bound {
+			return nil, fmt.Errorf("commit: %s", cr.Error)
+		}
+		dec, ev, res, com = dec+t1.Sub(t0), ev+t2.Sub(t1), res+t3.Sub(t2), com+time.Since(t3)
 	}
-	cpu := cpuSeconds() - cpu0
+	cpu, wall := cpuSeconds()-cpu0, time.Since(w0).Seconds()
 	n := float64(pods)
+	f := cpu / wall // > 1 by the garbage collector's work on the other core
 	c := &ShardCost{Nodes: nodes, Pods: pods, EquivalenceTTL: eq, FeasibleToFind: feasible,
-		DecodeUs: us(dec) / n, EvalUs: us(ev) / n, CommitUs: us(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
+		DecodeUs: us(dec) / n, EvalUs: us(ev) / n, ReserveUs: us(res) / n, CommitUs: us(com) / n,
+		EvalCPUUs: f * us(dec+ev+res) / n, CommitCPUUs: f * us(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
 	if fn := Counter("shard/0", "filter_nodes"); fn > 0 {
 		c.FilterReused = float64(Counter("shard/0", "filter_reused")) / float64(fn)
 	}
@@ -107,13 +123,19 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 }
 
 // BatchCost is one shard's cost for a batch of equivalent pods (Parallelism 1, one worker):
-// one full cycle for the first pod, then one Filter+Score of one node per further pod.
+// one full cycle for the first pod, then one Filter+Score of one node per further pod; then
+// the winner's decision with every slot won: each placeholder swapped for its pod and the pod
+// committed (the Binding only counted). The *CPUUs figures are process CPU, which includes the
+// garbage collector's work and the commits running beside the plan.
 type BatchCost struct {
 	Nodes, Batch, Batches int
 	FirstUs               float64 `json:"first_us"` // a batch of one: the single pod's evaluation
 	NextUs                float64 `json:"next_us"`  // each further pod of a batch
 	PerPodUs              float64 `json:"per_pod_us"`
 	CPUUsPerPod           float64 `json:"cpu_us_per_pod"`
+	FirstCPUUs            float64 `json:"first_cpu_us"`
+	NextCPUUs             float64 `json:"next_cpu_us"`
+	CommitCPUUs           float64 `json:"commit_cpu_us"` // per pod: swap + commit
 }
 
 // MeasureShardBatch times batches of batch pods on one shard of nodes nodes; every slot stays
@@ -142,51 +164,73 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		h.UID = BatchKeyPrefix + h.Batch[0].UID
 		return EncodeBatchFrame(h, pods)
 	}
-	run := func(size int) (float64, float64, error) {
+	// run plans batches of size pods and decides them; it returns the plan's wall and CPU per
+	// batch and the decision's CPU per pod.
+	run := func(size int) (wallUs, planCPUUs, commitCPUUs float64, err error) {
 		var wall time.Duration
-		cpu0 := cpuSeconds()
+		var planCPU, commitCPU float64
 		for b := range batches {
 			f, err := frame(b+size*batches, size)
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
-			t0 := time.Now()
+			c0, t0 := cpuSeconds(), time.Now()
 			h, body, err := SplitFrame(f)
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			bodies, err := SplitBatch(body, len(h.Batch))
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			rep, err := DecodePod(bodies[0])
 			if err != nil {
-				return 0, 0, err
+				return 0, 0, 0, err
 			}
 			hb := &heldBatch{hdr: h, pods: bodies, rep: rep}
 			if r := sh.planBatch(ctx, sh.workers[0], hb); len(hb.slots) < size {
-				return 0, 0, fmt.Errorf("batch %d: %d of %d placed: %s", b, len(hb.slots), size, r)
+				return 0, 0, 0, fmt.Errorf("batch %d: %d of %d placed: %s", b, len(hb.slots), size, r)
 			}
 			wall += time.Since(t0)
+			c1 := cpuSeconds()
+			planCPU += c1 - c0
+			want := Counter("shard/0", "bound") + int64(size)
+			assign := make([]int, size)
+			for i := range assign {
+				assign[i] = i
+			}
+			if err := sh.decideBatch(ctx, Decision{Key: h.Key(), Allow: true, Assign: assign, Collector: -1}, hb); err != nil {
+				return 0, 0, 0, err
+			}
+			for Counter("shard/0", "bound") < want {
+				if ctx.Err() != nil {
+					return 0, 0, 0, ctx.Err()
+				}
+				time.Sleep(50 * time.Microsecond)
+			}
+			commitCPU += cpuSeconds() - c1
 		}
-		return us(wall) / float64(batches), (cpuSeconds() - cpu0) * 1e6 / float64(batches*size), nil
+		n := float64(batches)
+		return us(wall) / n, planCPU * 1e6 / n, commitCPU * 1e6 / (n * float64(size)), nil
 	}
-	if _, _, err := run(1); err != nil { // warm-up: first cycles build caches and equivalence classes
+	if _, _, _, err := run(1); err != nil { // warm-up: first cycles build caches and equivalence classes
 		return nil, err
 	}
 	batches *= 4 // single pods are cheap: time more of them
-	one, _, err := run(1)
+	one, oneCPU, _, err := run(1)
 	batches /= 4
 	if err != nil {
 		return nil, err
 	}
-	full, cpu, err := run(batch)
+	full, fullCPU, commitCPU, err := run(batch)
 	if err != nil {
 		return nil, err
 	}
-	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, FirstUs: one, PerPodUs: full / float64(batch), CPUUsPerPod: cpu}
+	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, FirstUs: one, PerPodUs: full / float64(batch),
+		CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU}
 	if batch > 1 {
 		c.NextUs = max(full-one, 0) / float64(batch-1)
+		c.NextCPUUs = max(fullCPU-oneCPU, 0) / float64(batch-1)
 	}
 	return c, nil
 }
@@ -203,13 +247,20 @@ type FakeAPICost struct {
 // MeasureFakeAPI measures the in-process fake apiserver without any scheduling: pods listed,
 // then bound through the Binding subresource by 16 goroutines, with the informers a simulated
 // system runs (the shards' shared nodes and pods, one collector intake's pods) consuming every
-// event. The simulator's runs pay this on the same cores; it is the model's ApiUs.
-func MeasureFakeAPI(ctx context.Context, nodes, pods int) (FakeAPICost, error) {
+// event. The simulator's runs pay this on the same cores; it is the model's ApiUs. counted
+// measures the counting fake (NewFakeClientCountingBinds) instead: no write, no event.
+func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPICost, error) {
 	objs := fakeNodes("f-node", nodes, 8000, 32<<10)
 	for i := range pods {
 		objs = append(objs, FakePod("f", fmt.Sprintf("f-pod-%d", i), DefaultSchedulerName, 100, 64))
 	}
-	cs := NewFakeClient(objs...)
+	var cs *fake.Clientset
+	var ledger *BindLedger
+	if counted {
+		cs, ledger = NewFakeClientCountingBinds(objs...)
+	} else {
+		cs = NewFakeClient(objs...)
+	}
 	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -249,7 +300,13 @@ func MeasureFakeAPI(ctx context.Context, nodes, pods int) (FakeAPICost, error) {
 		next <- i
 	}
 	close(next)
-	for bound.Load() < int64(pods) && ctx.Err() == nil {
+	done := func() bool {
+		if ledger != nil {
+			return ledger.Count() >= pods
+		}
+		return bound.Load() >= int64(pods)
+	}
+	for !done() && ctx.Err() == nil {
 		select {
 		case err := <-errc:
 			return FakeAPICost{}, err

@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meganode/meganode/internal/bench"
 )
@@ -28,6 +29,9 @@ type SimConfig struct {
 	// Precreate: every pod exists before the scheduler starts (as `scheduler bench` creates them
 	// while the scheduler is stopped); the clock starts when the scheduler has synced.
 	Precreate bool
+	// CountedBinds: Bindings are recorded, not written (NewFakeClientCountingBinds): the run
+	// measures the scheduler without the fake apiserver's per-bind watch fan-out.
+	CountedBinds bool
 	// GlobalView: "off" in the scale runs (uniform pods need none, and it holds every node in
 	// every shard); "" keeps Config's default.
 	GlobalView string
@@ -75,7 +79,13 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 			objs = append(objs, simPod(i))
 		}
 	}
-	cs := NewFakeClient(objs...)
+	var cs *fake.Clientset
+	var ledger *BindLedger
+	if sc.CountedBinds {
+		cs, ledger = NewFakeClientCountingBinds(objs...)
+	} else {
+		cs = NewFakeClient(objs...)
+	}
 	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -123,14 +133,19 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	el := time.Since(began)
 	r := &SimResult{Config: sc, Seconds: el.Seconds(), Bound: int(bound.Load()), PodsPerSec: float64(bound.Load()) / el.Seconds(),
 		CPUSeconds: cpuSeconds() - cpu0, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{}}
-	for _, c := range sys.Collectors {
-		_ = c
-	}
-	if pl, err := cs.CoreV1().Pods("sim").List(ctx, metav1.ListOptions{}); err == nil {
-		per := map[string]int{}
+	var per map[string]int
+	if ledger != nil {
+		per = ledger.PerNode()
+		if n := ledger.Count(); n != r.Bound {
+			return nil, fmt.Errorf("simulation: the collectors counted %d binds, the apiserver took %d", r.Bound, n)
+		}
+	} else if pl, err := cs.CoreV1().Pods("sim").List(ctx, metav1.ListOptions{}); err == nil {
+		per = map[string]int{}
 		for _, p := range pl.Items {
 			per[p.Spec.NodeName]++
 		}
+	}
+	if per != nil {
 		mean := float64(sc.Pods) / float64(sc.Nodes)
 		for i := range sc.Nodes {
 			c := per[fmt.Sprintf("sim-node-%d", i)]
