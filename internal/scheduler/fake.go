@@ -22,28 +22,49 @@ func NewFakeClient(objs ...runtime.Object) *fake.Clientset {
 	// simulator's CPU), but NewSimpleClientset's watchers panic when 100 events queue up; the
 	// stage costs the projection uses are per-shard timings that exclude the fake's writes.
 	cs := fake.NewClientset(objs...)
+	onBinding(cs, func(ns string, b *corev1.Binding) error {
+		o, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), ns, b.Name)
+		if err != nil {
+			return err
+		}
+		p := o.(*corev1.Pod).DeepCopy()
+		if b.UID != "" && p.UID != b.UID {
+			return apierrors.NewConflict(corev1.Resource("pods"), b.Name, fmt.Errorf("uid mismatch"))
+		}
+		if p.Spec.NodeName != "" {
+			return alreadyAssigned(b.Name, p.Spec.NodeName)
+		}
+		p.Spec.NodeName = b.Target.Name
+		return cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), p, ns)
+	})
+	return cs
+}
+
+// onBinding makes bind answer every pods/binding create on cs (nil: the Binding is taken).
+func onBinding(cs *fake.Clientset, bind func(ns string, b *corev1.Binding) error) {
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() != "binding" {
 			return false, nil, nil
 		}
 		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
-		ns := a.GetNamespace()
-		o, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), ns, b.Name)
-		if err != nil {
+		if err := bind(a.GetNamespace(), b); err != nil {
 			return true, nil, err
 		}
-		p := o.(*corev1.Pod).DeepCopy()
-		if b.UID != "" && p.UID != b.UID {
-			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), b.Name, fmt.Errorf("uid mismatch"))
-		}
-		if p.Spec.NodeName != "" {
-			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), b.Name,
-				fmt.Errorf("pod %s is already assigned to node %q", b.Name, p.Spec.NodeName))
-		}
-		p.Spec.NodeName = b.Target.Name
-		return true, b, cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), p, ns)
+		return true, b, nil
 	})
-	return cs
+}
+
+// alreadyAssigned is kube-apiserver's answer to a Binding of a pod that has a node.
+func alreadyAssigned(pod, node string) error {
+	return apierrors.NewConflict(corev1.Resource("pods"), pod, fmt.Errorf("pod %s is already assigned to node %q", pod, node))
+}
+
+// fakeClientFor is NewFakeClientCountingBinds when counted, else NewFakeClient (nil ledger).
+func fakeClientFor(counted bool, objs ...runtime.Object) (*fake.Clientset, *BindLedger) {
+	if counted {
+		return NewFakeClientCountingBinds(objs...)
+	}
+	return NewFakeClient(objs...), nil
 }
 
 // BindLedger records the Bindings a counting fake client took (NewFakeClientCountingBinds).
@@ -83,20 +104,15 @@ func (l *BindLedger) PerNode() map[string]int {
 func NewFakeClientCountingBinds(objs ...runtime.Object) (*fake.Clientset, *BindLedger) {
 	cs := fake.NewClientset(objs...)
 	l := &BindLedger{nodes: map[string]string{}}
-	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
-		if a.GetSubresource() != "binding" {
-			return false, nil, nil
-		}
-		b := a.(k8stesting.CreateAction).GetObject().(*corev1.Binding)
-		k := a.GetNamespace() + "/" + b.Name
+	onBinding(cs, func(ns string, b *corev1.Binding) error {
+		k := ns + "/" + b.Name
 		l.mu.Lock()
 		defer l.mu.Unlock()
 		if n, ok := l.nodes[k]; ok {
-			return true, nil, apierrors.NewConflict(corev1.Resource("pods"), b.Name,
-				fmt.Errorf("pod %s is already assigned to node %q", b.Name, n))
+			return alreadyAssigned(b.Name, n)
 		}
 		l.nodes[k] = b.Target.Name
-		return true, b, nil
+		return nil
 	})
 	return cs, l
 }

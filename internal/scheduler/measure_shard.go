@@ -10,7 +10,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes/fake"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -254,13 +253,7 @@ func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPI
 	for i := range pods {
 		objs = append(objs, FakePod("f", fmt.Sprintf("f-pod-%d", i), DefaultSchedulerName, 100, 64))
 	}
-	var cs *fake.Clientset
-	var ledger *BindLedger
-	if counted {
-		cs, ledger = NewFakeClientCountingBinds(objs...)
-	} else {
-		cs = NewFakeClient(objs...)
-	}
+	cs, ledger := fakeClientFor(counted, objs...)
 	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

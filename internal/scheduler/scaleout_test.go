@@ -146,6 +146,19 @@ func startWithPending(t *testing.T, cfg Config, nodeCPU int64, nodes, pods int, 
 	return cs, nl
 }
 
+// settledBound waits until want pods are bound, waits a little more so that a wrong extra
+// Binding would land too, and checks no node is over-committed and exactly want are bound.
+func settledBound(t *testing.T, cs *fake.Clientset, nodes []corev1.Node, want int, timeout time.Duration) {
+	t.Helper()
+	waitBound(t, cs, "default", want, timeout)
+	time.Sleep(500 * time.Millisecond)
+	pods := waitBound(t, cs, "default", 0, 0)
+	checkNoOvercommit(t, nodes, pods)
+	if n := countBoundPods(pods); n != want {
+		t.Errorf("bound %d, want %d", n, want)
+	}
+}
+
 func countBoundPods(pods []corev1.Pod) int {
 	n := 0
 	for _, p := range pods {
@@ -161,13 +174,7 @@ func countBoundPods(pods []corev1.Pod) int {
 func TestBatchNeverOvercommits(t *testing.T) {
 	ResetMetrics()
 	cs, nodes := startWithPending(t, Config{Shards: 4, Scatter: 2, Batch: 16, Deadline: 200 * time.Millisecond}, 1000, 8, 60, 300)
-	waitBound(t, cs, "default", 24, 30*time.Second)
-	time.Sleep(500 * time.Millisecond) // let any wrong extra bind land
-	pods := waitBound(t, cs, "default", 0, 0)
-	checkNoOvercommit(t, nodes, pods)
-	if n := countBoundPods(pods); n != 24 {
-		t.Errorf("bound %d, want 24", n)
-	}
+	settledBound(t, cs, nodes, 24, 30*time.Second)
 	var frames, slots int64
 	for s := range 4 {
 		frames += Counter(fmt.Sprintf("shard/%d", s), "batch_frames")
@@ -222,13 +229,7 @@ func TestBatchSequentialWhenSpreadScores(t *testing.T) {
 	if _, err := StartAll(ctx, Config{Client: cs, Shards: 1, Batch: 16, ParallelPods: 2, DeadAfter: -1, Deadline: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
-	waitBound(t, cs, "default", 24, 30*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	pods := waitBound(t, cs, "default", 0, 0)
-	checkNoOvercommit(t, nodes, pods)
-	if n := countBoundPods(pods); n != 24 {
-		t.Errorf("bound %d, want 24 (3 per node)", n)
-	}
+	settledBound(t, cs, nodes, 24, 30*time.Second) // 3 per node
 	if Counter("shard/0", "batch_sequential") == 0 {
 		t.Error("no batch was planned sequentially: the spread scores were reused")
 	}
@@ -239,13 +240,7 @@ func TestBatchSequentialWhenSpreadScores(t *testing.T) {
 func TestParallelPodsNeverDoubleBook(t *testing.T) {
 	ResetMetrics()
 	cs, nodes := startWithPending(t, Config{Shards: 1, Batch: -1, ParallelPods: 4, Deadline: 200 * time.Millisecond}, 1000, 10, 60, 300)
-	waitBound(t, cs, "default", 30, 60*time.Second)
-	time.Sleep(500 * time.Millisecond)
-	pods := waitBound(t, cs, "default", 0, 0)
-	checkNoOvercommit(t, nodes, pods)
-	if n := countBoundPods(pods); n != 30 {
-		t.Errorf("bound %d, want 30", n)
-	}
+	settledBound(t, cs, nodes, 30, 60*time.Second)
 	t.Logf("parallel conflicts %d, re-checks %d, serialised %d", Counter("shard/0", "parallel_conflicts"),
 		Counter("shard/0", "reserve_rechecks"), Counter("shard/0", "parallel_serialised"))
 	_ = metav1.ListOptions{}

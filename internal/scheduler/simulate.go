@@ -11,7 +11,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meganode/meganode/internal/bench"
 )
@@ -79,13 +78,7 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 			objs = append(objs, simPod(i))
 		}
 	}
-	var cs *fake.Clientset
-	var ledger *BindLedger
-	if sc.CountedBinds {
-		cs, ledger = NewFakeClientCountingBinds(objs...)
-	} else {
-		cs = NewFakeClient(objs...)
-	}
+	cs, ledger := fakeClientFor(sc.CountedBinds, objs...)
 	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
