@@ -16,21 +16,27 @@ import (
 
 // `meganode scheduler simulate`: the measured projection.
 //
-//  1. Costs, measured here: one shard of the target size (1M/S nodes, the real framework and
-//     default plugins, one core) per pod evaluated alone and per pod of a batch; the hops; the
-//     in-process fake apiserver's cost per pod.
+//  1. Costs, measured here: shards of the target size (1M/S nodes, the real framework and
+//     default plugins) per pod evaluated alone and per pod of a batch, under two conditions —
+//     one shard on one core ("alone": a dedicated core keeps the shard's nodes in its caches)
+//     and --cost-interleave shards evaluated in turn on all of this machine's cores ("shared":
+//     the caches and counters are shared as when many shards share a host); the hops; the
+//     in-process fake apiserver's cost per pod. The in-process runs' costs are measured
+//     shared, with the runs' own shard count on the runs' cores: the conditions of the run.
 //  2. Runs, in process on this machine: N nodes, N pods, S shards, for each --scatter and
 //     --batch value, with placement quality; plus kube-scheduler's algorithm (one shard, every
 //     pod alone, kube-scheduler's sampling rule) as the quality reference.
 //  3. The model (internal/scheduler/model, a discrete-event simulation) fed with the costs
 //     measured at the run's shard size, on the same 2-core pool, predicts each run it was not
-//     fitted to: the error is printed.
+//     fitted to: the error is printed (also with the "alone" costs, to show what the sharing costs).
 //  4. The same model, fed with the costs at the target shard size and dedicated cores, projects
-//     1M pods on 1M nodes for each S, d, K and batch size, with the cores it uses.
+//     1M pods on 1M nodes for each S, d, K and batch size, with the cores it uses, once per
+//     cost condition.
 //
 // shardCosts are one shard size's measured costs.
 type shardCosts struct {
 	Nodes  int                  `json:"nodes"`
+	Shared bool                 `json:"shared"`
 	Single *scheduler.ShardCost `json:"single"`
 	Batch  *scheduler.BatchCost `json:"batch"`
 }
@@ -53,6 +59,7 @@ func runSchedulerSimulate(args []string) error {
 	batches := fs.String("batch-list", "1,32", "in-process runs: --batch values (1: off)")
 	refNodes := fs.Int("reference-nodes", 20000, "kube-scheduler's algorithm (1 shard, scatter all, no batch, one pod at a time) on this many nodes and pods, and meganode's first mode at the same size, for placement quality (0: skip)")
 	stagePods := fs.Int("stage-pods", 1000, "pods timed per shard-cost measurement")
+	interleave := fs.Int("cost-interleave", 16, "projection: also measure the target-size costs with this many shards evaluated in turn on all of this machine's cores (shards sharing a host's caches; 0: alone only)")
 	tNodes := fs.Int("target-nodes", 1_000_000, "projection: nodes")
 	tPods := fs.Int("target-pods", 1_000_000, "projection: pods")
 	tShards := fs.String("target-shards", "256,1024", "projection: shard counts")
@@ -105,13 +112,13 @@ func runSchedulerSimulate(args []string) error {
 	// 1. Costs.
 	// A shard's feasible-node target depends on S and d (scheduler.FeasibleLimitSampled): the d
 	// shards of a pod together examine what kube-scheduler examines over the whole cluster.
-	measure := func(n, shardsN, d int) (*shardCosts, error) {
+	measure := func(n, shardsN, d int, o scheduler.MeasureOpts) (*shardCosts, error) {
 		limit := scheduler.FeasibleLimitSampled(n, shardsN, d)
-		single, err := scheduler.MeasureShard(ctx, n, *stagePods, 2*time.Second, limit)
+		single, err := scheduler.MeasureShard(ctx, n, *stagePods, 2*time.Second, limit, o)
 		if err != nil {
 			return nil, err
 		}
-		bc, err := scheduler.MeasureShardBatch(ctx, n, max(*stagePods/max(maxBatch, 1), 4), max(maxBatch, 2), 2*time.Second, limit)
+		bc, err := scheduler.MeasureShardBatch(ctx, n, max(*stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
 		if err != nil {
 			return nil, err
 		}
@@ -119,36 +126,52 @@ func runSchedulerSimulate(args []string) error {
 		if limit == 0 {
 			what = "every node"
 		}
-		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s): one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f) + commit %.0f µs; in CPU %.0f + %.0f µs\n",
-			n, shardsN, d, what, single.DecodeUs+single.EvalUs+single.ReserveUs, single.DecodeUs, single.EvalUs, single.ReserveUs, single.CommitUs,
-			single.EvalCPUUs, single.CommitCPUUs)
+		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s), %s: one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f) + commit %.0f µs; in CPU %.0f + %.0f µs\n",
+			n, shardsN, d, what, conditionText(single.Opts), single.DecodeUs+single.EvalUs+single.ReserveUs, single.DecodeUs, single.EvalUs,
+			single.ReserveUs, single.CommitUs, single.EvalCPUUs, single.CommitCPUUs)
 		fmt.Printf("      batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod); in CPU first %.0f, next %.0f, commit %.0f µs/pod\n",
 			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.FirstCPUUs, bc.NextCPUUs, bc.CommitCPUUs)
-		return &shardCosts{Nodes: n, Single: single, Batch: bc}, nil
+		return &shardCosts{Nodes: n, Shared: o.Shards > 1, Single: single, Batch: bc}, nil
 	}
-	fmt.Printf("== costs measured here (one core, real framework and default plugins, kube-scheduler's sampling rule per shard)\n")
+	fmt.Printf("== costs measured here (real framework and default plugins, kube-scheduler's sampling rule per shard)\n")
 	costs := map[string]*shardCosts{}
-	costKey := func(n, s, d int) string { return fmt.Sprintf("%d nodes/S=%d/d=%d", n, s, d) }
-	need := [][3]int{}
+	type need struct {
+		nodes, shards, d int
+		o                scheduler.MeasureOpts
+	}
+	costKey := func(k need) string {
+		return fmt.Sprintf("%d nodes/S=%d/d=%d/%s", k.nodes, k.shards, k.d, conditionText(k.o))
+	}
+	alone := scheduler.MeasureOpts{Shards: 1, Workers: 1}
+	runShared := scheduler.MeasureOpts{Shards: *shards, Workers: runtime.NumCPU()}
+	targetShared := scheduler.MeasureOpts{Shards: *interleave, Workers: runtime.NumCPU()}
+	runNeed := func(d int, o scheduler.MeasureOpts) need { return need{*nodes / max(*shards, 1), *shards, d, o} }
+	var needs []need
 	if !*skipRuns {
 		for _, d := range dList {
-			need = append(need, [3]int{*nodes / max(*shards, 1), *shards, d})
+			needs = append(needs, runNeed(d, runShared), runNeed(d, alone))
 		}
+	}
+	conditions := []scheduler.MeasureOpts{alone}
+	if *interleave > 1 {
+		conditions = append(conditions, targetShared)
 	}
 	for _, s := range sList {
 		for _, d := range tdList {
-			need = append(need, [3]int{*tNodes / s, s, d})
+			for _, o := range conditions {
+				needs = append(needs, need{*tNodes / s, s, d, o})
+			}
 		}
 	}
-	for _, k := range need {
-		if costs[costKey(k[0], k[1], k[2])] != nil {
+	for _, k := range needs {
+		if costs[costKey(k)] != nil {
 			continue
 		}
-		c, err := measure(k[0], k[1], k[2])
+		c, err := measure(k.nodes, k.shards, k.d, k.o)
 		if err != nil {
 			return err
 		}
-		costs[costKey(k[0], k[1], k[2])] = c
+		costs[costKey(k)] = c
 	}
 	out["shard_costs"] = costs
 	hops, err := scheduler.MeasureHops(ctx)
@@ -160,11 +183,14 @@ func runSchedulerSimulate(args []string) error {
 		hops.EncodeUs, hops.FrameBytes, hops.RelayChildUs, hops.GRPCFrameUs, hops.GRPCStreamPropUs, hops.CollectorUs)
 
 	type runRow struct {
-		Label      string               `json:"label"`
-		Sim        *scheduler.SimResult `json:"sim"`
-		Predicted  *model.Result        `json:"predicted,omitempty"`
-		ErrorPct   float64              `json:"error_pct,omitempty"`
-		PodsPerCPU float64              `json:"pods_per_cpu_second"`
+		Label     string               `json:"label"`
+		Sim       *scheduler.SimResult `json:"sim"`
+		Predicted *model.Result        `json:"predicted,omitempty"` // with the costs measured shared, as in the run
+		ErrorPct  float64              `json:"error_pct,omitempty"`
+		// With the costs of one shard alone on one core: what the sharing adds.
+		PredictedAlone *model.Result `json:"predicted_alone,omitempty"`
+		ErrorAlonePct  float64       `json:"error_alone_pct,omitempty"`
+		PodsPerCPU     float64       `json:"pods_per_cpu_second"`
 	}
 	var rows []runRow
 	if !*skipRuns {
@@ -180,27 +206,32 @@ func runSchedulerSimulate(args []string) error {
 		for _, d := range dList {
 			for _, b := range bList {
 				label := fmt.Sprintf("S=%d d=%d batch=%d", *shards, d, b)
-				sc := costs[costKey(*nodes/max(*shards, 1), *shards, d)]
 				r, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
 				}
-				in := model.Input{Pods: *pods, Shards: *shards, Workers: 1, Collectors: 1,
-					Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-					EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
-					BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
-					CommitUs: commitCost(sc, b), ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
-				if d >= *shards {
-					in.Scatter = model.ScatterAll
+				predict := func(sc *shardCosts) model.Result {
+					in := model.Input{Pods: *pods, Shards: *shards, Workers: 1, Collectors: 1,
+						Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
+						EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
+						BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
+						CommitUs: commitCost(sc, b), ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
+					if d >= *shards {
+						in.Scatter = model.ScatterAll
+					}
+					return model.Run(in)
 				}
-				p := model.Run(in)
+				p := predict(costs[costKey(runNeed(d, runShared))])
+				pa := predict(costs[costKey(runNeed(d, alone))])
 				row := runRow{Label: label, Sim: r, Predicted: &p, ErrorPct: 100 * (p.Seconds - r.Seconds) / r.Seconds,
+					PredictedAlone: &pa, ErrorAlonePct: 100 * (pa.Seconds - r.Seconds) / r.Seconds,
 					PodsPerCPU: float64(r.Bound) / r.CPUSeconds}
 				rows = append(rows, row)
 				printRun(row.Label, r, row.PodsPerCPU)
-				fmt.Printf("      model predicted %.1f s (measured %.1f s): error %+.1f %%\n", p.Seconds, r.Seconds, row.ErrorPct)
+				fmt.Printf("      model with the shared costs predicted %.1f s (measured %.1f s): error %+.1f %%; with the alone costs %.1f s: %+.1f %%\n",
+					p.Seconds, r.Seconds, row.ErrorPct, pa.Seconds, row.ErrorAlonePct)
 			}
 		}
 		if *refNodes > 0 {
@@ -230,26 +261,30 @@ func runSchedulerSimulate(args []string) error {
 	// 4. Projection.
 	type proj struct {
 		Shards, D, K, Batch int
+		Costs               string       `json:"costs"`
 		Result              model.Result `json:"result"`
 	}
 	var projs []proj
 	fmt.Printf("== projection: %d pods on %d nodes, %d collectors, dedicated cores, costs measured above at each shard size, hop latency %.0f µs, binds %s\n",
 		*tPods, *tNodes, *tCollectors, *hopLat, rateText(*bindRate))
-	fmt.Printf("  %6s %3s %3s %6s %10s %10s %8s %8s  %s\n", "shards", "d", "K", "batch", "seconds", "pods/s", "cores", "p99 ms", "bottleneck")
-	for _, s := range sList {
-		for _, d := range tdList {
-			sc := costs[costKey(*tNodes/s, s, d)]
-			for _, k := range kList {
-				for _, b := range bList {
-					in := model.Input{Pods: *tPods, Shards: s, Workers: k, Collectors: *tCollectors,
-						Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-						EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
-						BatchFirstUs: sc.Batch.FirstCPUUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextCPUUs,
-						ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b),
-						BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
-					r := model.Run(in)
-					projs = append(projs, proj{Shards: s, D: d, K: k, Batch: b, Result: r})
-					fmt.Printf("  %6d %3d %3d %6d %10.1f %10.0f %8d %8.1f  %s\n", s, d, k, b, r.Seconds, r.PodsPerSec, r.Cores, r.LatencyP99Ms, r.Bottleneck)
+	fmt.Printf("  %-22s %6s %3s %3s %6s %10s %10s %8s %8s  %s\n", "costs", "shards", "d", "K", "batch", "seconds", "pods/s", "cores", "p99 ms", "bottleneck")
+	for _, o := range conditions {
+		for _, s := range sList {
+			for _, d := range tdList {
+				sc := costs[costKey(need{*tNodes / s, s, d, o})]
+				for _, k := range kList {
+					for _, b := range bList {
+						in := model.Input{Pods: *tPods, Shards: s, Workers: k, Collectors: *tCollectors,
+							Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
+							EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
+							BatchFirstUs: sc.Batch.FirstCPUUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextCPUUs,
+							ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b),
+							BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
+						r := model.Run(in)
+						projs = append(projs, proj{Shards: s, D: d, K: k, Batch: b, Costs: conditionText(o), Result: r})
+						fmt.Printf("  %-22s %6d %3d %3d %6d %10.1f %10.0f %8d %8.1f  %s\n", conditionText(o), s, d, k, b, r.Seconds, r.PodsPerSec,
+							r.Cores, r.LatencyP99Ms, r.Bottleneck)
+					}
 				}
 			}
 		}
@@ -263,6 +298,14 @@ func runSchedulerSimulate(args []string) error {
 		return os.WriteFile(*jsonOut, b, 0o644)
 	}
 	return nil
+}
+
+// conditionText names a cost measurement's conditions.
+func conditionText(o scheduler.MeasureOpts) string {
+	if o.Shards <= 1 {
+		return "alone (1 shard, 1 core)"
+	}
+	return fmt.Sprintf("shared (%d shards, %d cores)", o.Shards, o.Workers)
 }
 
 func batchFlag(b int) int {

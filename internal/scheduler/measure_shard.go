@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -13,15 +14,35 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// MeasureOpts says under which conditions a shard's cost is measured.
+//
+// Alone (Shards 1, Workers 1) is one shard on one core: its nodes stay in that core's caches.
+// A run with S shards on C cores is not that: every core switches between shards whose node
+// tables evict each other, and the cores share counters and memory. Shards S and Workers C
+// reproduce it without the rest of the system: S shards of the given size are built (nodes
+// owned by hash, as in a run), and C goroutines evaluate pods in turn on shard 0, 1, …, S−1.
+// The per-pod cost is then the cost a run of S shards on C cores pays per evaluation.
+type MeasureOpts struct {
+	Shards  int // shards of `nodes` nodes each, evaluated in turn (default 1)
+	Workers int // goroutines evaluating at once, each on its own shards (default 1; at most Shards)
+}
+
+func (o MeasureOpts) norm() MeasureOpts {
+	o.Shards = max(o.Shards, 1)
+	o.Workers = min(max(o.Workers, 1), o.Shards)
+	return o
+}
+
 // ShardCost is one shard's cost per pod: frame decode, then the framework cycle (snapshot,
 // PreFilter, Filter, PreScore, Score), then Reserve and assume on the node it proposes, then the
 // winner's commit (Permit, PreBind, Bind through a fake client that only counts the Binding,
 // PostBind) — every pod is committed on the node the shard picked, so nodes fill up and change
-// generation. The *CPUUs figures are the stage times scaled by the process's CPU over the wall
-// time of the loop: they include the garbage collector's work for the stage, which runs on
+// generation. The *CPUUs figures are the stage times scaled by the process's CPU over the
+// workers' wall time: they include the garbage collector's work for the stage, which runs on
 // another core and which a CPU-bound run pays like any other work.
 type ShardCost struct {
 	Nodes, Pods    int
+	Opts           MeasureOpts `json:"opts"`
 	EquivalenceTTL time.Duration
 	FeasibleToFind int
 	DecodeUs       float64 `json:"decode_us"`
@@ -36,29 +57,55 @@ type ShardCost struct {
 	Stages       map[string]float64
 }
 
-// measuredShard is one synced shard of nodes big fake nodes (Parallelism 1, one worker: per-core
-// costs) and the ReplicaSet owner of the pods measured on it. Cancel ctx to stop it.
-func measuredShard(ctx context.Context, nodes int, eq time.Duration, feasible int) (*Shard, metav1.OwnerReference, error) {
+// measuredShards are o.Shards synced shards of nodes big fake nodes each (Parallelism 1, one
+// worker: per-core costs), sharing one informer factory as a run's shards do, and the ReplicaSet
+// owner of the pods measured on them. Cancel ctx to stop them.
+func measuredShards(ctx context.Context, nodes int, eq time.Duration, feasible int, o MeasureOpts) ([]*Shard, metav1.OwnerReference, error) {
 	ResetMetrics()
-	objs := fakeNodes("m-node", nodes, 32000, 256<<10)
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
-	cs, _ := NewFakeClientCountingBinds(objs...)
-	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: eq,
-		FeasibleToFind: feasible, ParallelPods: 1})
-	if err != nil {
-		return nil, owner, err
+	cs, _ := NewFakeClientCountingBinds(fakeNodes("m-node", nodes*o.Shards, 32000, 256<<10)...)
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	var shards []*Shard
+	for i := range o.Shards {
+		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: o.Shards, Client: cs, Informers: factory, Parallelism: 1,
+			EquivalenceTTL: eq, FeasibleToFind: feasible, ParallelPods: 1})
+		if err != nil {
+			return nil, owner, err
+		}
+		shards = append(shards, sh)
 	}
-	sh.cfg.Informers.Start(ctx.Done())
-	sh.WaitSynced(ctx)
-	return sh, owner, nil
+	factory.Start(ctx.Done())
+	for _, sh := range shards {
+		sh.WaitSynced(ctx)
+	}
+	return shards, owner, nil
 }
 
-// MeasureShard times one shard of nodes nodes over pods pods (Parallelism 1: per-core cost).
-func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasible int) (*ShardCost, error) {
+// eachWorker runs fn(w) on o.Workers goroutines and returns the first error.
+func eachWorker(o MeasureOpts, fn func(w int) error) error {
+	errs := make([]error, o.Workers)
+	var wg sync.WaitGroup
+	for w := range o.Workers {
+		wg.Go(func() { errs[w] = fn(w) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// MeasureShard times pods pods over shards of nodes nodes (Parallelism 1: per-core cost). Pod j
+// goes to shard j mod o.Shards; worker w takes the pods j ≡ w (mod o.Workers), so with Shards a
+// multiple of Workers no two workers share a shard.
+func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasible int, o MeasureOpts) (*ShardCost, error) {
+	o = o.norm()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sh, owner, err := measuredShard(ctx, nodes, eq, feasible)
+	shards, owner, err := measuredShards(ctx, nodes, eq, feasible, o)
 	if err != nil {
 		return nil, err
 	}
@@ -73,46 +120,66 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 		}
 		frames = append(frames, f)
 	}
-	var dec, ev, res, com time.Duration
+	type stageTimes struct{ dec, ev, res, com time.Duration }
+	per := make([]stageTimes, o.Workers)
 	cpu0, w0 := cpuSeconds(), time.Now()
-	for _, f := range frames {
-		t0 := time.Now()
-		h, pb, err := SplitFrame(f)
-		if err != nil {
-			return nil, err
-		}
-		pod, err := DecodePod(pb)
-		if err != nil {
-			return nil, err
-		}
-		t1 := time.Now()
-		sh.mu.Lock()
-		r0 := sh.evaluateLocked(ctx, pod)
-		t2 := time.Now()
-		if r0.node == "" {
+	err = eachWorker(o, func(w int) error {
+		t := &per[w]
+		for j := w; j < len(frames); j += o.Workers {
+			sh := shards[j%len(shards)]
+			t0 := time.Now()
+			h, pb, err := SplitFrame(frames[j])
+			if err != nil {
+				return err
+			}
+			pod, err := DecodePod(pb)
+			if err != nil {
+				return err
+			}
+			t1 := time.Now()
+			sh.mu.Lock()
+			r0 := sh.evaluateLocked(ctx, pod)
+			t2 := time.Now()
+			if r0.node == "" {
+				sh.mu.Unlock()
+				return fmt.Errorf("pod %s unschedulable: %s", pod.Name, r0.reason)
+			}
+			held := &heldPod{pod: pod, node: r0.node, hdr: h, state: r0.state}
+			r := sh.reserveLocked(ctx, held)
 			sh.mu.Unlock()
-			return nil, fmt.Errorf("pod %s unschedulable: %s", pod.Name, r0.reason)
+			if r != nil {
+				return fmt.Errorf("reserve: %s", r.Error)
+			}
+			t3 := time.Now()
+			if cr := sh.commit(ctx, held); !cr.Bound {
+				return fmt.Errorf("commit: %s", cr.Error)
+			}
+			t.dec, t.ev, t.res, t.com = t.dec+t1.Sub(t0), t.ev+t2.Sub(t1), t.res+t3.Sub(t2), t.com+time.Since(t3)
 		}
-		held := &heldPod{pod: pod, node: r0.node, hdr: h, state: r0.state}
-		r := sh.reserveLocked(ctx, held)
-		sh.mu.Unlock()
-		if r != nil {
-			return nil, fmt.Errorf("reserve: %s", r.Error)
-		}
-		t3 := time.Now()
-		if cr := sh.commit(ctx, held); !cr.Bound {
-			return nil, fmt.Errorf("commit: %s", cr.Error)
-		}
-		dec, ev, res, com = dec+t1.Sub(t0), ev+t2.Sub(t1), res+t3.Sub(t2), com+time.Since(t3)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	cpu, wall := cpuSeconds()-cpu0, time.Since(w0).Seconds()
+	var dec, ev, res, com time.Duration
+	for _, t := range per {
+		dec, ev, res, com = dec+t.dec, ev+t.ev, res+t.res, com+t.com
+	}
 	n := float64(pods)
-	f := cpu / wall // > 1 by the garbage collector's work on the other core
-	c := &ShardCost{Nodes: nodes, Pods: pods, EquivalenceTTL: eq, FeasibleToFind: feasible,
+	// The workers' summed stage times cover wall×Workers; the process's CPU over that (above 1 by
+	// the garbage collector, below 1 when the workers outnumber the free cores) turns them into CPU.
+	f := cpu / (wall * float64(o.Workers))
+	c := &ShardCost{Nodes: nodes, Pods: pods, Opts: o, EquivalenceTTL: eq, FeasibleToFind: feasible,
 		DecodeUs: us(dec) / n, EvalUs: us(ev) / n, ReserveUs: us(res) / n, CommitUs: us(com) / n,
 		EvalCPUUs: f * us(dec+ev+res) / n, CommitCPUUs: f * us(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
-	if fn := Counter("shard/0", "filter_nodes"); fn > 0 {
-		c.FilterReused = float64(Counter("shard/0", "filter_reused")) / float64(fn)
+	var fn, reused int64
+	for i := range shards {
+		fn += Counter(fmt.Sprintf("shard/%d", i), "filter_nodes")
+		reused += Counter(fmt.Sprintf("shard/%d", i), "filter_reused")
+	}
+	if fn > 0 {
+		c.FilterReused = float64(reused) / float64(fn)
 	}
 	m := metricsFor("shard/0")
 	for _, k := range []string{"snapshot", "prefilter", "filter", "score"} {
@@ -124,25 +191,29 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 // BatchCost is one shard's cost for a batch of equivalent pods (Parallelism 1, one worker):
 // one full cycle for the first pod, then one Filter+Score of one node per further pod; then
 // the winner's decision with every slot won: each placeholder swapped for its pod and the pod
-// committed (the Binding only counted). The *CPUUs figures are process CPU, which includes the
+// committed (the Binding only counted). The *CPUUs figures are the process's CPU over the
+// measured phase, shared between plan and decision by their wall times: they include the
 // garbage collector's work and the commits running beside the plan.
 type BatchCost struct {
 	Nodes, Batch, Batches int
-	FirstUs               float64 `json:"first_us"` // a batch of one: the single pod's evaluation
-	NextUs                float64 `json:"next_us"`  // each further pod of a batch
-	PerPodUs              float64 `json:"per_pod_us"`
-	CPUUsPerPod           float64 `json:"cpu_us_per_pod"`
-	FirstCPUUs            float64 `json:"first_cpu_us"`
-	NextCPUUs             float64 `json:"next_cpu_us"`
-	CommitCPUUs           float64 `json:"commit_cpu_us"` // per pod: swap + commit
+	Opts                  MeasureOpts `json:"opts"`
+	FirstUs               float64     `json:"first_us"` // a batch of one: the single pod's evaluation
+	NextUs                float64     `json:"next_us"`  // each further pod of a batch
+	PerPodUs              float64     `json:"per_pod_us"`
+	CPUUsPerPod           float64     `json:"cpu_us_per_pod"`
+	FirstCPUUs            float64     `json:"first_cpu_us"`
+	NextCPUUs             float64     `json:"next_cpu_us"`
+	CommitCPUUs           float64     `json:"commit_cpu_us"` // per pod: swap + commit
 }
 
-// MeasureShardBatch times batches of batch pods on one shard of nodes nodes; every slot stays
-// reserved (as if bound), so nodes fill as they would.
-func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int) (*BatchCost, error) {
+// MeasureShardBatch times batches of batch pods on shards of nodes nodes (batch b on shard
+// b mod o.Shards, worker w taking b ≡ w mod o.Workers); every slot stays reserved (as if bound),
+// so nodes fill as they would.
+func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int, o MeasureOpts) (*BatchCost, error) {
+	o = o.norm()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sh, owner, err := measuredShard(ctx, nodes, eq, feasible)
+	shards, owner, err := measuredShards(ctx, nodes, eq, feasible, o)
 	if err != nil {
 		return nil, err
 	}
@@ -163,54 +234,83 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		h.UID = BatchKeyPrefix + h.Batch[0].UID
 		return EncodeBatchFrame(h, pods)
 	}
-	// run plans batches of size pods and decides them; it returns the plan's wall and CPU per
-	// batch and the decision's CPU per pod.
-	run := func(size int) (wallUs, planCPUUs, commitCPUUs float64, err error) {
-		var wall time.Duration
-		var planCPU, commitCPU float64
-		for b := range batches {
-			f, err := frame(b+size*batches, size)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			c0, t0 := cpuSeconds(), time.Now()
-			h, body, err := SplitFrame(f)
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			bodies, err := SplitBatch(body, len(h.Batch))
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			rep, err := DecodePod(bodies[0])
-			if err != nil {
-				return 0, 0, 0, err
-			}
-			hb := &heldBatch{hdr: h, pods: bodies, rep: rep}
-			if r := sh.planBatch(ctx, sh.workers[0], hb); len(hb.slots) < size {
-				return 0, 0, 0, fmt.Errorf("batch %d: %d of %d placed: %s", b, len(hb.slots), size, r)
-			}
-			wall += time.Since(t0)
-			c1 := cpuSeconds()
-			planCPU += c1 - c0
-			want := Counter("shard/0", "bound") + int64(size)
-			assign := make([]int, size)
-			for i := range assign {
-				assign[i] = i
-			}
-			if err := sh.decideBatch(ctx, Decision{Key: h.Key(), Allow: true, Assign: assign, Collector: -1}, hb); err != nil {
-				return 0, 0, 0, err
-			}
-			for Counter("shard/0", "bound") < want {
-				if ctx.Err() != nil {
-					return 0, 0, 0, ctx.Err()
-				}
-				time.Sleep(50 * time.Microsecond)
-			}
-			commitCPU += cpuSeconds() - c1
+	// batchOnce plans batch b of size pods on its shard, decides it with every slot won and waits
+	// until the shard has bound them; it returns the plan's and the decision's wall times.
+	var seq atomic.Int64
+	batchOnce := func(b, size int) (plan, decide time.Duration, err error) {
+		idx := b % len(shards)
+		sh := shards[idx]
+		f, err := frame(int(seq.Add(1)), size) // every batch's pods are new pods
+
+		if err != nil {
+			return 0, 0, err
 		}
+		t0 := time.Now()
+		h, body, err := SplitFrame(f)
+		if err != nil {
+			return 0, 0, err
+		}
+		bodies, err := SplitBatch(body, len(h.Batch))
+		if err != nil {
+			return 0, 0, err
+		}
+		rep, err := DecodePod(bodies[0])
+		if err != nil {
+			return 0, 0, err
+		}
+		hb := &heldBatch{hdr: h, pods: bodies, rep: rep}
+		if r := sh.planBatch(ctx, sh.workers[0], hb); len(hb.slots) < size {
+			return 0, 0, fmt.Errorf("batch %d: %d of %d placed: %s", b, len(hb.slots), size, r)
+		}
+		t1 := time.Now()
+		// Only this worker decides on this shard (o.norm), so its bound counter is ours to wait on.
+		name := fmt.Sprintf("shard/%d", idx)
+		want := Counter(name, "bound") + int64(size)
+		assign := make([]int, size)
+		for i := range assign {
+			assign[i] = i
+		}
+		if err := sh.decideBatch(ctx, Decision{Key: h.Key(), Allow: true, Assign: assign, Collector: -1}, hb); err != nil {
+			return 0, 0, err
+		}
+		giveUp := time.Now().Add(time.Minute) // a slot refused at the swap is never bound
+		for Counter(name, "bound") < want {
+			if ctx.Err() != nil {
+				return 0, 0, ctx.Err()
+			}
+			if time.Now().After(giveUp) {
+				return 0, 0, fmt.Errorf("batch %d: %d of %d pods bound after a minute", b, Counter(name, "bound")-want+int64(size), size)
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		return t1.Sub(t0), time.Since(t1), nil
+	}
+	// run plans and decides `batches` batches of size pods; it returns the plan's wall and CPU
+	// per batch and the decision's CPU per pod.
+	run := func(size int) (wallUs, planCPUUs, commitCPUUs float64, err error) {
+		plans, decides := make([]time.Duration, o.Workers), make([]time.Duration, o.Workers)
+		cpu0 := cpuSeconds()
+		err = eachWorker(o, func(w int) error {
+			for b := w; b < batches; b += o.Workers {
+				p, d, err := batchOnce(b, size)
+				if err != nil {
+					return err
+				}
+				plans[w], decides[w] = plans[w]+p, decides[w]+d
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, 0, err
+		}
+		cpu := cpuSeconds() - cpu0
+		var plan, decide time.Duration
+		for w := range o.Workers {
+			plan, decide = plan+plans[w], decide+decides[w]
+		}
+		share := float64(plan) / float64(max(plan+decide, 1))
 		n := float64(batches)
-		return us(wall) / n, planCPU * 1e6 / n, commitCPU * 1e6 / (n * float64(size)), nil
+		return us(plan) / n, share * cpu * 1e6 / n, (1 - share) * cpu * 1e6 / (n * float64(size)), nil
 	}
 	if _, _, _, err := run(1); err != nil { // warm-up: first cycles build caches and equivalence classes
 		return nil, err
@@ -225,7 +325,7 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 	if err != nil {
 		return nil, err
 	}
-	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, FirstUs: one, PerPodUs: full / float64(batch),
+	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, Opts: o, FirstUs: one, PerPodUs: full / float64(batch),
 		CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU}
 	if batch > 1 {
 		c.NextUs = max(full-one, 0) / float64(batch-1)
