@@ -76,21 +76,21 @@ type batchSlot struct {
 func (s *Shard) handleBatch(ctx context.Context, w *evaluator, h Header, body []byte, t0 time.Time) {
 	bodies, err := SplitBatch(body, len(h.Batch))
 	if err != nil {
-		s.m.add("bad_frames", 1)
+		s.m.Add("bad_frames", 1)
 		return
 	}
 	rep, err := DecodePod(bodies[0])
 	if err != nil {
-		s.m.add("bad_frames", 1)
+		s.m.Add("bad_frames", 1)
 		return
 	}
-	s.m.observe("decode", time.Since(t0))
+	s.m.Observe("decode", time.Since(t0))
 	hb := &heldBatch{hdr: h, pods: bodies, rep: rep, since: time.Now()}
 	reason := s.planBatch(ctx, w, hb)
-	s.m.add("evaluated", 1)
-	s.m.add("batch_frames", 1)
-	s.m.add("batch_pods", int64(len(h.Batch)))
-	s.m.add("batch_slots", int64(len(hb.slots)))
+	s.m.Add("evaluated", 1)
+	s.m.Add("batch_frames", 1)
+	s.m.Add("batch_pods", int64(len(h.Batch)))
+	s.m.Add("batch_slots", int64(len(hb.slots)))
 	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Feasible: len(hb.slots) > 0, Reason: reason}
 	if p.Feasible {
 		p.Node, p.Score = hb.slots[0].node, hb.slots[0].score
@@ -101,18 +101,18 @@ func (s *Shard) handleBatch(ctx context.Context, w *evaluator, h Header, body []
 		s.held.Store(h.Key(), hb)
 	}
 	if h.Collector < 0 || h.Collector >= len(s.cfg.Collectors) {
-		s.m.add("bad_collector", 1)
+		s.m.Add("bad_collector", 1)
 		s.releaseBatch(ctx, hb, 0)
 		return
 	}
 	t1 := time.Now()
 	if err := s.cfg.Collectors[h.Collector].Propose(ctx, p); err != nil {
-		s.m.add("propose_errors", 1)
+		s.m.Add("propose_errors", 1)
 		if _, ok := s.held.LoadAndDelete(h.Key()); ok {
 			s.releaseBatch(ctx, hb, 0)
 		}
 	}
-	s.m.observe("propose", time.Since(t1))
+	s.m.Observe("propose", time.Since(t1))
 }
 
 // planBatch fills hb.slots (at most one per member) and returns why it stopped short.
@@ -125,10 +125,10 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 		return reason
 	}
 	if !greedyOK(state, scores) {
-		s.m.add("batch_sequential", 1)
+		s.m.Add("batch_sequential", 1)
 		return s.planSequential(ctx, w, hb, s.pick(w, state, feasible, scores))
 	}
-	defer func() { s.m.observe("batch_plan", time.Since(tc)) }()
+	defer func() { s.m.Observe("batch_plan", time.Since(tc)) }()
 	byName := make(map[string]fwk.NodeInfo, len(feasible))
 	for _, ni := range feasible {
 		byName[ni.Node().Name] = ni
@@ -158,7 +158,7 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 			// Another worker reserved here (or a bind was confirmed) since it was scored: score it
 			// again and put it back in its place.
 			s.mu.Unlock()
-			s.m.add("batch_node_changed", 1)
+			s.m.Add("batch_node_changed", 1)
 			if rescoreCand(ctx, w, state, hb.rep, c, ni) {
 				heap.Push(&q, c)
 			}
@@ -176,7 +176,7 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 		// Does the node take one more pod of the class, and at what score?
 		if err == nil && rescoreCand(ctx, w, state, hb.rep, c, ni) {
 			heap.Push(&q, c)
-			s.m.add("batch_rescored", 1)
+			s.m.Add("batch_rescored", 1)
 		}
 	}
 	if len(hb.slots) < n {
@@ -235,10 +235,10 @@ func (s *Shard) planSequential(ctx context.Context, w *evaluator, hb *heldBatch,
 			hb.slots = append(hb.slots, batchSlot{node: res.node, score: res.score, state: res.state, placeholder: ph})
 			lost = 0
 		} else if lost++; lost >= maxParallelRetries {
-			s.m.add("parallel_serialised", 1)
+			s.m.Add("parallel_serialised", 1)
 			return fmt.Sprintf("room for %d of %d pods of the batch in shard (lost the node %d times)", len(hb.slots), n, lost)
 		} else {
-			s.m.add("parallel_conflicts", 1)
+			s.m.Add("parallel_conflicts", 1)
 		}
 		if len(hb.slots) < n {
 			res = s.evaluateWith(ctx, w, hb.rep)
@@ -300,12 +300,12 @@ func placeholderPod(rep *corev1.Pod, h Header, j int, node string) *corev1.Pod {
 func (s *Shard) reservePlaceholderLocked(ctx context.Context, fw framework.Framework, state fwk.CycleState, ph *corev1.Pod, node string) bool {
 	if st := fw.RunReservePluginsReserve(ctx, state, ph, node); !st.IsSuccess() {
 		fw.RunReservePluginsUnreserve(ctx, state, ph, node)
-		s.m.add("reserve_failures", 1)
+		s.m.Add("reserve_failures", 1)
 		return false
 	}
 	if err := s.cache.AssumePod(s.logger, ph); err != nil {
 		fw.RunReservePluginsUnreserve(ctx, state, ph, node)
-		s.m.add("reserve_failures", 1)
+		s.m.Add("reserve_failures", 1)
 		return false
 	}
 	s.assumeGlobalLocked(ph)
@@ -337,7 +337,7 @@ func (s *Shard) releaseBatch(ctx context.Context, hb *heldBatch, from int) {
 func (s *Shard) decideBatch(ctx context.Context, d Decision, hb *heldBatch) error {
 	m := min(len(d.Assign), len(hb.slots))
 	if m == 0 {
-		s.m.add("denied", 1)
+		s.m.Add("denied", 1)
 		s.releaseBatch(ctx, hb, 0)
 		return nil
 	}
@@ -374,13 +374,13 @@ func (s *Shard) decideBatch(ctx context.Context, d Decision, hb *heldBatch) erro
 	}
 	for j := range m {
 		if h := held[j]; h != nil {
-			s.m.add("allowed", 1)
+			s.m.Add("allowed", 1)
 			if err := s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.commit(ctx, h) }); err != nil {
 				s.release(ctx, h)
 			}
 		} else if j < len(d.Assign) {
 			// undecodable member: the collector's commit timeout requeues it
-			s.m.add("bad_frames", 1)
+			s.m.Add("bad_frames", 1)
 		}
 	}
 	return nil

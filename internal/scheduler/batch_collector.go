@@ -48,11 +48,11 @@ func (c *Collector) decideBatch(ctx context.Context, a *attempt, now time.Time, 
 		}
 	}
 	if !a.first.IsZero() {
-		c.m.observe("gather", now.Sub(a.first))
+		c.m.Observe("gather", now.Sub(a.first))
 	}
-	c.m.add("decided", 1)
-	c.m.add("batch_decided", 1)
-	c.m.add("batch_assigned", int64(member))
+	c.m.Add("decided", 1)
+	c.m.Add("batch_decided", 1)
+	c.m.Add("batch_assigned", int64(member))
 	sampled := a.targets != nil && len(a.targets) < len(live)
 	c.mu.Unlock()
 	if c.cfg.Decided != nil {
@@ -88,11 +88,11 @@ func (c *Collector) decideBatch(ctx context.Context, a *attempt, now time.Time, 
 	}
 	for _, key := range a.members[member:] {
 		if sampled {
-			c.m.add("widened", 1)
+			c.m.Add("widened", 1)
 			c.requeue(key, 0, fmt.Sprintf("widen: the %d sampled shards had no room for this batch member", len(a.targets)))
 			continue
 		}
-		c.m.add("unschedulable", 1)
+		c.m.Add("unschedulable", 1)
 		delay := min(100*time.Millisecond<<min(a.unsched, 6), 5*time.Second)
 		c.requeue(key, delay, "unschedulable: "+why)
 	}

@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // CollectorConfig configures one collector.
@@ -63,7 +65,7 @@ type Collector struct {
 	awaited  map[int]bool // shards with misses ≥ AwaitAfterMisses
 	heard    map[int]time.Time
 	lastDone time.Time
-	m        *counters
+	m        *metrics.Counters
 	sc       scatterState // d-sampling: outstanding work per shard, feasibility by signature (scatter.go)
 }
 
@@ -89,7 +91,7 @@ func NewCollector(cfg CollectorConfig) *Collector {
 	}
 	return &Collector{cfg: cfg, pending: map[AttemptKey]*attempt{}, decided: map[AttemptKey]time.Time{},
 		commits: map[AttemptKey]*time.Timer{}, misses: map[int]int{}, awaited: map[int]bool{}, heard: map[int]time.Time{},
-		m: metricsFor(fmt.Sprintf("collector/%d", cfg.Index)), sc: newScatterState()}
+		m: metrics.For(fmt.Sprintf("collector/%d", cfg.Index)), sc: newScatterState()}
 }
 
 // Expect registers an attempt sent to every live shard (see ExpectScatter).
@@ -118,7 +120,7 @@ func (c *Collector) ExpectScatter(e Expectation) {
 	for _, t := range e.Targets {
 		c.sc.outstanding[t]++
 	}
-	c.m.add("expected", 1)
+	c.m.Add("expected", 1)
 }
 
 // Propose implements ProposalSink.
@@ -131,10 +133,10 @@ func (c *Collector) Propose(ctx context.Context, p Proposal) error {
 		_, wasDecided := c.decided[p.Key]
 		c.mu.Unlock()
 		if wasDecided {
-			metricsFor(fmt.Sprintf("shard/%d", p.Shard)).add("late", 1)
-			c.m.add("late_proposals", 1)
+			metrics.For(fmt.Sprintf("shard/%d", p.Shard)).Add("late", 1)
+			c.m.Add("late_proposals", 1)
 		} else {
-			c.m.add("unknown_proposals", 1)
+			c.m.Add("unknown_proposals", 1)
 		}
 		if p.Feasible || p.Preemption != nil {
 			c.send(ctx, p.Shard, Decision{Key: p.Key, Allow: false, Collector: c.cfg.Index})
@@ -241,7 +243,7 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 			if c.misses[s] >= c.cfg.AwaitAfterMisses {
 				c.awaited[s] = true
 			}
-			metricsFor(fmt.Sprintf("shard/%d", s)).add("missed_decisions", 1)
+			metrics.For(fmt.Sprintf("shard/%d", s)).Add("missed_decisions", 1)
 		}
 	}
 	winner, ties := -1, 0
@@ -276,9 +278,9 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 		preempt = winner >= 0
 	}
 	if !a.first.IsZero() {
-		c.m.observe("gather", now.Sub(a.first))
+		c.m.Observe("gather", now.Sub(a.first))
 	}
-	c.m.add("decided", 1)
+	c.m.Add("decided", 1)
 	var deny []int
 	for s, p := range a.got {
 		if (p.Feasible || p.Preemption != nil) && s != winner {
@@ -302,12 +304,12 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 		}()
 	}
 	if winner < 0 && sampled {
-		c.m.add("widened", 1)
+		c.m.Add("widened", 1)
 		c.requeue(a.key, 0, fmt.Sprintf("widen: none of %d sampled shards has a feasible node", len(a.targets)))
 		return
 	}
 	if winner < 0 {
-		c.m.add("unschedulable", 1)
+		c.m.Add("unschedulable", 1)
 		why := "no shard has a feasible node"
 		for _, p := range a.got {
 			if p.Reason != "" {
@@ -320,9 +322,9 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 		return
 	}
 	if preempt {
-		c.m.add("preemptions", 1)
+		c.m.Add("preemptions", 1)
 	} else {
-		c.m.add("allowed", 1)
+		c.m.Add("allowed", 1)
 	}
 	if err := c.send(context.WithoutCancel(ctx), winner, Decision{Key: a.key, Allow: true, Collector: c.cfg.Index, Preempt: preempt}); err != nil {
 		c.mu.Lock()
@@ -344,7 +346,7 @@ func (c *Collector) send(ctx context.Context, shard int, d Decision) error {
 }
 
 func (c *Collector) requeue(key AttemptKey, delay time.Duration, why string) {
-	c.m.add("requeued", 1)
+	c.m.Add("requeued", 1)
 	if c.cfg.Requeue != nil {
 		c.cfg.Requeue(key, delay, why)
 	}
@@ -356,7 +358,7 @@ func (c *Collector) commitTimeout(key AttemptKey) {
 	delete(c.commits, key)
 	c.mu.Unlock()
 	if ok {
-		c.m.add("commit_timeouts", 1)
+		c.m.Add("commit_timeouts", 1)
 		c.requeue(key, 0, "winner did not report its bind")
 	}
 }
@@ -372,27 +374,27 @@ func (c *Collector) Result(_ context.Context, r CommitResult) error {
 	c.lastDone = time.Now()
 	c.mu.Unlock()
 	if !ok {
-		c.m.add("stale_results", 1)
+		c.m.Add("stale_results", 1)
 		return nil
 	}
 	switch {
 	case r.Bound:
-		c.m.add("bound", 1)
+		c.m.Add("bound", 1)
 		if c.cfg.Finished != nil {
 			c.cfg.Finished(r.Key, r.Node, true)
 		}
 	case r.Gone:
-		c.m.add("gone", 1)
+		c.m.Add("gone", 1)
 		if c.cfg.Finished != nil {
 			c.cfg.Finished(r.Key, r.Node, false)
 		}
 	case r.Preempted:
 		// Victims are being evicted and the pod is nominated to r.Node: retry it soon; it binds
 		// once the room is free (the shards answer PreemptWait until then).
-		c.m.add("preempted", 1)
+		c.m.Add("preempted", 1)
 		c.requeue(r.Key, preemptRequeueDelay, "preempted victims on "+r.Node)
 	default:
-		c.m.add("conflicts", 1)
+		c.m.Add("conflicts", 1)
 		c.requeue(r.Key, 0, "conflict: "+r.Error)
 	}
 	return nil
@@ -446,7 +448,7 @@ func (c *Collector) WatchDead(ctx context.Context) {
 			}
 			c.mu.Unlock()
 			for _, s := range dead {
-				c.m.add("shards_declared_dead", 1)
+				c.m.Add("shards_declared_dead", 1)
 				c.cfg.OnShardDead(s)
 			}
 		}

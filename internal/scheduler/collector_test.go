@@ -5,6 +5,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 type recShard struct {
@@ -83,7 +85,7 @@ func eventually(t *testing.T, cond func() bool) {
 }
 
 func TestCollectorPicksBestScore(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	c, recs, _ := newTestCollector(3, 1, time.Second)
 	k := AttemptKey{UID: "a"}
@@ -102,7 +104,7 @@ func TestCollectorPicksBestScore(t *testing.T) {
 }
 
 func TestCollectorTiesAtRandom(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	c, recs, _ := newTestCollector(2, 1, time.Second)
 	wins := map[int]int{}
@@ -120,7 +122,7 @@ func TestCollectorTiesAtRandom(t *testing.T) {
 }
 
 func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	// 4 shards, decide at 50%: two answers suffice; shard 3 answers late.
 	c, recs, _ := newTestCollector(4, 0.5, 80*time.Millisecond)
@@ -133,8 +135,8 @@ func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
 	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "n1", Score: 20, Feasible: true})
 	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	_ = c.Propose(ctx, Proposal{Key: k, Shard: 3, Node: "n3", Score: 99, Feasible: true}) // late
-	if Counter("shard/3", "late") != 1 {
-		t.Fatalf("late count for shard 3 = %d", Counter("shard/3", "late"))
+	if metrics.Counter("shard/3", "late") != 1 {
+		t.Fatalf("late count for shard 3 = %d", metrics.Counter("shard/3", "late"))
 	}
 	eventually(t, func() bool { return len(recs[3].decisions()) == 1 && !recs[3].decisions()[0].Allow })
 
@@ -149,13 +151,13 @@ func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
 	if el := time.Since(began); el < 50*time.Millisecond {
 		t.Fatalf("decided after %s, before the deadline", el)
 	}
-	if Counter("shard/2", "missed_decisions") != 2 { // once above (fraction 0.5), once here
-		t.Fatalf("missed_decisions for shard 2 = %d", Counter("shard/2", "missed_decisions"))
+	if metrics.Counter("shard/2", "missed_decisions") != 2 { // once above (fraction 0.5), once here
+		t.Fatalf("missed_decisions for shard 2 = %d", metrics.Counter("shard/2", "missed_decisions"))
 	}
 }
 
 func TestCollectorWaitsForChronicStraggler(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	c, recs, _ := newTestCollector(2, 0.5, 30*time.Millisecond)
 	// Shard 1 misses three decisions in a row…
@@ -181,7 +183,7 @@ func TestCollectorWaitsForChronicStraggler(t *testing.T) {
 }
 
 func TestCollectorConflictRequeuesNeverDrops(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	c, recs, q := newTestCollector(2, 1, time.Second)
 	k := AttemptKey{UID: "c"}

@@ -21,12 +21,12 @@ import (
 func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 	r := CommitResult{Key: h.hdr.Key(), Shard: s.cfg.Index, Node: h.node}
 	t0 := time.Now()
-	defer func() { s.m.observe("commit", time.Since(t0)) }()
+	defer func() { s.m.Observe("commit", time.Since(t0)) }()
 	state, assumed := h.state, h.assumed
 	fw := s.frameworkOf(h)
 	if !s.Owns(h.node) {
 		s.release(ctx, h)
-		s.m.add("conflicts", 1)
+		s.m.Add("conflicts", 1)
 		r.Conflict, r.Error = true, "node moved to another shard"
 		return r
 	}
@@ -39,8 +39,8 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 		case err != nil && (apierrors.IsConflict(err) || strings.Contains(err.Error(), "already assigned")):
 			r.Gone, r.Error = true, "pod already bound: "+err.Error()
 		default:
-			s.m.add("bind_errors", 1)
-			s.m.add("conflicts", 1)
+			s.m.Add("bind_errors", 1)
+			s.m.Add("conflicts", 1)
 			r.Conflict, r.Error = true, stage+": "+st.Message()
 		}
 		return r
@@ -57,10 +57,10 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 	if st := fw.RunBindPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
 		return fail(st, "bind")
 	}
-	s.m.observe("bind", time.Since(tb))
+	s.m.Observe("bind", time.Since(tb))
 	fw.RunPostBindPlugins(ctx, state, assumed, h.node)
 	s.events.scheduled(assumed, h.node)
-	s.m.add("bound", 1)
+	s.m.Add("bound", 1)
 	r.Bound = true
 	return r
 }
@@ -69,7 +69,7 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 // Filter on that node first only when called without a fresh cycle state.
 func (s *Shard) reserveLocked(ctx context.Context, h *heldPod) *CommitResult {
 	conflict := func(msg string) *CommitResult {
-		s.m.add("reserve_failures", 1)
+		s.m.Add("reserve_failures", 1)
 		return &CommitResult{Conflict: true, Error: msg}
 	}
 	if h.state == nil {

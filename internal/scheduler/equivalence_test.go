@@ -10,6 +10,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 func TestPodSignature(t *testing.T) {
@@ -38,7 +40,7 @@ func TestPodSignature(t *testing.T) {
 // Verdicts of a class are reused only for nodes whose generation has not moved: a node that
 // received a pod is filtered again (and a full node is then found infeasible).
 func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 10 {
 		objs = append(objs, FakeNode(fmt.Sprintf("e-%d", i), 1000, 4096, 110, nil))
@@ -75,7 +77,7 @@ func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
 		sh.mu.Unlock()
 		// Every pod after the first re-filters only the node the previous pod took.
 		if i > 0 {
-			if got, want := Counter("shard/0", "filter_reused"), int64(9*i); got != want {
+			if got, want := metrics.Counter("shard/0", "filter_reused"), int64(9*i); got != want {
 				t.Fatalf("after pod %d: %d verdicts reused, want %d (9 unchanged nodes per pod)", i, got, want)
 			}
 		}
@@ -87,7 +89,7 @@ func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
 	if res.node != "" {
 		t.Fatalf("stale equivalence verdict: pod placed on full node %s", res.node)
 	}
-	if Counter("shard/0", "filter_reused") == 0 {
+	if metrics.Counter("shard/0", "filter_reused") == 0 {
 		t.Fatal("no verdict was ever reused")
 	}
 }

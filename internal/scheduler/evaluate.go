@@ -91,7 +91,7 @@ func (s *Shard) cycle(ctx context.Context, e *evaluator, pod *corev1.Pod, minFea
 	if err != nil || len(nodes) == 0 {
 		return nil, nil, nil, "no nodes in shard"
 	}
-	s.m.observe("snapshot", time.Since(t0))
+	s.m.Observe("snapshot", time.Since(t0))
 
 	t1 := time.Now()
 	state := framework.NewCycleState()
@@ -108,17 +108,17 @@ func (s *Shard) cycle(ctx context.Context, e *evaluator, pod *corev1.Pod, minFea
 		}
 		nodes = sub
 	}
-	s.m.observe("prefilter", time.Since(t1))
+	s.m.Observe("prefilter", time.Since(t1))
 
 	t2 := time.Now()
 	feasible, reason := s.filter(ctx, e, state, pod, nodes, minFeasible)
-	s.m.observe("filter", time.Since(t2))
+	s.m.Observe("filter", time.Since(t2))
 	if len(feasible) == 0 {
 		return nil, nil, nil, reason
 	}
 
 	t3 := time.Now()
-	defer func() { s.m.observe("score", time.Since(t3)) }()
+	defer func() { s.m.Observe("score", time.Since(t3)) }()
 	if st := e.fw.RunPreScorePlugins(ctx, state, pod, feasible); !st.IsSuccess() && !st.IsSkip() {
 		return nil, nil, nil, "prescore: " + st.Message()
 	}
@@ -269,8 +269,8 @@ func (s *Shard) filter(ctx context.Context, e *evaluator, state fwk.CycleState, 
 	if walked := int64((last-start+n)%n + 1); limit > 0 && walked > limit {
 		s.walk.Add(walked - limit) // infeasible nodes took the walk beyond its window: skip them next time
 	}
-	s.m.add("filter_nodes", int64(examined))
-	s.m.add("filter_reused", reused.Load())
+	s.m.Add("filter_nodes", int64(examined))
+	s.m.Add("filter_reused", reused.Load())
 	reason := "no feasible node in shard"
 	if r := firstReason.Load(); r != nil {
 		reason = *r

@@ -155,7 +155,7 @@ func (s *Shard) wantsGlobalLocked(pod *corev1.Pod) bool {
 		return false
 	}
 	if err := gv.cache.UpdateSnapshot(s.logger, gv.snapshot); err != nil {
-		s.m.add("global_snapshot_errors", 1)
+		s.m.Add("global_snapshot_errors", 1)
 	}
 	if podHasCrossNodeConstraints(pod) {
 		return true
@@ -171,8 +171,8 @@ func (s *Shard) wantsGlobalLocked(pod *corev1.Pod) bool {
 func (s *Shard) evaluateGlobalLocked(ctx context.Context, pod *corev1.Pod) evalResult {
 	gv := s.gv
 	t0 := time.Now()
-	defer func() { s.m.observe("global_eval", time.Since(t0)) }()
-	s.m.add("global_evaluated", 1)
+	defer func() { s.m.Observe("global_eval", time.Since(t0)) }()
+	s.m.Add("global_evaluated", 1)
 	if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
 		return evalResult{reason: "snapshot: " + err.Error()}
 	}
@@ -213,7 +213,7 @@ func (s *Shard) evaluateGlobalLocked(ctx context.Context, pod *corev1.Pod) evalR
 			feasible = append(feasible, n)
 		}
 	}
-	s.m.add("filter_nodes", int64(len(owned)))
+	s.m.Add("filter_nodes", int64(len(owned)))
 	if len(feasible) == 0 {
 		reason := "no feasible node in shard"
 		if r := firstReason.Load(); r != nil {
@@ -264,7 +264,7 @@ func (s *Shard) assumeGlobalLocked(assumed *corev1.Pod) {
 		return
 	}
 	if err := s.gv.cache.AssumePod(s.logger, assumed); err != nil {
-		s.m.add("global_assume_errors", 1)
+		s.m.Add("global_assume_errors", 1)
 	}
 }
 
@@ -306,7 +306,7 @@ func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 		if v, ok := s.held.Load(k); ok && v.(*heldPod).node != p.Node {
 			if _, ok := s.held.LoadAndDelete(k); ok {
 				s.release(ctx, v.(*heldPod))
-				s.m.add("released_on_placement", 1)
+				s.m.Add("released_on_placement", 1)
 			}
 		}
 	}
@@ -319,7 +319,7 @@ func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 		} else if now.Sub(g.at) > ghostTTL {
 			_ = gv.cache.ForgetPod(s.logger, g.pod)
 			delete(gv.ghosts, uid)
-			s.m.add("ghosts_expired", 1)
+			s.m.Add("ghosts_expired", 1)
 		}
 	}
 	for uid, g := range gv.seen {
@@ -334,7 +334,7 @@ func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 		} else if g, ok := gv.seen[p.UID]; ok {
 			pod = g.pod // not delivered by the watch yet: the object from the frame
 		} else {
-			s.m.add("placements_unknown", 1)
+			s.m.Add("placements_unknown", 1)
 			continue
 		}
 		if string(pod.UID) != p.UID || terminal(pod) {
@@ -347,7 +347,7 @@ func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
 		g.Spec.NodeName = p.Node
 		if err := gv.cache.AssumePod(s.logger, g); err == nil {
 			gv.ghosts[p.UID] = ghost{pod: g, at: now}
-			s.m.add("ghosts", 1)
+			s.m.Add("ghosts", 1)
 		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // Cross-shard pod affinity, anti-affinity and topology spread with 3 shards (global_view.go).
@@ -93,7 +95,7 @@ func flatCPU(int, int) int64 { return 4000 }
 // (a) Required anti-affinity by hostname: one replica per node, whichever shard owns the node;
 // the replicas beyond the node count stay pending.
 func TestGlobalViewAntiAffinityHostname(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	c := newGVCluster(t, 3, flatCPU, twoZonesPerShard)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -132,7 +134,7 @@ func TestGlobalViewAntiAffinityHostname(t *testing.T) {
 // (a') Required anti-affinity by zone, zones spanning shards: one replica per zone. A shard that
 // only saw its own pods would put a second replica in a zone another shard had filled.
 func TestGlobalViewAntiAffinityZone(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	c := newGVCluster(t, 3, flatCPU, twoZonesPerShard)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -163,7 +165,7 @@ func TestGlobalViewAntiAffinityZone(t *testing.T) {
 
 // (b) Topology spread, maxSkew 1 over zones that span shards, DoNotSchedule.
 func TestGlobalViewTopologySpread(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	c := newGVCluster(t, 4, flatCPU, twoZonesPerShard)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -198,7 +200,7 @@ func TestGlobalViewTopologySpread(t *testing.T) {
 	if bound != n || hi-lo > 1 {
 		t.Errorf("bound %d of %d; per zone %v: skew %d > maxSkew 1", bound, n, perZone, hi-lo)
 	}
-	t.Logf("per zone %v, constrained pods evaluated on the global view: %d", perZone, Counter("shard/0", "global_evaluated"))
+	t.Logf("per zone %v, constrained pods evaluated on the global view: %d", perZone, metrics.Counter("shard/0", "global_evaluated"))
 }
 
 // affinityCluster is the layout of (c): zone "x" holds the first node of each shard, the one of
@@ -243,7 +245,7 @@ func follower(name string) *corev1.Pod {
 // (c) Required pod affinity to the zone of a target pod that runs on another shard's node: the
 // followers land in that zone, on nodes of the other shards (the target's node is full).
 func TestGlobalViewPodAffinityZone(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, target := affinityCluster(t, ctx)

@@ -14,6 +14,8 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // IntakeConfig configures the watch intake of one collector.
@@ -70,8 +72,8 @@ type Intake struct {
 	window    chan struct{}        // InFlight slots
 	holding   map[AttemptKey]bool  // attempts holding a slot
 	names     map[string]bool      // spec.schedulerName values served
-	m         *counters
-	hist      *counters
+	m         *metrics.Counters
+	hist      *metrics.Counters
 	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
 	groups    *groupGate    // nil: constrained pods are not serialised
 	events    *eventRecorders
@@ -91,7 +93,7 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 	}
 	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
 		window: make(chan struct{}, cfg.InFlight), holding: map[AttemptKey]bool{},
-		queue: workqueue.NewTypedDelayingQueue[string](), m: metricsFor(fmt.Sprintf("intake/%d", cfg.Collector))}
+		queue: workqueue.NewTypedDelayingQueue[string](), m: metrics.For(fmt.Sprintf("intake/%d", cfg.Collector))}
 	if cfg.Source == IntakeWebhook {
 		in.wh = newWebhookStore(cfg.Webhook)
 	}
@@ -161,7 +163,7 @@ func (in *Intake) add(p *corev1.Pod, source string) bool {
 	}
 	in.mu.Unlock()
 	if !known {
-		in.m.add("pods_from_"+source, 1)
+		in.m.Add("pods_from_"+source, 1)
 		in.queue.Add(k)
 	}
 	return !known
@@ -259,7 +261,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 	}
 	if !in.groups.acquire(group, k, h.Key()) {
 		in.mu.Unlock()
-		in.m.add("parked", 1) // another pod of its constraint group is in flight
+		in.m.Add("parked", 1) // another pod of its constraint group is in flight
 		return true
 	}
 	st.inflight = true
@@ -287,7 +289,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 
 	frame, err := EncodeFrame(h, pod)
 	if err != nil {
-		in.m.add("encode_errors", 1)
+		in.m.Add("encode_errors", 1)
 		in.groups.release(h.Key(), nil)
 		return true
 	}
@@ -309,21 +311,21 @@ func (in *Intake) scatter(ctx context.Context, frame []byte, e Expectation, wide
 		e.Targets = in.collector.PickShards(in.cfg.Scatter, e.Sig)
 	}
 	in.collector.ExpectScatter(e)
-	in.m.add("sent", int64(pods))
+	in.m.Add("sent", int64(pods))
 	if e.Key.Attempt > 0 {
-		in.m.add("resent", 1)
+		in.m.Add("resent", 1)
 	}
 	if e.Targets == nil {
-		in.m.add("scattered_all", 1)
+		in.m.Add("scattered_all", 1)
 		if err := in.cfg.Root.Send(ctx, frame); err != nil && ctx.Err() == nil {
-			in.m.add("send_errors", 1)
+			in.m.Add("send_errors", 1)
 		}
 		return true
 	}
-	in.m.add("scattered_sampled", 1)
+	in.m.Add("scattered_sampled", 1)
 	for _, t := range e.Targets {
 		if err := in.cfg.ShardSinks[t].Send(ctx, frame); err != nil && ctx.Err() == nil {
-			in.m.add("send_errors", 1)
+			in.m.Add("send_errors", 1)
 		}
 	}
 	return true
@@ -354,7 +356,7 @@ func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
 			in.events.failed(pod, strings.TrimPrefix(why, "unschedulable: "))
 		}
 	}
-	in.m.add("requeued", 1)
+	in.m.Add("requeued", 1)
 	if delay > 0 {
 		in.queue.AddAfter(name, delay)
 	} else {
@@ -383,12 +385,12 @@ func (in *Intake) Finished(key AttemptKey, node string, bound bool) {
 	in.mu.Lock()
 	if name, ok := in.uids[key.UID]; ok {
 		if st := in.state[name]; st != nil {
-			in.m.observe("schedule", time.Since(st.seen))
+			in.m.Observe("schedule", time.Since(st.seen))
 		}
 	}
 	in.mu.Unlock()
 	if bound {
-		in.m.add("bound", 1)
+		in.m.Add("bound", 1)
 	}
 	if in.wh != nil {
 		in.webhookFinished(key, bound) // no watch tells this intake the pod left: see intake_webhook.go

@@ -109,11 +109,11 @@ func (in *Intake) sendBatch(ctx context.Context, entries []batchEntry) bool {
 		if err == nil {
 			frame, err = EncodeBatchFrame(h, pods)
 		}
-		in.m.add("batches", 1)
-		in.m.add("batched_pods", int64(len(entries)))
+		in.m.Add("batches", 1)
+		in.m.Add("batched_pods", int64(len(entries)))
 	}
 	if err != nil {
-		in.m.add("encode_errors", int64(len(entries)))
+		in.m.Add("encode_errors", int64(len(entries)))
 		for _, be := range entries {
 			in.Requeue(AttemptKey{UID: string(be.pod.UID), Attempt: be.attempt}, 0, "encode: "+err.Error())
 		}

@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"testing"
 	"time"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // The intake keeps at most InFlight attempts between scatter and decision; a decision frees a
 // slot; a requeued attempt comes back with Attempt+1.
 func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	cs := NewFakeClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -54,7 +56,7 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	if in.Pending() != 5 {
 		t.Fatalf("intake tracks %d pods, want 5", in.Pending())
 	}
-	if Counter("intake/0", "resent") != 1 {
-		t.Fatalf("resent %d, want 1", Counter("intake/0", "resent"))
+	if metrics.Counter("intake/0", "resent") != 1 {
+		t.Fatalf("resent %d, want 1", metrics.Counter("intake/0", "resent"))
 	}
 }

@@ -111,7 +111,7 @@ func (in *Intake) dropLocked(k, why string) {
 	}
 	delete(in.wh.pods, k)
 	delete(in.state, k)
-	in.m.add("dropped_"+why, 1)
+	in.m.Add("dropped_"+why, 1)
 }
 
 // webhookFinished: no watch tells this intake that a pod left, so a bound pod is dropped here,
@@ -146,16 +146,16 @@ func (in *Intake) confirmGone(key AttemptKey, k string, seen time.Time) {
 		cancel()
 		switch {
 		case apierrors.IsNotFound(err) && time.Since(seen) < in.wh.opts.ConfirmGrace:
-			in.m.add("gone_rechecks", 1)
+			in.m.Add("gone_rechecks", 1)
 			time.Sleep(min(wait, max(in.wh.opts.ConfirmGrace-time.Since(seen), time.Millisecond)))
 			wait *= 2
 			continue
 		case err != nil && !apierrors.IsNotFound(err):
-			in.m.add("confirm_errors", 1)
+			in.m.Add("confirm_errors", 1)
 			in.Requeue(key, time.Second, "confirm: "+err.Error()) // try again; the next bind tells
 			return
 		case err == nil && string(p.UID) == key.UID && p.Spec.NodeName == "" && !terminal(p):
-			in.m.add("gone_but_there", 1) // the Binding came before the pod was stored
+			in.m.Add("gone_but_there", 1) // the Binding came before the pod was stored
 			in.mu.Lock()
 			if st := in.state[k]; st != nil && in.uids[key.UID] == k {
 				in.wh.pods[k] = p
@@ -182,7 +182,7 @@ func (in *Intake) reconcileLoop(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := in.reconcile(ctx); err != nil && ctx.Err() == nil {
-			in.m.add("reconcile_errors", 1)
+			in.m.Add("reconcile_errors", 1)
 		}
 		select {
 		case <-ctx.Done():
@@ -229,7 +229,7 @@ func (in *Intake) reconcile(ctx context.Context) error {
 				stale := in.wh.dropped[string(p.UID)]
 				in.mu.Unlock()
 				if stale {
-					in.m.add("reconcile_stale", 1) // dropped (bound) since this LIST began
+					in.m.Add("reconcile_stale", 1) // dropped (bound) since this LIST began
 					continue
 				}
 				if !in.add(p, SourceReconcile) {
@@ -253,7 +253,7 @@ func (in *Intake) reconcile(ctx context.Context) error {
 		}
 	}
 	in.mu.Unlock()
-	in.m.add("reconciles", 1)
-	in.m.observe("reconcile", time.Since(began))
+	in.m.Add("reconciles", 1)
+	in.m.Observe("reconcile", time.Since(began))
 	return nil
 }

@@ -22,6 +22,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // review is an AdmissionReview for obj as kube-apiserver sends it (admission.k8s.io/v1, JSON).
@@ -63,7 +65,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool)
 // The handler: every well-formed review is allowed (it only observes); only non-dry-run pod
 // CREATEs for a served scheduler without a node are taken; a malformed body is a 400.
 func TestWebhookHandler(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var mu sync.Mutex
 	var took []string
 	h := NewWebhookHandler("meganode, default-scheduler", func(p *corev1.Pod) {
@@ -97,7 +99,7 @@ func TestWebhookHandler(t *testing.T) {
 			[]byte(`"operation"`), []byte(`"namespace":"req-ns","operation"`), 1), "offered"},
 	}
 	for _, c := range cases {
-		before := Counter("webhook", c.counter)
+		before := metrics.Counter("webhook", c.counter)
 		resp, err := http.Post(srv.URL, "application/json", bytes.NewReader(c.body))
 		if err != nil {
 			t.Fatal(err)
@@ -115,7 +117,7 @@ func TestWebhookHandler(t *testing.T) {
 		case out.APIVersion != "admission.k8s.io/v1" || out.Kind != "AdmissionReview":
 			t.Errorf("%s: answered as %s %s", c.name, out.APIVersion, out.Kind)
 		}
-		if Counter("webhook", c.counter) != before+1 {
+		if metrics.Counter("webhook", c.counter) != before+1 {
 			t.Errorf("%s: counter %s not bumped", c.name, c.counter)
 		}
 	}
@@ -143,7 +145,7 @@ func TestWebhookHandler(t *testing.T) {
 	if resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET: status %d, want 405", resp.StatusCode)
 	}
-	if n := Counter("webhook", "bad_requests"); n != 3 {
+	if n := metrics.Counter("webhook", "bad_requests"); n != 3 {
 		t.Errorf("bad_requests %d, want 3", n)
 	}
 }
@@ -186,7 +188,7 @@ func (p *poster) post(t *testing.T, pod *corev1.Pod) {
 // offered but never created is dropped after the grace (its bind found it gone); a pod offered
 // before it is stored is still bound; an unschedulable pod deleted is dropped by the LIST.
 func TestWebhookIntakeSystem(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 6 {
 		objs = append(objs, FakeNode(fmt.Sprintf("wn-%d", i), 1000, 4096, 110, nil))
@@ -230,7 +232,7 @@ func TestWebhookIntakeSystem(t *testing.T) {
 	})
 	sum := func(c string) (s int64) {
 		for i := range 2 {
-			s += Counter(fmt.Sprintf("intake/%d", i), c)
+			s += metrics.Counter(fmt.Sprintf("intake/%d", i), c)
 		}
 		return s
 	}
@@ -259,7 +261,7 @@ func TestWebhookIntakeSystem(t *testing.T) {
 // Distributed roles: two collectors, each serving the webhook; every pod is offered to
 // collector 0, which forwards the ones that hash to collector 1 over gRPC.
 func TestWebhookForwardsBetweenCollectors(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 4 {
 		objs = append(objs, FakeNode(fmt.Sprintf("fn-%d", i), 4000, 8192, 110, nil))
@@ -314,10 +316,10 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 	if toOne == 0 {
 		t.Fatal("no pod hashes to collector 1: the test proves nothing")
 	}
-	if got := Counter("webhook", "forwarded_in"); got != int64(toOne) {
+	if got := metrics.Counter("webhook", "forwarded_in"); got != int64(toOne) {
 		t.Errorf("forwarded to collector 1: %d, want %d", got, toOne)
 	}
-	if a, b := Counter("intake/0", "pods_from_webhook"), Counter("intake/1", "pods_from_webhook"); a+b != n || b != int64(toOne) {
+	if a, b := metrics.Counter("intake/0", "pods_from_webhook"), metrics.Counter("intake/1", "pods_from_webhook"); a+b != n || b != int64(toOne) {
 		t.Errorf("pods_from_webhook: collector 0 %d, collector 1 %d; want %d and %d", a, b, n-toOne, toOne)
 	}
 }
@@ -325,7 +327,7 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 // The gone confirmation on its own: a bind that found the pod gone is checked with a GET; a pod
 // stored late is sent again, a pod never stored is dropped once the grace is over.
 func TestWebhookIntakeConfirmsGone(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	cs := NewFakeClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -354,14 +356,14 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	if h.Name != "racer" || h.Attempt != 1 {
 		t.Fatalf("resent %s attempt %d, want racer attempt 1", h.Name, h.Attempt)
 	}
-	waitFor(t, 2*time.Second, "ghost dropped", func() bool { return Counter("intake/0", "dropped_gone") == 1 })
-	if in.Pending() != 1 || Counter("intake/0", "gone_but_there") != 1 {
-		t.Fatalf("pending %d, gone_but_there %d; want 1 and 1", in.Pending(), Counter("intake/0", "gone_but_there"))
+	waitFor(t, 2*time.Second, "ghost dropped", func() bool { return metrics.Counter("intake/0", "dropped_gone") == 1 })
+	if in.Pending() != 1 || metrics.Counter("intake/0", "gone_but_there") != 1 {
+		t.Fatalf("pending %d, gone_but_there %d; want 1 and 1", in.Pending(), metrics.Counter("intake/0", "gone_but_there"))
 	}
 	in.Decided(h.Key())
 	in.Finished(h.Key(), "n1", true)
-	if in.Pending() != 0 || Counter("intake/0", "dropped_bound") != 1 {
-		t.Fatalf("after the bind: pending %d, dropped_bound %d", in.Pending(), Counter("intake/0", "dropped_bound"))
+	if in.Pending() != 0 || metrics.Counter("intake/0", "dropped_bound") != 1 {
+		t.Fatalf("after the bind: pending %d, dropped_bound %d", in.Pending(), metrics.Counter("intake/0", "dropped_bound"))
 	}
 	if root.n.Load() != 3 {
 		t.Fatalf("%d frames sent, want 3", root.n.Load())
@@ -371,7 +373,7 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 // A LIST that began before a pod was bound still shows it unscheduled: the reconcile must not
 // take it back in (it would be sent again, only for its bind to find it assigned).
 func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	cs := NewFakeClient()
 	pod := FakePod("default", "bound-meanwhile", DefaultSchedulerName, 10, 1)
 	entered, release := make(chan struct{}), make(chan struct{})
@@ -391,8 +393,8 @@ func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if in.Pending() != 0 || Counter("intake/0", "pods_from_reconcile") != 0 || Counter("intake/0", "reconcile_stale") != 1 {
+	if in.Pending() != 0 || metrics.Counter("intake/0", "pods_from_reconcile") != 0 || metrics.Counter("intake/0", "reconcile_stale") != 1 {
 		t.Fatalf("pending %d, pods_from_reconcile %d, reconcile_stale %d; want 0, 0, 1", in.Pending(),
-			Counter("intake/0", "pods_from_reconcile"), Counter("intake/0", "reconcile_stale"))
+			metrics.Counter("intake/0", "pods_from_reconcile"), metrics.Counter("intake/0", "reconcile_stale"))
 	}
 }

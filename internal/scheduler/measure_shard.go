@@ -12,6 +12,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // MeasureOpts says under which conditions a shard's cost is measured.
@@ -61,7 +63,7 @@ type ShardCost struct {
 // worker: per-core costs), sharing one informer factory as a run's shards do, and the ReplicaSet
 // owner of the pods measured on them. Cancel ctx to stop them.
 func measuredShards(ctx context.Context, nodes int, eq time.Duration, feasible int, o MeasureOpts) ([]*Shard, metav1.OwnerReference, error) {
-	ResetMetrics()
+	metrics.Reset()
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
 	cs, _ := NewFakeClientCountingBinds(fakeNodes("m-node", nodes*o.Shards, 32000, 256<<10)...)
@@ -122,7 +124,7 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 	}
 	type stageTimes struct{ dec, ev, res, com time.Duration }
 	per := make([]stageTimes, o.Workers)
-	cpu0, w0 := cpuSeconds(), time.Now()
+	cpu0, w0 := metrics.CPUSeconds(), time.Now()
 	err = eachWorker(o, func(w int) error {
 		t := &per[w]
 		for j := w; j < len(frames); j += o.Workers {
@@ -161,7 +163,7 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 	if err != nil {
 		return nil, err
 	}
-	cpu, wall := cpuSeconds()-cpu0, time.Since(w0).Seconds()
+	cpu, wall := metrics.CPUSeconds()-cpu0, time.Since(w0).Seconds()
 	var dec, ev, res, com time.Duration
 	for _, t := range per {
 		dec, ev, res, com = dec+t.dec, ev+t.ev, res+t.res, com+t.com
@@ -171,19 +173,19 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 	// the garbage collector, below 1 when the workers outnumber the free cores) turns them into CPU.
 	f := cpu / (wall * float64(o.Workers))
 	c := &ShardCost{Nodes: nodes, Pods: pods, Opts: o, EquivalenceTTL: eq, FeasibleToFind: feasible,
-		DecodeUs: us(dec) / n, EvalUs: us(ev) / n, ReserveUs: us(res) / n, CommitUs: us(com) / n,
-		EvalCPUUs: f * us(dec+ev+res) / n, CommitCPUUs: f * us(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
+		DecodeUs: metrics.Micros(dec) / n, EvalUs: metrics.Micros(ev) / n, ReserveUs: metrics.Micros(res) / n, CommitUs: metrics.Micros(com) / n,
+		EvalCPUUs: f * metrics.Micros(dec+ev+res) / n, CommitCPUUs: f * metrics.Micros(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
 	var fn, reused int64
 	for i := range shards {
-		fn += Counter(fmt.Sprintf("shard/%d", i), "filter_nodes")
-		reused += Counter(fmt.Sprintf("shard/%d", i), "filter_reused")
+		fn += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_nodes")
+		reused += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_reused")
 	}
 	if fn > 0 {
 		c.FilterReused = float64(reused) / float64(fn)
 	}
-	m := metricsFor("shard/0")
+	m := metrics.For("shard/0")
 	for _, k := range []string{"snapshot", "prefilter", "filter", "score"} {
-		c.Stages[k] = m.hist(k).MeanUs
+		c.Stages[k] = m.Hist(k).MeanUs
 	}
 	return c, nil
 }
@@ -265,7 +267,7 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		t1 := time.Now()
 		// Only this worker decides on this shard (o.norm), so its bound counter is ours to wait on.
 		name := fmt.Sprintf("shard/%d", idx)
-		want := Counter(name, "bound") + int64(size)
+		want := metrics.Counter(name, "bound") + int64(size)
 		assign := make([]int, size)
 		for i := range assign {
 			assign[i] = i
@@ -274,12 +276,12 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 			return 0, 0, err
 		}
 		giveUp := time.Now().Add(time.Minute) // a slot refused at the swap is never bound
-		for Counter(name, "bound") < want {
+		for metrics.Counter(name, "bound") < want {
 			if ctx.Err() != nil {
 				return 0, 0, ctx.Err()
 			}
 			if time.Now().After(giveUp) {
-				return 0, 0, fmt.Errorf("batch %d: %d of %d pods bound after a minute", b, Counter(name, "bound")-want+int64(size), size)
+				return 0, 0, fmt.Errorf("batch %d: %d of %d pods bound after a minute", b, metrics.Counter(name, "bound")-want+int64(size), size)
 			}
 			time.Sleep(50 * time.Microsecond)
 		}
@@ -289,7 +291,7 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 	// per batch and the decision's CPU per pod.
 	run := func(size int) (wallUs, planCPUUs, commitCPUUs float64, err error) {
 		plans, decides := make([]time.Duration, o.Workers), make([]time.Duration, o.Workers)
-		cpu0 := cpuSeconds()
+		cpu0 := metrics.CPUSeconds()
 		err = eachWorker(o, func(w int) error {
 			for b := w; b < batches; b += o.Workers {
 				p, d, err := batchOnce(b, size)
@@ -303,14 +305,14 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		cpu := cpuSeconds() - cpu0
+		cpu := metrics.CPUSeconds() - cpu0
 		var plan, decide time.Duration
 		for w := range o.Workers {
 			plan, decide = plan+plans[w], decide+decides[w]
 		}
 		share := float64(plan) / float64(max(plan+decide, 1))
 		n := float64(batches)
-		return us(plan) / n, share * cpu * 1e6 / n, (1 - share) * cpu * 1e6 / (n * float64(size)), nil
+		return metrics.Micros(plan) / n, share * cpu * 1e6 / n, (1 - share) * cpu * 1e6 / (n * float64(size)), nil
 	}
 	if _, _, _, err := run(1); err != nil { // warm-up: first cycles build caches and equivalence classes
 		return nil, err
@@ -372,7 +374,7 @@ func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPI
 	intake.Start(ctx.Done())
 	shared.WaitForCacheSync(ctx.Done())
 	intake.WaitForCacheSync(ctx.Done())
-	cpu0, t0 := cpuSeconds(), time.Now()
+	cpu0, t0 := metrics.CPUSeconds(), time.Now()
 	next := make(chan int)
 	errc := make(chan error, 16)
 	for range 16 {
@@ -406,6 +408,6 @@ func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPI
 		case <-time.After(time.Millisecond):
 		}
 	}
-	cpu, wall := cpuSeconds()-cpu0, time.Since(t0).Seconds()
+	cpu, wall := metrics.CPUSeconds()-cpu0, time.Since(t0).Seconds()
 	return FakeAPICost{CPUUsPerPod: cpu * 1e6 / float64(pods), WallUsPerPod: wall * 1e6 / float64(pods), Concurrency: cpu / wall}, nil
 }

@@ -220,12 +220,12 @@ func (s *Shard) preemptionLocked(ctx context.Context, pod *corev1.Pod) preemptAn
 		return preemptAnswer{}
 	}
 	if node, wait := s.waitingForVictims(pod); wait {
-		s.m.add("preemption_waiting", 1)
+		s.m.Add("preemption_waiting", 1)
 		s.logger.V(4).Info("preemptor waits for its victims", "pod", pod.Namespace+"/"+pod.Name, "node", node)
 		return preemptAnswer{wait: true}
 	}
 	t0 := time.Now()
-	defer func() { s.m.observe("preempt_dryrun", time.Since(t0)) }()
+	defer func() { s.m.Observe("preempt_dryrun", time.Since(t0)) }()
 	if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {
 		return preemptAnswer{}
 	}
@@ -274,7 +274,7 @@ func (s *Shard) preemptionLocked(ctx context.Context, pod *corev1.Pod) preemptAn
 		// judged for a sibling that counts the nomination): no preemption anywhere this round,
 		// and the next round filters afresh.
 		s.eq.clear()
-		s.m.add("preemption_fits_now", 1)
+		s.m.Add("preemption_fits_now", 1)
 		return preemptAnswer{wait: true}
 	}
 	if len(potential) == 0 {
@@ -297,7 +297,7 @@ func (s *Shard) preemptionLocked(ctx context.Context, pod *corev1.Pod) preemptAn
 	for _, v := range best.Victims().Pods {
 		c.Victims = append(c.Victims, v.Namespace+"/"+v.Name)
 	}
-	s.m.add("preemption_candidates", 1)
+	s.m.Add("preemption_candidates", 1)
 	return preemptAnswer{cand: c}
 }
 
@@ -375,9 +375,9 @@ func (s *Shard) victimsLocked(ctx context.Context, pod *corev1.Pod, node string)
 func (s *Shard) preempt(ctx context.Context, h *heldPod) CommitResult {
 	r := CommitResult{Key: h.hdr.Key(), Shard: s.cfg.Index, Node: h.node}
 	t0 := time.Now()
-	defer func() { s.m.observe("preempt", time.Since(t0)) }()
+	defer func() { s.m.Observe("preempt", time.Since(t0)) }()
 	conflict := func(msg string) CommitResult {
-		s.m.add("preemption_conflicts", 1)
+		s.m.Add("preemption_conflicts", 1)
 		r.Conflict, r.Error = true, msg
 		return r
 	}
@@ -411,7 +411,7 @@ func (s *Shard) preempt(ctx context.Context, h *heldPod) CommitResult {
 		}
 		// Not fatal: this shard's nominator holds the room; other shards learn it when (if) the
 		// status lands.
-		s.m.add("nominate_errors", 1)
+		s.m.Add("nominate_errors", 1)
 		s.logger.Error(err, "set nominatedNodeName", "pod", pod.Namespace+"/"+pod.Name, "node", node)
 	}
 	msg := fmt.Sprintf("%s: preempting to accommodate a higher priority pod %s/%s", pod.Spec.SchedulerName, pod.Namespace, pod.Name)
@@ -446,10 +446,10 @@ func (s *Shard) preempt(ctx context.Context, h *heldPod) CommitResult {
 	for _, p := range lower {
 		_, _ = pods.Pods(p.Namespace).Patch(ctx, p.Name, types.MergePatchType, unnominate, metav1.PatchOptions{}, "status")
 	}
-	s.m.add("preemptions", 1)
-	s.m.add("preemption_victims", int64(evicted))
+	s.m.Add("preemptions", 1)
+	s.m.Add("preemption_victims", int64(evicted))
 	if failed > 0 {
-		s.m.add("preemption_victim_errors", int64(failed))
+		s.m.Add("preemption_victim_errors", int64(failed))
 	}
 	s.logger.V(2).Info("preempted", "pod", pod.Namespace+"/"+pod.Name, "node", node, "victims", evicted, "failed", failed)
 	r.Preempted = true

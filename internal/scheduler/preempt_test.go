@@ -16,6 +16,8 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 func victimsOf(pods ...*corev1.Pod) *extenderv1.Victims { return &extenderv1.Victims{Pods: pods} }
@@ -52,7 +54,7 @@ func TestPreemptionCostOrder(t *testing.T) {
 }
 
 func TestCollectorPicksCheapestPreemption(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	cand := func(node string, prio int32, n int) *PreemptionCandidate {
 		return &PreemptionCandidate{Node: node, Cost: PreemptionCost{HighestPriority: prio, SumPriorities: int64(prio) * int64(n), Victims: n}}
@@ -85,9 +87,9 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 			t.Fatal("the chosen shard was not told to preempt")
 		}
 	}
-	eventually(t, func() bool { return Counter("collector/0", "preemptions") == 1 })
+	eventually(t, func() bool { return metrics.Counter("collector/0", "preemptions") == 1 })
 	_ = c.Result(ctx, CommitResult{Key: k2, Shard: 2, Node: "n2", Preempted: true})
-	if Counter("collector/0", "preempted") != 1 {
+	if metrics.Counter("collector/0", "preempted") != 1 {
 		t.Fatal("preempted result not counted")
 	}
 
@@ -105,7 +107,7 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 
 // Ties between equally cheap candidates on different shards are broken at random.
 func TestCollectorPreemptionTiesAtRandom(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	c, recs, _ := newTestCollector(2, 1, time.Second)
 	wins := map[int]int{}
@@ -185,7 +187,7 @@ func (d *deletions) list() []string {
 // deletions.
 func preemptionCluster(t *testing.T, shards int, objs ...runtime.Object) (*fake.Clientset, *deletions) {
 	t.Helper()
-	ResetMetrics()
+	metrics.Reset()
 	cs := NewFakeClient(objs...)
 	del := &deletions{}
 	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
@@ -229,7 +231,7 @@ func waitPodBound(t *testing.T, cs *fake.Clientset, name string, timeout time.Du
 func sumPreemptions(shards int, counter string) int64 {
 	var n int64
 	for s := range shards {
-		n += Counter(fmt.Sprintf("shard/%d", s), counter)
+		n += metrics.Counter(fmt.Sprintf("shard/%d", s), counter)
 	}
 	return n
 }
@@ -280,19 +282,19 @@ func TestSystemFakePreemptionEvictsGloballyCheapest(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkNoOvercommit(t, nodeList, pods.Items)
-	if n := Counter("collector/0", "preemptions"); n != 1 {
+	if n := metrics.Counter("collector/0", "preemptions"); n != 1 {
 		t.Errorf("collector decided %d preemptions, want 1", n)
 	}
-	if n, v := Counter("shard/2", "preemptions"), Counter("shard/2", "preemption_victims"); n != 1 || v != 1 {
+	if n, v := metrics.Counter("shard/2", "preemptions"), metrics.Counter("shard/2", "preemption_victims"); n != 1 || v != 1 {
 		t.Errorf("shard 2 counted %d preemptions / %d victims, want 1 / 1", n, v)
 	}
 	if n := sumPreemptions(3, "preemptions"); n != 1 {
 		t.Errorf("%d preemptions over all shards, want 1", n)
 	}
-	if Counter("shard/0", "preemption_candidates") == 0 || Counter("shard/1", "preemption_candidates") == 0 {
+	if metrics.Counter("shard/0", "preemption_candidates") == 0 || metrics.Counter("shard/1", "preemption_candidates") == 0 {
 		t.Errorf("shards 0 and 1 proposed no candidate: the choice was not global")
 	}
-	dry, ev := metricsFor("shard/2").hist("preempt_dryrun"), metricsFor("shard/2").hist("preempt")
+	dry, ev := metrics.For("shard/2").Hist("preempt_dryrun"), metrics.For("shard/2").Hist("preempt")
 	t.Logf("shard 2: dry run p50 %.0f µs (3 nodes), eviction p50 %.0f µs", dry.P50Us, ev.P50Us)
 }
 
@@ -318,7 +320,7 @@ func TestSystemFakePreemptionPolicyNever(t *testing.T) {
 	if n := sumPreemptions(2, "preemption_candidates"); n != 0 {
 		t.Errorf("%d preemption candidates proposed for a Never pod", n)
 	}
-	if Counter("collector/0", "unschedulable") == 0 {
+	if metrics.Counter("collector/0", "unschedulable") == 0 {
 		t.Error("the Never pod was not even retried as unschedulable")
 	}
 	createPods(t, cs, pendingPod("pushy", 500, 1000, corev1.PreemptLowerPriority))
@@ -489,7 +491,7 @@ func TestSystemFakePreemptionPrefersNoPDBViolation(t *testing.T) {
 
 // The same over the distributed roles (gRPC, JSON control messages): 2 shards, a collector.
 func TestRolesOverGRPCPreemption(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	names := nodesByShard("gp", []int{2, 2})
 	var objs []runtime.Object
 	for s, ns := range names {
@@ -534,7 +536,7 @@ func TestRolesOverGRPCPreemption(t *testing.T) {
 // A live shard that did not answer may have a free node or a cheaper candidate: no preemption
 // on partial answers (the hard deadline requeues the pod instead).
 func TestCollectorNoPreemptionOnPartialAnswers(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	ctx := context.Background()
 	c, recs, q := newTestCollector(3, 1, 30*time.Millisecond)
 	k := AttemptKey{UID: "partial"}

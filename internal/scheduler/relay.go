@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"time"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // Relay forwards every frame it receives to each of its children, as opaque bytes. Each child
@@ -12,12 +14,12 @@ import (
 type Relay struct {
 	name   string
 	queues []chan []byte
-	m      *counters
+	m      *metrics.Counters
 }
 
 // NewRelay starts a relay over children with queueLen frames of buffer per child.
 func NewRelay(ctx context.Context, name string, children []FrameSink, queueLen int) *Relay {
-	r := &Relay{name: name, m: metricsFor("relay/" + name)}
+	r := &Relay{name: name, m: metrics.For("relay/" + name)}
 	for _, c := range children {
 		q := make(chan []byte, max(queueLen, 1))
 		r.queues = append(r.queues, q)
@@ -28,7 +30,7 @@ func NewRelay(ctx context.Context, name string, children []FrameSink, queueLen i
 					return
 				case f := <-q:
 					if err := c.Send(ctx, f); err != nil && ctx.Err() == nil {
-						r.m.add("send_errors", 1)
+						r.m.Add("send_errors", 1)
 					}
 				}
 			}
@@ -39,12 +41,12 @@ func NewRelay(ctx context.Context, name string, children []FrameSink, queueLen i
 
 // Send implements FrameSink.
 func (r *Relay) Send(ctx context.Context, frame []byte) error {
-	r.m.add("frames", 1)
+	r.m.Add("frames", 1)
 	for _, q := range r.queues {
 		select {
 		case q <- frame:
 		default:
-			r.m.add("blocked", 1) // back-pressure: wait for the slow child
+			r.m.Add("blocked", 1) // back-pressure: wait for the slow child
 			select {
 			case q <- frame:
 			case <-ctx.Done():

@@ -9,6 +9,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 func freeAddr(t *testing.T) string {
@@ -24,7 +26,7 @@ func freeAddr(t *testing.T) string {
 // The distributed roles over gRPC on loopback: 3 shards, 2 relays under a root relay
 // (fanout 2), 1 collector with its intake; a fake clientset stands in for the apiserver.
 func TestRolesOverGRPC(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	var nodeList []corev1.Node
 	for i := range 9 {

@@ -18,6 +18,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // Config configures the meganode scheduler.
@@ -318,7 +320,7 @@ func serveHealth(ctx context.Context, addr string, ready func() bool) error {
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { WriteMetrics(w) })
+	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) { metrics.Write(w) })
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}

@@ -11,12 +11,14 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // The collector widens a sampled attempt whose shards have no feasible node: requeued at once,
 // with the "widen" reason, never as unschedulable, and no preemption on sampled answers.
 func TestCollectorWidensSampledAttempt(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	c, recs, q := newTestCollector(8, 1, time.Second)
 	key := AttemptKey{UID: "p", Attempt: 0}
 	c.ExpectScatter(Expectation{Key: key, Targets: []int{2, 5}})
@@ -34,7 +36,7 @@ func TestCollectorWidensSampledAttempt(t *testing.T) {
 			}
 		}
 	}
-	if n := Counter("collector/0", "unschedulable"); n != 0 {
+	if n := metrics.Counter("collector/0", "unschedulable"); n != 0 {
 		t.Errorf("unschedulable = %d, want 0", n)
 	}
 }
@@ -81,7 +83,7 @@ func TestPickShardsLearnsSelectivity(t *testing.T) {
 // d-sampling widens to every shard when the sampled ones have no room: a pod that fits on
 // exactly one node, in one of 8 shards, is placed (through the widened or the learnt scatter).
 func TestScatterWidensToTheOnlyFeasibleShard(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	var nodes []corev1.Node
 	for i := range 40 {
@@ -114,10 +116,10 @@ func TestScatterWidensToTheOnlyFeasibleShard(t *testing.T) {
 			t.Errorf("pod %s unbound (%q)", p.Name, p.Spec.NodeName)
 		}
 	}
-	all := Counter("intake/0", "scattered_all")
-	t.Logf("sampled %d, all %d, widened %d, selective %d", Counter("intake/0", "scattered_sampled"), all,
-		Counter("collector/0", "widened"), Counter("collector/0", "scatter_all_selective"))
-	if Counter("intake/0", "scattered_sampled") == 0 {
+	all := metrics.Counter("intake/0", "scattered_all")
+	t.Logf("sampled %d, all %d, widened %d, selective %d", metrics.Counter("intake/0", "scattered_sampled"), all,
+		metrics.Counter("collector/0", "widened"), metrics.Counter("collector/0", "scatter_all_selective"))
+	if metrics.Counter("intake/0", "scattered_sampled") == 0 {
 		t.Error("no attempt was sampled: --scatter 2 not in effect")
 	}
 }
@@ -172,25 +174,25 @@ func countBoundPods(pods []corev1.Pod) int {
 // A batch never over-commits a node: 60 identical pods of 300m on 8 nodes of 1000m (3 fit per
 // node) arrive together, are placed in batches over 4 shards (d = 2), and exactly 24 bind.
 func TestBatchNeverOvercommits(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	cs, nodes := startWithPending(t, Config{Shards: 4, Scatter: 2, Batch: 16, Deadline: 200 * time.Millisecond}, 1000, 8, 60, 300)
 	settledBound(t, cs, nodes, 24, 30*time.Second)
 	var frames, slots int64
 	for s := range 4 {
-		frames += Counter(fmt.Sprintf("shard/%d", s), "batch_frames")
-		slots += Counter(fmt.Sprintf("shard/%d", s), "batch_slots")
+		frames += metrics.Counter(fmt.Sprintf("shard/%d", s), "batch_frames")
+		slots += metrics.Counter(fmt.Sprintf("shard/%d", s), "batch_slots")
 	}
 	if frames == 0 {
 		t.Error("no batch frame evaluated")
 	}
-	t.Logf("batches sent %d (%d pods), batch frames evaluated %d with %d slots, widened %d", Counter("intake/0", "batches"),
-		Counter("intake/0", "batched_pods"), frames, slots, Counter("collector/0", "widened"))
+	t.Logf("batches sent %d (%d pods), batch frames evaluated %d with %d slots, widened %d", metrics.Counter("intake/0", "batches"),
+		metrics.Counter("intake/0", "batched_pods"), frames, slots, metrics.Counter("collector/0", "widened"))
 }
 
 // A batch's placements spread like single pods': on empty identical nodes each pod of a batch
 // lands on a different node (the node that got a 500m pod is re-scored below the empty ones).
 func TestBatchSpreadsOverEmptyNodes(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	cs, _ := startWithPending(t, Config{Shards: 1, Batch: 32, FeasibleToFind: 0}, 8000, 40, 32, 500)
 	pods := waitBound(t, cs, "default", 32, 30*time.Second)
 	per := map[string]int{}
@@ -200,7 +202,7 @@ func TestBatchSpreadsOverEmptyNodes(t *testing.T) {
 	if len(per) != 32 {
 		t.Errorf("32 pods on %d nodes, want 32 (one per empty node): %v", len(per), per)
 	}
-	if Counter("shard/0", "batch_frames") == 0 {
+	if metrics.Counter("shard/0", "batch_frames") == 0 {
 		t.Error("no batch frame evaluated")
 	}
 }
@@ -209,7 +211,7 @@ func TestBatchSpreadsOverEmptyNodes(t *testing.T) {
 // cannot be reused: their batches are planned with a full cycle per slot, and still never
 // over-commit a node.
 func TestBatchSequentialWhenSpreadScores(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	var nodes []corev1.Node
 	for _, o := range fakeNodes("seq", 8, 1000, 4096) {
@@ -230,7 +232,7 @@ func TestBatchSequentialWhenSpreadScores(t *testing.T) {
 		t.Fatal(err)
 	}
 	settledBound(t, cs, nodes, 24, 30*time.Second) // 3 per node
-	if Counter("shard/0", "batch_sequential") == 0 {
+	if metrics.Counter("shard/0", "batch_sequential") == 0 {
 		t.Error("no batch was planned sequentially: the spread scores were reused")
 	}
 }
@@ -238,10 +240,10 @@ func TestBatchSequentialWhenSpreadScores(t *testing.T) {
 // Parallel pods inside a shard never double-book a node: 4 workers race for the last room of
 // 10 nodes (3 pods of 300m fit per node, 60 pods). Run under -race in make test.
 func TestParallelPodsNeverDoubleBook(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	cs, nodes := startWithPending(t, Config{Shards: 1, Batch: -1, ParallelPods: 4, Deadline: 200 * time.Millisecond}, 1000, 10, 60, 300)
 	settledBound(t, cs, nodes, 30, 60*time.Second)
-	t.Logf("parallel conflicts %d, re-checks %d, serialised %d", Counter("shard/0", "parallel_conflicts"),
-		Counter("shard/0", "reserve_rechecks"), Counter("shard/0", "parallel_serialised"))
+	t.Logf("parallel conflicts %d, re-checks %d, serialised %d", metrics.Counter("shard/0", "parallel_conflicts"),
+		metrics.Counter("shard/0", "reserve_rechecks"), metrics.Counter("shard/0", "parallel_serialised"))
 	_ = metav1.ListOptions{}
 }

@@ -106,7 +106,7 @@ func (c *Collector) PickShards(d int, sig uint64) []int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if f, ok := c.sc.feasible[sig]; ok && math.Pow(1-f, float64(d)) > 0.5 {
-		c.m.add("scatter_all_selective", 1)
+		c.m.Add("scatter_all_selective", 1)
 		return nil
 	}
 	// Draws among the shards not chosen yet, by rejection: d is small against the shard count,

@@ -18,6 +18,8 @@ import (
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // ShardConfig configures one shard.
@@ -82,7 +84,7 @@ type Shard struct {
 	held    sync.Map // AttemptKey → *heldPod: evaluated pods awaiting a decision
 	eq      *equivCache
 	events  *eventRecorders // nil: no events
-	m       *counters
+	m       *metrics.Counters
 	bindSem chan struct{}
 	stopped chan struct{}
 	stop    context.CancelFunc
@@ -137,7 +139,7 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		cfg.Informers = informers.NewSharedInformerFactory(cfg.Client, 0)
 	}
 	s := &Shard{cfg: cfg, live: slices.Clone(cfg.Live), logger: klog.FromContext(ctx).WithValues("shard", cfg.Index),
-		queue: make(chan []byte, cfg.QueueLen), m: metricsFor(fmt.Sprintf("shard/%d", cfg.Index)),
+		queue: make(chan []byte, cfg.QueueLen), m: metrics.For(fmt.Sprintf("shard/%d", cfg.Index)),
 		bindSem: make(chan struct{}, cfg.BindWorkers), stopped: make(chan struct{}), eq: newEquivCache(cfg.EquivalenceTTL)}
 	schedmetrics.Register() // before the cache: its metrics loop records into kube-scheduler's gauges
 	s.cache = internalcache.New(ctx, nil, false)
@@ -263,11 +265,11 @@ func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 	t0 := time.Now()
 	h, podBytes, err := SplitFrame(frame)
 	if err != nil {
-		s.m.add("bad_frames", 1)
+		s.m.Add("bad_frames", 1)
 		return
 	}
 	if h.SentNanos > 0 {
-		s.m.observe("scatter", time.Since(time.Unix(0, h.SentNanos)))
+		s.m.Observe("scatter", time.Since(time.Unix(0, h.SentNanos)))
 	}
 	if len(h.Batch) > 0 {
 		s.handleBatch(ctx, w, h, podBytes, t0)
@@ -275,15 +277,15 @@ func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 	}
 	pod, err := DecodePod(podBytes)
 	if err != nil {
-		s.m.add("bad_frames", 1)
+		s.m.Add("bad_frames", 1)
 		return
 	}
-	s.m.observe("decode", time.Since(t0))
+	s.m.Observe("decode", time.Since(t0))
 	s.notePlaced(ctx, h.Placed)
 	res, hp, pre := s.place(ctx, w, h, pod)
-	s.m.add("evaluated", 1)
+	s.m.Add("evaluated", 1)
 	if hp != nil && hp.preempt == nil {
-		s.m.observe("eval_reserve", time.Since(t0))
+		s.m.Observe("eval_reserve", time.Since(t0))
 	}
 	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason,
 		Preemption: pre.cand, PreemptWait: pre.wait}
@@ -291,17 +293,17 @@ func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 		s.held.Store(h.Key(), hp)
 	}
 	if h.Collector < 0 || h.Collector >= len(s.cfg.Collectors) {
-		s.m.add("bad_collector", 1)
+		s.m.Add("bad_collector", 1)
 		return
 	}
 	t1 := time.Now()
 	if err := s.cfg.Collectors[h.Collector].Propose(ctx, p); err != nil {
-		s.m.add("propose_errors", 1)
+		s.m.Add("propose_errors", 1)
 		if v, ok := s.held.LoadAndDelete(h.Key()); ok {
 			s.release(ctx, v.(*heldPod))
 		}
 	}
-	s.m.observe("propose", time.Since(t1))
+	s.m.Observe("propose", time.Since(t1))
 }
 
 // expireHeld drops evaluated pods whose decision never came (the collector has requeued them).
@@ -325,7 +327,7 @@ func (s *Shard) expireHeld(ctx context.Context) {
 				if release != nil && now.Sub(since) > time.Minute {
 					if _, ok := s.held.LoadAndDelete(k); ok {
 						release()
-						s.m.add("held_expired", 1)
+						s.m.Add("held_expired", 1)
 					}
 				}
 				return true
@@ -349,14 +351,14 @@ func (s *Shard) Decide(ctx context.Context, d Decision) error {
 	}
 	h := v.(*heldPod)
 	if !d.Allow {
-		s.m.add("denied", 1)
+		s.m.Add("denied", 1)
 		s.release(ctx, h)
 		return nil
 	}
 	if h.preempt != nil {
 		return s.startPreemption(ctx, d, h)
 	}
-	s.m.add("allowed", 1)
+	s.m.Add("allowed", 1)
 	return s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.commit(ctx, h) })
 }
 
@@ -382,7 +384,7 @@ func (s *Shard) report(ctx context.Context, collector int, r CommitResult) {
 		return
 	}
 	if err := s.cfg.Collectors[collector].Result(ctx, r); err != nil {
-		s.m.add("result_errors", 1)
+		s.m.Add("result_errors", 1)
 	}
 }
 

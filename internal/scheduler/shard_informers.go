@@ -102,7 +102,7 @@ func (s *Shard) SetLive(live []int) (gained, lost int) {
 		}
 	}
 	s.clearEquivalence()
-	s.m.add("rebalanced_in", int64(gained))
-	s.m.add("rebalanced_out", int64(lost))
+	s.m.Add("rebalanced_in", int64(gained))
+	s.m.Add("rebalanced_out", int64(lost))
 	return gained, lost
 }

@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // SimConfig configures the in-process simulator: a fake clientset (no apiserver), the real
@@ -59,7 +60,7 @@ type SimResult struct {
 
 // Simulate runs P pods over N fake nodes with S shards in this process and times every stage.
 func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
-	ResetMetrics()
+	metrics.Reset()
 	if sc.Timeout <= 0 {
 		sc.Timeout = 10 * time.Minute
 	}
@@ -96,13 +97,13 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 		for ctx.Err() == nil {
 			var n int64
 			for i := range sys.Collectors {
-				n += Counter(fmt.Sprintf("collector/%d", i), "bound")
+				n += metrics.Counter(fmt.Sprintf("collector/%d", i), "bound")
 			}
 			bound.Store(n)
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
-	cpu0 := cpuSeconds()
+	cpu0 := metrics.CPUSeconds()
 	began := time.Now()
 	if !sc.Precreate {
 		go func() {
@@ -125,7 +126,7 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	}
 	el := time.Since(began)
 	r := &SimResult{Config: sc, Seconds: el.Seconds(), Bound: int(bound.Load()), PodsPerSec: float64(bound.Load()) / el.Seconds(),
-		CPUSeconds: cpuSeconds() - cpu0, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{}}
+		CPUSeconds: metrics.CPUSeconds() - cpu0, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{}}
 	var per map[string]int
 	if ledger != nil {
 		per = ledger.PerNode()
@@ -151,24 +152,24 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 		r.StddevPerNode = math.Sqrt(r.StddevPerNode)
 	}
 	for i := range sys.Collectors {
-		r.Conflicts += Counter(fmt.Sprintf("collector/%d", i), "conflicts")
-		r.Unschedulable += Counter(fmt.Sprintf("collector/%d", i), "unschedulable")
-		r.Widened += Counter(fmt.Sprintf("collector/%d", i), "widened")
-		r.Decided += Counter(fmt.Sprintf("collector/%d", i), "decided")
+		r.Conflicts += metrics.Counter(fmt.Sprintf("collector/%d", i), "conflicts")
+		r.Unschedulable += metrics.Counter(fmt.Sprintf("collector/%d", i), "unschedulable")
+		r.Widened += metrics.Counter(fmt.Sprintf("collector/%d", i), "widened")
+		r.Decided += metrics.Counter(fmt.Sprintf("collector/%d", i), "decided")
 	}
 	for i := range sys.Shards {
-		r.Evaluations += Counter(fmt.Sprintf("shard/%d", i), "evaluated")
-		r.ParallelConflicts += Counter(fmt.Sprintf("shard/%d", i), "parallel_conflicts")
+		r.Evaluations += metrics.Counter(fmt.Sprintf("shard/%d", i), "evaluated")
+		r.ParallelConflicts += metrics.Counter(fmt.Sprintf("shard/%d", i), "parallel_conflicts")
 	}
-	if n := Counter("shard/0", "filter_nodes"); n > 0 {
-		r.FilterReused = float64(Counter("shard/0", "filter_reused")) / float64(n)
+	if n := metrics.Counter("shard/0", "filter_nodes"); n > 0 {
+		r.FilterReused = float64(metrics.Counter("shard/0", "filter_reused")) / float64(n)
 	}
-	m := metricsFor("shard/0")
+	m := metrics.For("shard/0")
 	for _, k := range []string{"scatter", "decode", "snapshot", "prefilter", "filter", "score", "propose", "commit", "bind"} {
-		r.Stages[k] = m.hist(k)
+		r.Stages[k] = m.Hist(k)
 	}
-	r.Collector["gather"] = metricsFor("collector/0").hist("gather")
-	r.Collector["schedule"] = metricsFor("intake/0").hist("schedule")
+	r.Collector["gather"] = metrics.For("collector/0").Hist("gather")
+	r.Collector["schedule"] = metrics.For("intake/0").Hist("schedule")
 	return r, nil
 }
 
@@ -193,7 +194,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 	for i := range n {
 		frame, _ = EncodeFrame(Header{UID: "u", Namespace: "ns", Name: "hop-pod", Attempt: i}, pod)
 	}
-	h.EncodeUs = us(time.Since(t0)) / n
+	h.EncodeUs = metrics.Micros(time.Since(t0)) / n
 	h.FrameBytes = len(frame)
 
 	ctx, cancel := context.WithCancel(ctx)
@@ -216,7 +217,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 			time.Sleep(time.Millisecond)
 		}
 	}
-	h.RelayChildUs = us(time.Since(t0)) / (n * kids)
+	h.RelayChildUs = metrics.Micros(time.Since(t0)) / (n * kids)
 
 	lis, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -237,23 +238,23 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 	for leaf.n.Load() < n {
 		time.Sleep(time.Millisecond)
 	}
-	h.GRPCFrameUs = us(time.Since(t0)) / n
+	h.GRPCFrameUs = metrics.Micros(time.Since(t0)) / n
 	const u = 3000
 	t0 = time.Now()
 	for i := range u {
 		_ = c.ProposeSync(ctx, Proposal{Key: AttemptKey{UID: "g", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: true})
 	}
-	h.GRPCUnaryUs = us(time.Since(t0)) / u
+	h.GRPCUnaryUs = metrics.Micros(time.Since(t0)) / u
 	// Streamed proposals (what the roles use): time until the collector has counted them all.
-	base := Counter("collector/98", "unknown_proposals")
+	base := metrics.Counter("collector/98", "unknown_proposals")
 	t0 = time.Now()
 	for i := range n {
 		_ = c.Propose(ctx, Proposal{Key: AttemptKey{UID: "s", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: false})
 	}
-	for Counter("collector/98", "unknown_proposals")-base < n {
+	for metrics.Counter("collector/98", "unknown_proposals")-base < n {
 		time.Sleep(time.Millisecond)
 	}
-	h.GRPCStreamPropUs = us(time.Since(t0)) / n
+	h.GRPCStreamPropUs = metrics.Micros(time.Since(t0)) / n
 
 	// Collector: 256 shards answer each attempt (in-process), decisions included.
 	const shards = 256
@@ -267,19 +268,12 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 			_ = col2.Propose(ctx, Proposal{Key: key, Shard: s, Node: "n", Score: int64(s % 7), Feasible: true})
 		}
 	}
-	h.CollectorUs = us(time.Since(t0)) / float64(n/shards*4*shards)
+	h.CollectorUs = metrics.Micros(time.Since(t0)) / float64(n/shards*4*shards)
 	return h, nil
 }
 
 type countingSink struct{ n atomic.Int64 }
 
 func (c *countingSink) Send(context.Context, []byte) error { c.n.Add(1); return nil }
-
-func us(d time.Duration) float64 { return float64(d) / 1e3 }
-
-func cpuSeconds() float64 {
-	var ru runtimeRusage
-	return ru.cpu()
-}
 
 var _ = runtime.NumCPU

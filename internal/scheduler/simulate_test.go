@@ -9,6 +9,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // The counting fake takes a pod's first Binding and refuses the second, as kube-apiserver does,
@@ -86,7 +88,7 @@ func TestMeasureShardsInterleaved(t *testing.T) {
 		t.Fatalf("single: %+v", c)
 	}
 	for i := range o.Shards {
-		if n := Counter(fmt.Sprintf("shard/%d", i), "bound"); n != 10 {
+		if n := metrics.Counter(fmt.Sprintf("shard/%d", i), "bound"); n != 10 {
 			t.Fatalf("shard %d bound %d pods, want 10", i, n)
 		}
 	}
@@ -100,7 +102,7 @@ func TestMeasureShardsInterleaved(t *testing.T) {
 	// Warm-up (8 batches of 1), timed singles (32 of 1), then 8 batches of 4: 72 pods.
 	var bound int64
 	for i := range o.Shards {
-		n := Counter(fmt.Sprintf("shard/%d", i), "bound")
+		n := metrics.Counter(fmt.Sprintf("shard/%d", i), "bound")
 		if n == 0 {
 			t.Fatalf("shard %d bound nothing", i)
 		}

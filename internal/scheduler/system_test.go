@@ -15,6 +15,8 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // waitBound waits until want pods in ns are bound or the timeout passes; returns the pods.
@@ -60,7 +62,7 @@ func checkNoOvercommit(t *testing.T, nodes []corev1.Node, pods []corev1.Pod) map
 }
 
 func TestSystemFakeRaceForLastCapacity(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	const nodes, shards = 12, 3
 	var objs []runtime.Object
 	var nodeList []corev1.Node
@@ -100,7 +102,7 @@ func TestSystemFakeRaceForLastCapacity(t *testing.T) {
 		t.Errorf("intake tracks %d pending pods, want %d", sys.Pending(), pods-nodes*3)
 	}
 	t.Logf("bound %d, conflicts %d, unschedulable %d, requeued %d", bound,
-		Counter("collector/0", "conflicts"), Counter("collector/0", "unschedulable"), Counter("collector/0", "requeued"))
+		metrics.Counter("collector/0", "conflicts"), metrics.Counter("collector/0", "unschedulable"), metrics.Counter("collector/0", "requeued"))
 	_ = resource.MustParse
 }
 
@@ -114,7 +116,7 @@ func createPods(t *testing.T, cs kubernetes.Interface, pods ...*corev1.Pod) {
 }
 
 func TestSystemFakeSelectorsAndTaints(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	taint := corev1.Taint{Key: "dedicated", Value: "gpu", Effect: corev1.TaintEffectNoSchedule}
 	tainted := map[string]bool{}
@@ -228,7 +230,7 @@ func checkSchedulingEvents(t *testing.T, cs kubernetes.Interface, pods []corev1.
 }
 
 func TestSystemFakeKilledShardTakenOver(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	const nodes = 24
 	var objs []runtime.Object
 	var nodeList []corev1.Node
@@ -277,7 +279,7 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	if bound != 96 {
 		t.Fatalf("bound %d of 96 after killing shard 1", bound)
 	}
-	if Counter("collector/0", "shards_declared_dead") != 1 || len(sys.Live()) != 2 {
+	if metrics.Counter("collector/0", "shards_declared_dead") != 1 || len(sys.Live()) != 2 {
 		t.Fatalf("shard 1 not declared dead: live %v", sys.Live())
 	}
 	if onVictim == 0 {
@@ -289,7 +291,7 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 // Binds that fail (the apiserver refuses, a transient error) are conflicts: the collector
 // requeues the pod, a later attempt binds it, nothing is dropped or bound twice.
 func TestSystemFakeBindFailuresRequeued(t *testing.T) {
-	ResetMetrics()
+	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 6 {
 		objs = append(objs, FakeNode(fmt.Sprintf("f-%d", i), 4000, 8192, 110, nil))
@@ -320,12 +322,12 @@ func TestSystemFakeBindFailuresRequeued(t *testing.T) {
 	if bound != 30 {
 		t.Fatalf("%d of 30 bound", bound)
 	}
-	if c := Counter("collector/0", "conflicts"); c < 20 {
+	if c := metrics.Counter("collector/0", "conflicts"); c < 20 {
 		t.Fatalf("%d conflicts requeued, want ≥ 20 injected bind failures", c)
 	}
 	// The shard counts a bind after the apiserver answered it, so the last count may trail the
 	// binding the watch already showed by a moment; it must settle at exactly 30.
-	binds := func() int64 { return Counter("shard/0", "bound") + Counter("shard/1", "bound") }
+	binds := func() int64 { return metrics.Counter("shard/0", "bound") + metrics.Counter("shard/1", "bound") }
 	for deadline := time.Now().Add(2 * time.Second); binds() < 30 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}

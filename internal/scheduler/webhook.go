@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meganode/meganode/internal/pki"
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // WebhookPath is where the validating admission webhook is served.
@@ -34,7 +35,7 @@ const maxReviewBytes = 8 << 20
 type WebhookHandler struct {
 	Names map[string]bool // served spec.schedulerName values
 	Take  func(p *corev1.Pod)
-	m     *counters
+	m     *metrics.Counters
 }
 
 // NewWebhookHandler serves schedulerNames (comma-separated, as Config.SchedulerName).
@@ -43,12 +44,12 @@ func NewWebhookHandler(schedulerNames string, take func(p *corev1.Pod)) *Webhook
 	for _, n := range strings.Split(schedulerNames, ",") {
 		names[strings.TrimSpace(n)] = true
 	}
-	return &WebhookHandler{Names: names, Take: take, m: metricsFor("webhook")}
+	return &WebhookHandler{Names: names, Take: take, m: metrics.For("webhook")}
 }
 
 func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	t0 := time.Now()
-	h.m.add("requests", 1)
+	h.m.Add("requests", 1)
 	if r.Method != http.MethodPost {
 		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
 		return
@@ -65,18 +66,18 @@ func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		err = errors.New("no request in the AdmissionReview")
 	}
 	if err != nil {
-		h.m.add("bad_requests", 1)
+		h.m.Add("bad_requests", 1)
 		http.Error(w, "bad AdmissionReview: "+err.Error(), http.StatusBadRequest)
 		return
 	}
-	h.m.add(h.take(review.Request), 1)
+	h.m.Add(h.take(review.Request), 1)
 	out := admissionv1.AdmissionReview{
 		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
 		Response: &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true},
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(&out)
-	h.m.observe("review", time.Since(t0))
+	h.m.Observe("review", time.Since(t0))
 }
 
 // take returns what happened to the request (the counter it bumps).
@@ -231,7 +232,7 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 		}
 		peers[i] = c
 	}
-	m := metricsFor("webhook")
+	m := metrics.For("webhook")
 	h := NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
 		to := CollectorOf(p.Namespace, p.Name, max(cfg.Collectors, 1))
 		if to == rc.Index {
@@ -242,17 +243,17 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 		frame, err := EncodeFrame(Header{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Collector: to,
 			SentNanos: time.Now().UnixNano()}, p)
 		if peer == nil || err != nil {
-			m.add("forward_errors", 1)
+			m.Add("forward_errors", 1)
 			return
 		}
 		go func() {
 			fctx, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			if err := peer.Send(fctx, frame); err != nil {
-				m.add("forward_errors", 1)
+				m.Add("forward_errors", 1)
 				return
 			}
-			m.add("forwarded_out", 1)
+			m.Add("forwarded_out", 1)
 		}()
 	})
 	if err := serveWebhookLogged(ctx, cfg, h); err != nil {
@@ -264,21 +265,21 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 // forwardedPods is a collector's FrameSink: pods a peer's webhook forwarded here.
 type forwardedPods struct {
 	in *Intake
-	m  *counters
+	m  *metrics.Counters
 }
 
 func (f forwardedPods) Send(_ context.Context, frame []byte) error {
 	h, b, err := SplitFrame(frame)
 	if err != nil {
-		f.m.add("forward_errors", 1)
+		f.m.Add("forward_errors", 1)
 		return nil
 	}
 	p, err := DecodePod(b)
 	if err != nil || h.Collector != f.in.Index() {
-		f.m.add("forward_errors", 1)
+		f.m.Add("forward_errors", 1)
 		return nil
 	}
-	f.m.add("forwarded_in", 1)
+	f.m.Add("forwarded_in", 1)
 	f.in.Offer(p)
 	return nil
 }

@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/mem"
+
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // The wire: gRPC without protoc. A codec passes []byte frames through untouched (relays never
@@ -112,10 +114,10 @@ func (s *grpcServer) control(stream grpc.ServerStream) error {
 		case m.D != nil && s.n.Decisions != nil:
 			err = s.n.Decisions.Decide(ctx, *m.D)
 		default:
-			metricsFor("wire").add("misrouted_control", 1)
+			metrics.For("wire").Add("misrouted_control", 1)
 		}
 		if err != nil {
-			metricsFor("wire").add("control_errors", 1)
+			metrics.For("wire").Add("control_errors", 1)
 		}
 	}
 }
@@ -217,7 +219,7 @@ func (c *Client) pump(ctx context.Context, method string, q chan []byte) {
 				}
 			}
 		}
-		metricsFor("wire").add("stream_errors", 1)
+		metrics.For("wire").Add("stream_errors", 1)
 		select {
 		case <-ctx.Done():
 			return

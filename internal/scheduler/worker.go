@@ -67,9 +67,9 @@ func (s *Shard) place(ctx context.Context, w *evaluator, h Header, pod *corev1.P
 			return s.placeLocked(ctx, h, pod, res)
 		}
 		s.mu.Unlock()
-		s.m.add("parallel_conflicts", 1)
+		s.m.Add("parallel_conflicts", 1)
 	}
-	s.m.add("parallel_serialised", 1)
+	s.m.Add("parallel_serialised", 1)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return s.placeLocked(ctx, h, pod, s.evaluateWith(ctx, s.main, pod))
@@ -105,7 +105,7 @@ func (s *Shard) stillFitsLocked(ctx context.Context, w *evaluator, pod *corev1.P
 	if ni.GetGeneration() == res.gen {
 		return true
 	}
-	s.m.add("reserve_rechecks", 1)
+	s.m.Add("reserve_rechecks", 1)
 	return s.stillBestLocked(ctx, w, pod, res.state, ni, res.plugin, res.score)
 }
 

@@ -20,6 +20,7 @@ import (
 
 	"github.com/meganode/meganode/internal/cluster"
 	msched "github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/metrics"
 )
 
 // The same constrained workload through the stock kube-scheduler and the meganode scheduler on
@@ -426,11 +427,11 @@ func TestConstraintsLikeStockScheduler(t *testing.T) {
 	checkNoOvercommit(t, ctx, cs)
 	var global, ghosts int64
 	for i := range shards {
-		global += msched.Counter(fmt.Sprintf("shard/%d", i), "global_evaluated")
-		ghosts += msched.Counter(fmt.Sprintf("shard/%d", i), "ghosts")
+		global += metrics.Counter(fmt.Sprintf("shard/%d", i), "global_evaluated")
+		ghosts += metrics.Counter(fmt.Sprintf("shard/%d", i), "ghosts")
 	}
 	t.Logf("meganode: %d evaluations on the global view, %d attempts parked behind their constraint group, "+
-		"%d placements taken from frames before the informer had them", global, msched.Counter("intake/0", "parked"), ghosts)
+		"%d placements taken from frames before the informer had them", global, metrics.Counter("intake/0", "parked"), ghosts)
 }
 
 func mapsEqual(a, b map[string]int) bool {

@@ -1,4 +1,4 @@
-package scheduler
+package metrics
 
 import "syscall"
 
@@ -11,4 +11,10 @@ func (runtimeRusage) cpu() float64 {
 		return 0
 	}
 	return float64(ru.Utime.Sec+ru.Stime.Sec) + float64(ru.Utime.Usec+ru.Stime.Usec)/1e6
+}
+
+// CPUSeconds is user+system CPU seconds of this process so far.
+func CPUSeconds() float64 {
+	var ru runtimeRusage
+	return ru.cpu()
 }

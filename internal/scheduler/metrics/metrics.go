@@ -1,4 +1,8 @@
-package scheduler
+// Package metrics holds the scheduler's counters and latency histograms, one set per component
+// ("shard/3", "collector/0", "intake/1", "relay/d0-0", "webhook", "wire"), exported as text on
+// /metrics and read by the simulator and the tests. Every role records into it, so it sits below
+// all of them.
+package metrics
 
 import (
 	"fmt"
@@ -11,25 +15,27 @@ import (
 	"github.com/meganode/meganode/internal/bench"
 )
 
-// counters are one component's named counters and latency histograms (e.g. "shard/3",
+// Counters are one component's named counters and latency histograms (e.g. "shard/3",
 // "collector/0"). Everything is exported as text on /metrics and printed by `simulate`.
-type counters struct {
+type Counters struct {
 	mu    sync.Mutex
 	c     map[string]*atomic.Int64
 	hists map[string]*bench.Histogram
 }
 
-var registry sync.Map // name → *counters
+var registry sync.Map // name → *Counters
 
-func metricsFor(name string) *counters {
+// For returns the counters of a component, creating them on first use.
+func For(name string) *Counters {
 	if v, ok := registry.Load(name); ok {
-		return v.(*counters)
+		return v.(*Counters)
 	}
-	v, _ := registry.LoadOrStore(name, &counters{c: map[string]*atomic.Int64{}, hists: map[string]*bench.Histogram{}})
-	return v.(*counters)
+	v, _ := registry.LoadOrStore(name, &Counters{c: map[string]*atomic.Int64{}, hists: map[string]*bench.Histogram{}})
+	return v.(*Counters)
 }
 
-func (m *counters) add(k string, d int64) {
+// Add adds d to counter k.
+func (m *Counters) Add(k string, d int64) {
 	m.mu.Lock()
 	v, ok := m.c[k]
 	if !ok {
@@ -40,7 +46,7 @@ func (m *counters) add(k string, d int64) {
 	v.Add(d)
 }
 
-func (m *counters) get(k string) int64 {
+func (m *Counters) get(k string) int64 {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if v, ok := m.c[k]; ok {
@@ -49,7 +55,8 @@ func (m *counters) get(k string) int64 {
 	return 0
 }
 
-func (m *counters) observe(k string, d time.Duration) {
+// Observe records d in histogram k.
+func (m *Counters) Observe(k string, d time.Duration) {
 	m.mu.Lock()
 	h, ok := m.hists[k]
 	if !ok {
@@ -60,7 +67,8 @@ func (m *counters) observe(k string, d time.Duration) {
 	m.mu.Unlock()
 }
 
-func (m *counters) hist(k string) bench.Latency {
+// Hist summarises histogram k (zero if nothing was observed).
+func (m *Counters) Hist(k string) bench.Latency {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if h, ok := m.hists[k]; ok {
@@ -70,18 +78,18 @@ func (m *counters) hist(k string) bench.Latency {
 }
 
 // Counter returns a counter of a component (tests and reports).
-func Counter(component, name string) int64 { return metricsFor(component).get(name) }
+func Counter(component, name string) int64 { return For(component).get(name) }
 
-// ResetMetrics clears every counter (simulator runs, tests).
-func ResetMetrics() { registry.Range(func(k, _ any) bool { registry.Delete(k); return true }) }
+// Reset clears every counter (simulator runs, tests).
+func Reset() { registry.Range(func(k, _ any) bool { registry.Delete(k); return true }) }
 
-// WriteMetrics writes every counter and histogram in the Prometheus text format.
-func WriteMetrics(w io.Writer) {
+// Write writes every counter and histogram in the Prometheus text format.
+func Write(w io.Writer) {
 	var names []string
 	registry.Range(func(k, _ any) bool { names = append(names, k.(string)); return true })
 	sort.Strings(names)
 	for _, n := range names {
-		m := metricsFor(n)
+		m := For(n)
 		m.mu.Lock()
 		var keys []string
 		for k := range m.c {
@@ -105,3 +113,6 @@ func WriteMetrics(w io.Writer) {
 		m.mu.Unlock()
 	}
 }
+
+// Micros is d in microseconds (the unit of the measured costs).
+func Micros(d time.Duration) float64 { return float64(d) / 1e3 }
