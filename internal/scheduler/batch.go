@@ -12,6 +12,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Batches: pods of one equivalence class placed from one Filter + Score pass.
@@ -57,7 +59,7 @@ var (
 
 // heldBatch is a batch proposal awaiting its decision.
 type heldBatch struct {
-	hdr   Header
+	hdr   wire.Header
 	pods  [][]byte // members' encoded pods, by member index
 	rep   *corev1.Pod
 	fw    framework.Framework // the framework whose Reserve ran for the slots
@@ -73,13 +75,13 @@ type batchSlot struct {
 }
 
 // handleBatch evaluates a batch frame and proposes its slots.
-func (s *Shard) handleBatch(ctx context.Context, w *evaluator, h Header, body []byte, t0 time.Time) {
-	bodies, err := SplitBatch(body, len(h.Batch))
+func (s *Shard) handleBatch(ctx context.Context, w *evaluator, h wire.Header, body []byte, t0 time.Time) {
+	bodies, err := wire.SplitBatch(body, len(h.Batch))
 	if err != nil {
 		s.m.Add("bad_frames", 1)
 		return
 	}
-	rep, err := DecodePod(bodies[0])
+	rep, err := wire.DecodePod(bodies[0])
 	if err != nil {
 		s.m.Add("bad_frames", 1)
 		return
@@ -91,12 +93,12 @@ func (s *Shard) handleBatch(ctx context.Context, w *evaluator, h Header, body []
 	s.m.Add("batch_frames", 1)
 	s.m.Add("batch_pods", int64(len(h.Batch)))
 	s.m.Add("batch_slots", int64(len(hb.slots)))
-	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Feasible: len(hb.slots) > 0, Reason: reason}
+	p := wire.Proposal{Key: h.Key(), Shard: s.cfg.Index, Feasible: len(hb.slots) > 0, Reason: reason}
 	if p.Feasible {
 		p.Node, p.Score = hb.slots[0].node, hb.slots[0].score
-		p.Slots = make([]Slot, len(hb.slots))
+		p.Slots = make([]wire.Slot, len(hb.slots))
 		for i, sl := range hb.slots {
-			p.Slots[i] = Slot{Node: sl.node, Score: sl.score}
+			p.Slots[i] = wire.Slot{Node: sl.node, Score: sl.score}
 		}
 		s.held.Store(h.Key(), hb)
 	}
@@ -288,7 +290,7 @@ func rescore(old, fresh []fwk.PluginScore) ([]fwk.PluginScore, int64) {
 
 // placeholderPod stands for slot j of a batch in the cache until the collector decides: a
 // shallow copy of the representative (the cache only reads it) with a UID of its own.
-func placeholderPod(rep *corev1.Pod, h Header, j int, node string) *corev1.Pod {
+func placeholderPod(rep *corev1.Pod, h wire.Header, j int, node string) *corev1.Pod {
 	p := *rep
 	p.UID = types.UID(fmt.Sprintf("%s#%d", h.UID, j))
 	p.Name = fmt.Sprintf("%s#%d", rep.Name, j)
@@ -334,7 +336,7 @@ func (s *Shard) releaseBatch(ctx context.Context, hb *heldBatch, from int) {
 
 // decideBatch binds the members the collector assigned to this shard's first slots and
 // releases the rest.
-func (s *Shard) decideBatch(ctx context.Context, d Decision, hb *heldBatch) error {
+func (s *Shard) decideBatch(ctx context.Context, d wire.Decision, hb *heldBatch) error {
 	m := min(len(d.Assign), len(hb.slots))
 	if m == 0 {
 		s.m.Add("denied", 1)
@@ -347,15 +349,15 @@ func (s *Shard) decideBatch(ctx context.Context, d Decision, hb *heldBatch) erro
 		if idx < 0 || idx >= len(hb.hdr.Batch) {
 			continue
 		}
-		pod, err := DecodePod(hb.pods[idx])
+		pod, err := wire.DecodePod(hb.pods[idx])
 		if err != nil {
 			continue
 		}
 		mb := hb.hdr.Batch[idx]
-		hdr := Header{UID: mb.UID, Namespace: hb.hdr.Namespace, Name: mb.Name, Attempt: mb.Attempt, Collector: d.Collector}
+		hdr := wire.Header{UID: mb.UID, Namespace: hb.hdr.Namespace, Name: mb.Name, Attempt: mb.Attempt, Collector: d.Collector}
 		held[j] = &heldPod{pod: pod, node: hb.slots[j].node, hdr: hdr, since: time.Now(), state: hb.slots[j].state, fw: hb.fw}
 	}
-	var failed []CommitResult
+	var failed []wire.CommitResult
 	s.mu.Lock()
 	for j := range hb.slots {
 		s.forgetSlotLocked(ctx, hb, &hb.slots[j])
@@ -375,7 +377,7 @@ func (s *Shard) decideBatch(ctx context.Context, d Decision, hb *heldBatch) erro
 	for j := range m {
 		if h := held[j]; h != nil {
 			s.m.Add("allowed", 1)
-			if err := s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.commit(ctx, h) }); err != nil {
+			if err := s.inBackground(ctx, d.Collector, func(ctx context.Context) wire.CommitResult { return s.commit(ctx, h) }); err != nil {
 				s.release(ctx, h)
 			}
 		} else if j < len(d.Assign) {

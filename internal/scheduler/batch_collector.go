@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // decideBatch is decide for a batch (c.mu held; releases it). The shards' slot lists are
@@ -62,7 +64,7 @@ func (c *Collector) decideBatch(ctx context.Context, a *attempt, now time.Time, 
 		if !p.Feasible {
 			continue
 		}
-		d := Decision{Key: a.key, Allow: len(assign[s]) > 0, Collector: c.cfg.Index, Assign: assign[s]}
+		d := wire.Decision{Key: a.key, Allow: len(assign[s]) > 0, Collector: c.cfg.Index, Assign: assign[s]}
 		if err := c.send(context.WithoutCancel(ctx), s, d); err != nil && d.Allow {
 			for _, mi := range assign[s] {
 				key := a.members[mi]

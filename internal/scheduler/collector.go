@@ -10,15 +10,16 @@ import (
 	"time"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // CollectorConfig configures one collector.
 type CollectorConfig struct {
 	Index    int
-	Shards   map[int]DecisionSink // by shard id
-	Live     func() []int         // current live shard ids
-	Fraction float64              // decide once this fraction of live shards answered (default 1)
-	Deadline time.Duration        // …or this long after the first answer (default 250ms)
+	Shards   map[int]wire.DecisionSink // by shard id
+	Live     func() []int              // current live shard ids
+	Fraction float64                   // decide once this fraction of live shards answered (default 1)
+	Deadline time.Duration             // …or this long after the first answer (default 250ms)
 	// HardDeadline: with no feasible answer yet, wait this long after the first answer for the
 	// rest (default 4×Deadline).
 	HardDeadline time.Duration
@@ -33,19 +34,19 @@ type CollectorConfig struct {
 	// DeadAfter: a live shard silent this long while others answer is reported dead (0: never).
 	DeadAfter   time.Duration
 	OnShardDead func(shard int)
-	Requeue     func(key AttemptKey, delay time.Duration, why string) // intake retries with Attempt+1
-	Finished    func(key AttemptKey, node string, bound bool)         // bound, or gone
-	Decided     func(key AttemptKey)                                  // the attempt left the gather stage (frees an in-flight slot)
+	Requeue     func(key wire.AttemptKey, delay time.Duration, why string) // intake retries with Attempt+1
+	Finished    func(key wire.AttemptKey, node string, bound bool)         // bound, or gone
+	Decided     func(key wire.AttemptKey)                                  // the attempt left the gather stage (frees an in-flight slot)
 }
 
 type attempt struct {
-	key       AttemptKey
-	targets   []int        // the shards the frame went to (nil: every live shard)
-	members   []AttemptKey // a batch's pods (nil: one pod, key)
-	sig       uint64       // node-constraint signature (scatter.go), for the feasibility estimate
+	key       wire.AttemptKey
+	targets   []int             // the shards the frame went to (nil: every live shard)
+	members   []wire.AttemptKey // a batch's pods (nil: one pod, key)
+	sig       uint64            // node-constraint signature (scatter.go), for the feasibility estimate
 	expected  time.Time
 	first     time.Time
-	got       map[int]Proposal
+	got       map[int]wire.Proposal
 	decided   bool
 	feasible  bool
 	timer     *time.Timer
@@ -58,9 +59,9 @@ type attempt struct {
 type Collector struct {
 	cfg      CollectorConfig
 	mu       sync.Mutex
-	pending  map[AttemptKey]*attempt
-	decided  map[AttemptKey]time.Time // recently decided: late answers are counted, not acted on
-	commits  map[AttemptKey]*time.Timer
+	pending  map[wire.AttemptKey]*attempt
+	decided  map[wire.AttemptKey]time.Time // recently decided: late answers are counted, not acted on
+	commits  map[wire.AttemptKey]*time.Timer
 	misses   map[int]int
 	awaited  map[int]bool // shards with misses ≥ AwaitAfterMisses
 	heard    map[int]time.Time
@@ -89,23 +90,23 @@ func NewCollector(cfg CollectorConfig) *Collector {
 	if cfg.AwaitAfterMisses <= 0 {
 		cfg.AwaitAfterMisses = 3
 	}
-	return &Collector{cfg: cfg, pending: map[AttemptKey]*attempt{}, decided: map[AttemptKey]time.Time{},
-		commits: map[AttemptKey]*time.Timer{}, misses: map[int]int{}, awaited: map[int]bool{}, heard: map[int]time.Time{},
+	return &Collector{cfg: cfg, pending: map[wire.AttemptKey]*attempt{}, decided: map[wire.AttemptKey]time.Time{},
+		commits: map[wire.AttemptKey]*time.Timer{}, misses: map[int]int{}, awaited: map[int]bool{}, heard: map[int]time.Time{},
 		m: metrics.For(fmt.Sprintf("collector/%d", cfg.Index)), sc: newScatterState()}
 }
 
 // Expect registers an attempt sent to every live shard (see ExpectScatter).
-func (c *Collector) Expect(key AttemptKey, unsched int) {
+func (c *Collector) Expect(key wire.AttemptKey, unsched int) {
 	c.ExpectScatter(Expectation{Key: key, Unsched: unsched})
 }
 
 // Expectation describes an attempt about to be scattered.
 type Expectation struct {
-	Key     AttemptKey
-	Unsched int          // unschedulable rounds so far (backoff)
-	Targets []int        // shards the frame goes to (nil: every live shard)
-	Members []AttemptKey // a batch's pods (nil: a single pod)
-	Sig     uint64       // node-constraint signature (scatter.go)
+	Key     wire.AttemptKey
+	Unsched int               // unschedulable rounds so far (backoff)
+	Targets []int             // shards the frame goes to (nil: every live shard)
+	Members []wire.AttemptKey // a batch's pods (nil: a single pod)
+	Sig     uint64            // node-constraint signature (scatter.go)
 }
 
 // ExpectScatter registers an attempt before its frame is scattered, so that an attempt no
@@ -113,7 +114,7 @@ type Expectation struct {
 func (c *Collector) ExpectScatter(e Expectation) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a := &attempt{key: e.Key, expected: time.Now(), got: map[int]Proposal{}, unsched: e.Unsched, targets: e.Targets,
+	a := &attempt{key: e.Key, expected: time.Now(), got: map[int]wire.Proposal{}, unsched: e.Unsched, targets: e.Targets,
 		members: e.Members, sig: e.Sig}
 	a.hardTimer = time.AfterFunc(c.cfg.NoAnswerTimeout, func() { c.timeout(e.Key, true) })
 	c.pending[e.Key] = a
@@ -124,7 +125,7 @@ func (c *Collector) ExpectScatter(e Expectation) {
 }
 
 // Propose implements ProposalSink.
-func (c *Collector) Propose(ctx context.Context, p Proposal) error {
+func (c *Collector) Propose(ctx context.Context, p wire.Proposal) error {
 	c.mu.Lock()
 	now := time.Now()
 	c.heard[p.Shard] = now
@@ -139,7 +140,7 @@ func (c *Collector) Propose(ctx context.Context, p Proposal) error {
 			c.m.Add("unknown_proposals", 1)
 		}
 		if p.Feasible || p.Preemption != nil {
-			c.send(ctx, p.Shard, Decision{Key: p.Key, Allow: false, Collector: c.cfg.Index})
+			c.send(ctx, p.Shard, wire.Decision{Key: p.Key, Allow: false, Collector: c.cfg.Index})
 		}
 		return nil
 	}
@@ -191,7 +192,7 @@ func (a *attempt) targeted(s int) bool {
 	return a.targets == nil || slices.Contains(a.targets, s)
 }
 
-func (c *Collector) timeout(key AttemptKey, hard bool) {
+func (c *Collector) timeout(key wire.AttemptKey, hard bool) {
 	c.mu.Lock()
 	a, ok := c.pending[key]
 	if !ok || a.decided {
@@ -247,7 +248,7 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 		}
 	}
 	winner, ties := -1, 0
-	var best Proposal
+	var best wire.Proposal
 	for _, s := range live {
 		p, ok := a.got[s]
 		if !ok || !p.Feasible {
@@ -299,7 +300,7 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 	if len(deny) > 0 {
 		go func() { // one goroutine per decision, not per loser
 			for _, s := range deny {
-				_ = c.send(ctx, s, Decision{Key: a.key, Allow: false, Collector: c.cfg.Index})
+				_ = c.send(ctx, s, wire.Decision{Key: a.key, Allow: false, Collector: c.cfg.Index})
 			}
 		}()
 	}
@@ -326,7 +327,7 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 	} else {
 		c.m.Add("allowed", 1)
 	}
-	if err := c.send(context.WithoutCancel(ctx), winner, Decision{Key: a.key, Allow: true, Collector: c.cfg.Index, Preempt: preempt}); err != nil {
+	if err := c.send(context.WithoutCancel(ctx), winner, wire.Decision{Key: a.key, Allow: true, Collector: c.cfg.Index, Preempt: preempt}); err != nil {
 		c.mu.Lock()
 		if t, ok := c.commits[a.key]; ok {
 			t.Stop()
@@ -337,7 +338,7 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 	}
 }
 
-func (c *Collector) send(ctx context.Context, shard int, d Decision) error {
+func (c *Collector) send(ctx context.Context, shard int, d wire.Decision) error {
 	sink, ok := c.cfg.Shards[shard]
 	if !ok {
 		return fmt.Errorf("unknown shard %d", shard)
@@ -345,14 +346,14 @@ func (c *Collector) send(ctx context.Context, shard int, d Decision) error {
 	return sink.Decide(ctx, d)
 }
 
-func (c *Collector) requeue(key AttemptKey, delay time.Duration, why string) {
+func (c *Collector) requeue(key wire.AttemptKey, delay time.Duration, why string) {
 	c.m.Add("requeued", 1)
 	if c.cfg.Requeue != nil {
 		c.cfg.Requeue(key, delay, why)
 	}
 }
 
-func (c *Collector) commitTimeout(key AttemptKey) {
+func (c *Collector) commitTimeout(key wire.AttemptKey) {
 	c.mu.Lock()
 	_, ok := c.commits[key]
 	delete(c.commits, key)
@@ -364,7 +365,7 @@ func (c *Collector) commitTimeout(key AttemptKey) {
 }
 
 // Result implements ProposalSink: the winner's bind outcome.
-func (c *Collector) Result(_ context.Context, r CommitResult) error {
+func (c *Collector) Result(_ context.Context, r wire.CommitResult) error {
 	c.mu.Lock()
 	t, ok := c.commits[r.Key]
 	if ok {

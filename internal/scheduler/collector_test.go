@@ -7,33 +7,34 @@ import (
 	"time"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 type recShard struct {
 	mu sync.Mutex
-	d  []Decision
+	d  []wire.Decision
 }
 
-func (r *recShard) Decide(_ context.Context, d Decision) error {
+func (r *recShard) Decide(_ context.Context, d wire.Decision) error {
 	r.mu.Lock()
 	r.d = append(r.d, d)
 	r.mu.Unlock()
 	return nil
 }
 
-func (r *recShard) decisions() []Decision {
+func (r *recShard) decisions() []wire.Decision {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return append([]Decision(nil), r.d...)
+	return append([]wire.Decision(nil), r.d...)
 }
 
 type requeueRec struct {
 	mu   sync.Mutex
-	keys []AttemptKey
+	keys []wire.AttemptKey
 	why  []string
 }
 
-func (q *requeueRec) requeue(k AttemptKey, _ time.Duration, why string) {
+func (q *requeueRec) requeue(k wire.AttemptKey, _ time.Duration, why string) {
 	q.mu.Lock()
 	q.keys = append(q.keys, k)
 	q.why = append(q.why, why)
@@ -47,7 +48,7 @@ func (q *requeueRec) n() int {
 }
 
 func newTestCollector(shards int, fraction float64, deadline time.Duration) (*Collector, []*recShard, *requeueRec) {
-	sinks := map[int]DecisionSink{}
+	sinks := map[int]wire.DecisionSink{}
 	var recs []*recShard
 	for i := range shards {
 		r := &recShard{}
@@ -55,13 +56,13 @@ func newTestCollector(shards int, fraction float64, deadline time.Duration) (*Co
 		sinks[i] = r
 	}
 	q := &requeueRec{}
-	live := AllShards(shards)
+	live := wire.AllShards(shards)
 	c := NewCollector(CollectorConfig{Index: 0, Shards: sinks, Live: func() []int { return live }, Fraction: fraction,
 		Deadline: deadline, CommitTimeout: time.Second, NoAnswerTimeout: 300 * time.Millisecond, Requeue: q.requeue})
 	return c, recs, q
 }
 
-func allowed(recs []*recShard, k AttemptKey) []int {
+func allowed(recs []*recShard, k wire.AttemptKey) []int {
 	var out []int
 	for i, r := range recs {
 		for _, d := range r.decisions() {
@@ -88,11 +89,11 @@ func TestCollectorPicksBestScore(t *testing.T) {
 	metrics.Reset()
 	ctx := context.Background()
 	c, recs, _ := newTestCollector(3, 1, time.Second)
-	k := AttemptKey{UID: "a"}
+	k := wire.AttemptKey{UID: "a"}
 	c.Expect(k, 0)
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Node: "n0", Score: 50, Feasible: true})
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "n1", Score: 90, Feasible: true})
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 2, Feasible: false})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 50, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 90, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 2, Feasible: false})
 	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	if w := allowed(recs, k); w[0] != 1 {
 		t.Fatalf("winner %v, want shard 1 (score 90)", w)
@@ -109,10 +110,10 @@ func TestCollectorTiesAtRandom(t *testing.T) {
 	c, recs, _ := newTestCollector(2, 1, time.Second)
 	wins := map[int]int{}
 	for i := range 400 {
-		k := AttemptKey{UID: "t", Attempt: i}
+		k := wire.AttemptKey{UID: "t", Attempt: i}
 		c.Expect(k, 0)
-		_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Node: "a", Score: 7, Feasible: true})
-		_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "b", Score: 7, Feasible: true})
+		_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "a", Score: 7, Feasible: true})
+		_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "b", Score: 7, Feasible: true})
 		eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 		wins[allowed(recs, k)[0]]++
 	}
@@ -126,15 +127,15 @@ func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
 	ctx := context.Background()
 	// 4 shards, decide at 50%: two answers suffice; shard 3 answers late.
 	c, recs, _ := newTestCollector(4, 0.5, 80*time.Millisecond)
-	k := AttemptKey{UID: "s"}
+	k := wire.AttemptKey{UID: "s"}
 	c.Expect(k, 0)
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Node: "n0", Score: 10, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 10, Feasible: true})
 	if len(allowed(recs, k)) != 0 {
 		t.Fatal("decided with 1 of 4 answers at fraction 0.5")
 	}
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "n1", Score: 20, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 20, Feasible: true})
 	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 3, Node: "n3", Score: 99, Feasible: true}) // late
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 3, Node: "n3", Score: 99, Feasible: true}) // late
 	if metrics.Counter("shard/3", "late") != 1 {
 		t.Fatalf("late count for shard 3 = %d", metrics.Counter("shard/3", "late"))
 	}
@@ -142,11 +143,11 @@ func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
 
 	// Deadline: with fraction 1 and one shard silent, decide after the deadline anyway.
 	c2, recs2, _ := newTestCollector(3, 1, 60*time.Millisecond)
-	k2 := AttemptKey{UID: "d"}
+	k2 := wire.AttemptKey{UID: "d"}
 	c2.Expect(k2, 0)
 	began := time.Now()
-	_ = c2.Propose(ctx, Proposal{Key: k2, Shard: 0, Node: "n0", Score: 1, Feasible: true})
-	_ = c2.Propose(ctx, Proposal{Key: k2, Shard: 1, Feasible: false})
+	_ = c2.Propose(ctx, wire.Proposal{Key: k2, Shard: 0, Node: "n0", Score: 1, Feasible: true})
+	_ = c2.Propose(ctx, wire.Proposal{Key: k2, Shard: 1, Feasible: false})
 	eventually(t, func() bool { return len(allowed(recs2, k2)) == 1 })
 	if el := time.Since(began); el < 50*time.Millisecond {
 		t.Fatalf("decided after %s, before the deadline", el)
@@ -162,20 +163,20 @@ func TestCollectorWaitsForChronicStraggler(t *testing.T) {
 	c, recs, _ := newTestCollector(2, 0.5, 30*time.Millisecond)
 	// Shard 1 misses three decisions in a row…
 	for i := range 3 {
-		k := AttemptKey{UID: "x", Attempt: i}
+		k := wire.AttemptKey{UID: "x", Attempt: i}
 		c.Expect(k, 0)
-		_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Node: "n0", Score: 1, Feasible: true})
+		_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 1, Feasible: true})
 		eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	}
 	// …so the next decision waits for it, and its better node wins: it is not starved.
-	k := AttemptKey{UID: "x", Attempt: 3}
+	k := wire.AttemptKey{UID: "x", Attempt: 3}
 	c.Expect(k, 0)
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Node: "n0", Score: 1, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 1, Feasible: true})
 	time.Sleep(50 * time.Millisecond) // past the ordinary deadline
 	if len(allowed(recs, k)) != 0 {
 		t.Fatal("did not wait for the chronic straggler")
 	}
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "n1", Score: 5, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 5, Feasible: true})
 	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	if w := allowed(recs, k)[0]; w != 1 {
 		t.Fatalf("winner %d, want the straggler 1", w)
@@ -186,32 +187,32 @@ func TestCollectorConflictRequeuesNeverDrops(t *testing.T) {
 	metrics.Reset()
 	ctx := context.Background()
 	c, recs, q := newTestCollector(2, 1, time.Second)
-	k := AttemptKey{UID: "c"}
+	k := wire.AttemptKey{UID: "c"}
 	c.Expect(k, 0)
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Node: "n0", Score: 3, Feasible: true})
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "n1", Score: 1, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 3, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 1, Feasible: true})
 	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
-	_ = c.Result(ctx, CommitResult{Key: k, Shard: 0, Node: "n0", Conflict: true, Error: "node no longer fits"})
+	_ = c.Result(ctx, wire.CommitResult{Key: k, Shard: 0, Node: "n0", Conflict: true, Error: "node no longer fits"})
 	if q.n() != 1 || q.keys[0] != k {
 		t.Fatalf("conflict not requeued: %v", q.keys)
 	}
 	// Unschedulable everywhere: requeued too (with backoff), not dropped.
-	k2 := AttemptKey{UID: "u"}
+	k2 := wire.AttemptKey{UID: "u"}
 	c.Expect(k2, 0)
-	_ = c.Propose(ctx, Proposal{Key: k2, Shard: 0, Reason: "Insufficient cpu"})
-	_ = c.Propose(ctx, Proposal{Key: k2, Shard: 1, Reason: "Insufficient cpu"})
+	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 0, Reason: "Insufficient cpu"})
+	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 1, Reason: "Insufficient cpu"})
 	eventually(t, func() bool { return q.n() == 2 })
 	// Winner never reports: the commit timeout requeues.
-	k3 := AttemptKey{UID: "w"}
+	k3 := wire.AttemptKey{UID: "w"}
 	c.Expect(k3, 0)
-	_ = c.Propose(ctx, Proposal{Key: k3, Shard: 0, Node: "n0", Score: 3, Feasible: true})
-	_ = c.Propose(ctx, Proposal{Key: k3, Shard: 1, Feasible: false})
+	_ = c.Propose(ctx, wire.Proposal{Key: k3, Shard: 0, Node: "n0", Score: 3, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k3, Shard: 1, Feasible: false})
 	time.Sleep(1200 * time.Millisecond)
 	if q.n() != 3 {
 		t.Fatalf("commit timeout did not requeue: %v", q.why)
 	}
 	// Nobody answers at all: the hard deadline requeues.
 	c4, _, q4 := newTestCollector(2, 1, 20*time.Millisecond)
-	c4.Expect(AttemptKey{UID: "silent"}, 0)
+	c4.Expect(wire.AttemptKey{UID: "silent"}, 0)
 	eventually(t, func() bool { return q4.n() == 1 })
 }

@@ -8,6 +8,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // commit is the winner's half. The shard Reserved the node and assumed the pod when it
@@ -18,8 +20,8 @@ import (
 // pending, a Permit/PreBind plugin refuses, or the Binding fails. The collector's allow is
 // meganode's Permit; then the framework's own Permit, PreBind, Bind (DefaultBinder: the Binding
 // subresource through client-go) and PostBind run as in kube-scheduler.
-func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
-	r := CommitResult{Key: h.hdr.Key(), Shard: s.cfg.Index, Node: h.node}
+func (s *Shard) commit(ctx context.Context, h *heldPod) wire.CommitResult {
+	r := wire.CommitResult{Key: h.hdr.Key(), Shard: s.cfg.Index, Node: h.node}
 	t0 := time.Now()
 	defer func() { s.m.Observe("commit", time.Since(t0)) }()
 	state, assumed := h.state, h.assumed
@@ -30,7 +32,7 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 		r.Conflict, r.Error = true, "node moved to another shard"
 		return r
 	}
-	fail := func(st *fwk.Status, stage string) CommitResult {
+	fail := func(st *fwk.Status, stage string) wire.CommitResult {
 		s.release(ctx, h)
 		err := st.AsError()
 		switch {
@@ -67,10 +69,10 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) CommitResult {
 
 // reserveLocked Reserves h.node for h.pod and assumes the pod there (s.mu held). It re-runs
 // Filter on that node first only when called without a fresh cycle state.
-func (s *Shard) reserveLocked(ctx context.Context, h *heldPod) *CommitResult {
-	conflict := func(msg string) *CommitResult {
+func (s *Shard) reserveLocked(ctx context.Context, h *heldPod) *wire.CommitResult {
+	conflict := func(msg string) *wire.CommitResult {
 		s.m.Add("reserve_failures", 1)
-		return &CommitResult{Conflict: true, Error: msg}
+		return &wire.CommitResult{Conflict: true, Error: msg}
 	}
 	if h.state == nil {
 		if err := s.cache.UpdateSnapshot(s.logger, s.snapshot); err != nil {

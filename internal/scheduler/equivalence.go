@@ -10,6 +10,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Equivalence classes: pods with the same scheduling signature — same owner and same
@@ -113,7 +115,7 @@ func EquivalenceKey(ctx context.Context, fw framework.Framework, pod *corev1.Pod
 	b = binary.BigEndian.AppendUint32(b, uint32(len(owner)))
 	b = append(b, pod.Spec.SchedulerName...)
 	b = append(b, sig...)
-	h := Hash64(string(b))
+	h := wire.Hash64(string(b))
 	if h == 0 {
 		h = 1
 	}

@@ -12,6 +12,8 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // The global view: correct pod affinity, anti-affinity and topology spread across shards.
@@ -276,16 +278,6 @@ func (s *Shard) forgetGlobalLocked(assumed *corev1.Pod) {
 	}
 }
 
-// Placement is a pod the collector saw bound; frames of constrained pods carry the latest ones
-// (Header.Placed) so every shard's global view includes them even before its informer does.
-type Placement struct {
-	UID       string `json:"uid"`
-	Namespace string `json:"ns"`
-	Name      string `json:"name"`
-	Node      string `json:"node"`
-	Attempt   int    `json:"attempt"`
-}
-
 // notePlaced makes the global view hold the placements a frame carries: a stale reservation of
 // this shard for such a pod (its deny is still on the way) is released, and a pod the global
 // cache does not hold yet is assumed on its node as a ghost until the informer confirms it.
@@ -296,13 +288,13 @@ func (s *Shard) noteSeen(pod *corev1.Pod) {
 	}
 }
 
-func (s *Shard) notePlaced(ctx context.Context, placed []Placement) {
+func (s *Shard) notePlaced(ctx context.Context, placed []wire.Placement) {
 	gv := s.gv
 	if gv == nil || len(placed) == 0 {
 		return
 	}
 	for _, p := range placed {
-		k := AttemptKey{UID: p.UID, Attempt: p.Attempt}
+		k := wire.AttemptKey{UID: p.UID, Attempt: p.Attempt}
 		if v, ok := s.held.Load(k); ok && v.(*heldPod).node != p.Node {
 			if _, ok := s.held.LoadAndDelete(k); ok {
 				s.release(ctx, v.(*heldPod))

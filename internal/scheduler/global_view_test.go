@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Cross-shard pod affinity, anti-affinity and topology spread with 3 shards (global_view.go).
@@ -43,7 +44,7 @@ func newGVCluster(t *testing.T, perShard int, milliCPU func(shard, k int) int64,
 	var objs []runtime.Object
 	for i := 0; slices.Min(count) < perShard; i++ {
 		name := fmt.Sprintf("gv-%03d", i)
-		s := Owner(name, AllShards(gvShards))
+		s := wire.Owner(name, wire.AllShards(gvShards))
 		if count[s] == perShard {
 			continue
 		}

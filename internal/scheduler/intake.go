@@ -16,6 +16,7 @@ import (
 	"k8s.io/client-go/util/workqueue"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // IntakeConfig configures the watch intake of one collector.
@@ -24,8 +25,8 @@ type IntakeConfig struct {
 	SchedulerName string
 	Collector     int // this collector's index: it takes the pods CollectorOf maps to it
 	Collectors    int
-	Root          FrameSink // root of the relay tree
-	Workers       int       // parallel senders (default 4)
+	Root          wire.FrameSink // root of the relay tree
+	Workers       int            // parallel senders (default 4)
 	// InFlight bounds the attempts between send and decision (default 64). It keeps the shards
 	// in step: no shard can fall more than InFlight pods behind the fastest, so under a backlog
 	// they still answer within the collector's deadline instead of drifting apart (a lagging
@@ -43,7 +44,7 @@ type IntakeConfig struct {
 	// Scatter: send each pod to this many shards picked by the collector (scatter.go) straight
 	// through ShardSinks; ScatterAll or 0: every shard, through Root.
 	Scatter    int
-	ShardSinks map[int]FrameSink
+	ShardSinks map[int]wire.FrameSink
 	// Batch: at most this many pods of one equivalence class per frame (intake_batch.go); ≤ 1: off.
 	Batch int
 }
@@ -67,11 +68,11 @@ type Intake struct {
 	informers []cache.SharedIndexInformer // one field-selected watch per scheduler name
 	queue     workqueue.TypedDelayingInterface[string]
 	mu        sync.Mutex
-	state     map[string]*podState // by ns/name
-	uids      map[string]string    // uid → ns/name
-	window    chan struct{}        // InFlight slots
-	holding   map[AttemptKey]bool  // attempts holding a slot
-	names     map[string]bool      // spec.schedulerName values served
+	state     map[string]*podState     // by ns/name
+	uids      map[string]string        // uid → ns/name
+	window    chan struct{}            // InFlight slots
+	holding   map[wire.AttemptKey]bool // attempts holding a slot
+	names     map[string]bool          // spec.schedulerName values served
 	m         *metrics.Counters
 	hist      *metrics.Counters
 	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
@@ -92,7 +93,7 @@ func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 		cfg.InFlight = 64
 	}
 	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
-		window: make(chan struct{}, cfg.InFlight), holding: map[AttemptKey]bool{},
+		window: make(chan struct{}, cfg.InFlight), holding: map[wire.AttemptKey]bool{},
 		queue: workqueue.NewTypedDelayingQueue[string](), m: metrics.For(fmt.Sprintf("intake/%d", cfg.Collector))}
 	if cfg.Source == IntakeWebhook {
 		in.wh = newWebhookStore(cfg.Webhook)
@@ -190,7 +191,7 @@ func (in *Intake) forget(p *corev1.Pod) {
 }
 
 func (in *Intake) mine(p *corev1.Pod) bool {
-	return CollectorOf(p.Namespace, p.Name, max(in.cfg.Collectors, 1)) == in.cfg.Collector
+	return wire.CollectorOf(p.Namespace, p.Name, max(in.cfg.Collectors, 1)) == in.cfg.Collector
 }
 
 // Run starts the watch (or the webhook intake's reconcile loop) and the senders.
@@ -253,7 +254,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 		in.groups.drop(k)
 		return true
 	}
-	h := Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
+	h := wire.Header{UID: string(pod.UID), Namespace: pod.Namespace, Name: pod.Name, Attempt: st.attempt,
 		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
 	group := ""
 	if in.groups != nil {
@@ -287,7 +288,7 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 	}
 	in.mu.Unlock()
 
-	frame, err := EncodeFrame(h, pod)
+	frame, err := wire.EncodeFrame(h, pod)
 	if err != nil {
 		in.m.Add("encode_errors", 1)
 		in.groups.release(h.Key(), nil)
@@ -332,7 +333,7 @@ func (in *Intake) scatter(ctx context.Context, frame []byte, e Expectation, wide
 }
 
 // Requeue is the collector's CollectorConfig.Requeue: the attempt is over, try again later.
-func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
+func (in *Intake) Requeue(key wire.AttemptKey, delay time.Duration, why string) {
 	in.groups.release(key, nil)
 	in.mu.Lock()
 	name, ok := in.uids[key.UID]
@@ -365,7 +366,7 @@ func (in *Intake) Requeue(key AttemptKey, delay time.Duration, why string) {
 }
 
 // Decided is the collector's CollectorConfig.Decided: the attempt frees its in-flight slot.
-func (in *Intake) Decided(key AttemptKey) {
+func (in *Intake) Decided(key wire.AttemptKey) {
 	in.mu.Lock()
 	held := in.holding[key]
 	delete(in.holding, key)
@@ -376,9 +377,9 @@ func (in *Intake) Decided(key AttemptKey) {
 }
 
 // Finished is the collector's CollectorConfig.Finished: the pod is bound (or gone).
-func (in *Intake) Finished(key AttemptKey, node string, bound bool) {
+func (in *Intake) Finished(key wire.AttemptKey, node string, bound bool) {
 	if bound {
-		in.groups.release(key, &Placement{UID: key.UID, Attempt: key.Attempt, Node: node})
+		in.groups.release(key, &wire.Placement{UID: key.UID, Attempt: key.Attempt, Node: node})
 	} else {
 		in.groups.release(key, nil)
 	}

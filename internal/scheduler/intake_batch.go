@@ -7,6 +7,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // The intake's half of batching (batch.go has the shard's, batch_collector.go the collector's):
@@ -89,25 +91,25 @@ func (in *Intake) flushLoop(ctx context.Context) {
 // sendBatch encodes a batch frame (a single pod's frame for a batch of one) and scatters it.
 func (in *Intake) sendBatch(ctx context.Context, entries []batchEntry) bool {
 	first := entries[0]
-	h := Header{UID: string(first.pod.UID), Namespace: first.pod.Namespace, Name: first.pod.Name, Attempt: first.attempt,
+	h := wire.Header{UID: string(first.pod.UID), Namespace: first.pod.Namespace, Name: first.pod.Name, Attempt: first.attempt,
 		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
 	e := Expectation{Sig: nodeConstraintSig(first.pod)}
 	var frame []byte
 	var err error
 	if len(entries) == 1 {
-		frame, err = EncodeFrame(h, first.pod)
+		frame, err = wire.EncodeFrame(h, first.pod)
 	} else {
-		h.UID = BatchKeyPrefix + h.UID
+		h.UID = wire.BatchKeyPrefix + h.UID
 		pods := make([][]byte, len(entries))
 		for i, be := range entries {
-			h.Batch = append(h.Batch, BatchMember{UID: string(be.pod.UID), Name: be.pod.Name, Attempt: be.attempt})
-			e.Members = append(e.Members, AttemptKey{UID: string(be.pod.UID), Attempt: be.attempt})
+			h.Batch = append(h.Batch, wire.BatchMember{UID: string(be.pod.UID), Name: be.pod.Name, Attempt: be.attempt})
+			e.Members = append(e.Members, wire.AttemptKey{UID: string(be.pod.UID), Attempt: be.attempt})
 			if pods[i], err = be.pod.Marshal(); err != nil {
 				break
 			}
 		}
 		if err == nil {
-			frame, err = EncodeBatchFrame(h, pods)
+			frame, err = wire.EncodeBatchFrame(h, pods)
 		}
 		in.m.Add("batches", 1)
 		in.m.Add("batched_pods", int64(len(entries)))
@@ -115,7 +117,7 @@ func (in *Intake) sendBatch(ctx context.Context, entries []batchEntry) bool {
 	if err != nil {
 		in.m.Add("encode_errors", int64(len(entries)))
 		for _, be := range entries {
-			in.Requeue(AttemptKey{UID: string(be.pod.UID), Attempt: be.attempt}, 0, "encode: "+err.Error())
+			in.Requeue(wire.AttemptKey{UID: string(be.pod.UID), Attempt: be.attempt}, 0, "encode: "+err.Error())
 		}
 		return true
 	}
@@ -162,7 +164,7 @@ func batchClass(p *corev1.Pod) uint64 {
 		b = append(b, p.Labels[k]...)
 	}
 	b = append(b, sig...)
-	h := Hash64(string(b))
+	h := wire.Hash64(string(b))
 	if h == 0 {
 		h = 1
 	}

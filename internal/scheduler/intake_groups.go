@@ -6,6 +6,8 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Constraint groups: pods whose placement constrains each other (pod affinity/anti-affinity,
@@ -43,12 +45,12 @@ func constraintGroup(p *corev1.Pod) string {
 }
 
 type groupSlot struct {
-	podKey string     // ns/name of the pod holding or about to take the slot
-	key    AttemptKey // the attempt in flight (zero while handed to a woken pod)
+	podKey string          // ns/name of the pod holding or about to take the slot
+	key    wire.AttemptKey // the attempt in flight (zero while handed to a woken pod)
 }
 
 type placed struct {
-	Placement
+	wire.Placement
 	at time.Time
 }
 
@@ -69,7 +71,7 @@ func newGroupGate(wake func(string)) *groupGate {
 }
 
 // acquire takes group's slot for the attempt (true), or parks podKey until the slot is free.
-func (g *groupGate) acquire(group, podKey string, key AttemptKey) bool {
+func (g *groupGate) acquire(group, podKey string, key wire.AttemptKey) bool {
 	if g == nil {
 		return true
 	}
@@ -83,7 +85,7 @@ func (g *groupGate) acquire(group, podKey string, key AttemptKey) bool {
 	switch {
 	case sl == nil:
 		g.slots[group] = &groupSlot{podKey: podKey, key: key}
-	case sl.podKey == podKey && sl.key == (AttemptKey{}):
+	case sl.podKey == podKey && sl.key == (wire.AttemptKey{}):
 		sl.key = key // woken: the slot was handed to this pod
 	default:
 		if !g.parked[podKey] {
@@ -99,7 +101,7 @@ func (g *groupGate) acquire(group, podKey string, key AttemptKey) bool {
 // passOtherLocked: a pod handed the slot of a group it no longer belongs to passes it on.
 func (g *groupGate) passOtherLocked(podKey, group string) {
 	for gr, sl := range g.slots {
-		if gr != group && sl.podKey == podKey && sl.key == (AttemptKey{}) {
+		if gr != group && sl.podKey == podKey && sl.key == (wire.AttemptKey{}) {
 			g.handOnLocked(gr)
 		}
 	}
@@ -125,7 +127,7 @@ func (g *groupGate) handOnLocked(group string) {
 }
 
 // release ends an attempt (requeued or finished); bound pods are remembered as placements.
-func (g *groupGate) release(key AttemptKey, p *Placement) {
+func (g *groupGate) release(key wire.AttemptKey, p *wire.Placement) {
 	if g == nil {
 		return
 	}
@@ -161,14 +163,14 @@ func (g *groupGate) drop(podKey string) {
 }
 
 // placements are the recent placements a constrained pod's frame carries.
-func (g *groupGate) placements() []Placement {
+func (g *groupGate) placements() []wire.Placement {
 	if g == nil {
 		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	cut := time.Now().Add(-placedWindow)
-	var out []Placement
+	var out []wire.Placement
 	for _, p := range g.recent {
 		if p.at.After(cut) {
 			out = append(out, p.Placement)

@@ -7,12 +7,14 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 func TestGroupGateOneInFlightPerGroup(t *testing.T) {
 	var woken []string
 	g := newGroupGate(func(k string) { woken = append(woken, k) })
-	a0, b0, c0 := AttemptKey{UID: "a"}, AttemptKey{UID: "b"}, AttemptKey{UID: "c"}
+	a0, b0, c0 := wire.AttemptKey{UID: "a"}, wire.AttemptKey{UID: "b"}, wire.AttemptKey{UID: "c"}
 	if !g.acquire("ns", "ns/a", a0) {
 		t.Fatal("first pod of a group must go")
 	}
@@ -22,14 +24,14 @@ func TestGroupGateOneInFlightPerGroup(t *testing.T) {
 	if g.acquire("ns", "ns/b", b0) { // sent again while parked: still parked, listed once
 		t.Fatal("parked pod went")
 	}
-	if !g.acquire("", "ns/plain", AttemptKey{UID: "p"}) || !g.acquire("other", "other/x", AttemptKey{UID: "x"}) {
+	if !g.acquire("", "ns/plain", wire.AttemptKey{UID: "p"}) || !g.acquire("other", "other/x", wire.AttemptKey{UID: "x"}) {
 		t.Fatal("unconstrained pods and other groups must not wait")
 	}
-	g.release(AttemptKey{UID: "a", Attempt: 1}, nil) // a stale attempt frees nothing
+	g.release(wire.AttemptKey{UID: "a", Attempt: 1}, nil) // a stale attempt frees nothing
 	if len(woken) != 0 {
 		t.Fatalf("woken %v by a stale release", woken)
 	}
-	g.release(a0, &Placement{UID: "a", Node: "n1"})
+	g.release(a0, &wire.Placement{UID: "a", Node: "n1"})
 	if !slices.Equal(woken, []string{"ns/b"}) {
 		t.Fatalf("woken %v, want [ns/b]", woken)
 	}
@@ -44,7 +46,7 @@ func TestGroupGateOneInFlightPerGroup(t *testing.T) {
 		t.Fatal("c was handed the slot")
 	}
 	pl := g.placements()
-	if len(pl) != 1 || pl[0] != (Placement{UID: "a", Namespace: "ns", Name: "a", Node: "n1"}) {
+	if len(pl) != 1 || pl[0] != (wire.Placement{UID: "a", Namespace: "ns", Name: "a", Node: "n1"}) {
 		t.Fatalf("placements %+v", pl)
 	}
 	g.release(c0, nil) // requeued: no placement, nobody waiting
@@ -76,7 +78,7 @@ func TestNotePlacedGhost(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	sh.notePlaced(ctx, []Placement{{UID: string(p.UID), Namespace: "default", Name: "p", Node: "n2"}})
+	sh.notePlaced(ctx, []wire.Placement{{UID: string(p.UID), Namespace: "default", Name: "p", Node: "n2"}})
 	got, err := sh.gv.cache.GetPod(p)
 	if err != nil || got.Spec.NodeName != "n2" {
 		t.Fatalf("ghost: %v %v", got, err)

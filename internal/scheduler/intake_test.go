@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // The intake keeps at most InFlight attempts between scatter and decision; a decision frees a
@@ -17,7 +18,7 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &countSink{}
-	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
 	go func() { _ = in.Run(ctx) }()
 	for i := range 5 {
@@ -32,14 +33,14 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	// Decide the first one (unschedulable → requeue): a slot frees, the next pod goes out, and
 	// the requeued attempt comes back later as attempt 1.
 	root.mu.Lock()
-	h, _, _ := SplitFrame(root.last)
+	h, _, _ := wire.SplitFrame(root.last)
 	root.mu.Unlock()
 	in.Decided(h.Key())
 	in.Requeue(h.Key(), 0, "unschedulable: test")
 	eventually(t, func() bool { return root.n.Load() == 3 })
 	for range 4 {
 		col.mu.Lock()
-		var keys []AttemptKey
+		var keys []wire.AttemptKey
 		for k := range col.pending {
 			keys = append(keys, k)
 		}

@@ -9,6 +9,8 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Intake sources: the mode (IntakeConfig.Source, Config.Intake) and where a pod came from (the
@@ -116,7 +118,7 @@ func (in *Intake) dropLocked(k, why string) {
 
 // webhookFinished: no watch tells this intake that a pod left, so a bound pod is dropped here,
 // and a pod whose bind found it gone or already assigned is confirmed with a GET first.
-func (in *Intake) webhookFinished(key AttemptKey, bound bool) {
+func (in *Intake) webhookFinished(key wire.AttemptKey, bound bool) {
 	in.mu.Lock()
 	k, ok := in.uids[key.UID]
 	st := in.state[k]
@@ -137,7 +139,7 @@ func (in *Intake) webhookFinished(key AttemptKey, bound bool) {
 // confirmGone GETs a pod whose bind failed as gone: still unscheduled with the same UID → try
 // again; bound, deleted or replaced → drop. A NotFound within the grace may be a Binding that
 // raced the pod's own write, so it is asked again (100 ms, doubling) until the grace ends.
-func (in *Intake) confirmGone(key AttemptKey, k string, seen time.Time) {
+func (in *Intake) confirmGone(key wire.AttemptKey, k string, seen time.Time) {
 	ns, name, _ := strings.Cut(k, "/")
 	wait := 100 * time.Millisecond
 	for {

@@ -24,6 +24,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // review is an AdmissionReview for obj as kube-apiserver sends it (admission.k8s.io/v1, JSON).
@@ -298,7 +299,7 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 	toOne := 0
 	for i := range n {
 		pod := FakePod("default", fmt.Sprintf("fw-%02d", i), DefaultSchedulerName, 100, 64)
-		if CollectorOf(pod.Namespace, pod.Name, 2) == 1 {
+		if wire.CollectorOf(pod.Namespace, pod.Name, 2) == 1 {
 			toOne++
 		}
 		createPods(t, cs, pod)
@@ -332,7 +333,7 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &countSink{}
-	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, Source: IntakeWebhook,
 		Webhook: WebhookOptions{ReconcileEvery: time.Hour, ConfirmGrace: 500 * time.Millisecond}}, col)
 	go func() { _ = in.Run(ctx) }()
@@ -343,7 +344,7 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	}
 	waitFor(t, 2*time.Second, "two frames", func() bool { return root.n.Load() == 2 })
 	for _, p := range []*corev1.Pod{ghost, racer} {
-		k := AttemptKey{UID: string(p.UID)}
+		k := wire.AttemptKey{UID: string(p.UID)}
 		in.Decided(k)
 		in.Finished(k, "n1", false) // the Binding said NotFound
 	}
@@ -351,7 +352,7 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	createPods(t, cs, racer) // stored after its bind was tried
 	waitFor(t, 2*time.Second, "racer sent again", func() bool { return root.n.Load() == 3 })
 	root.mu.Lock()
-	h, _, _ := SplitFrame(root.last)
+	h, _, _ := wire.SplitFrame(root.last)
 	root.mu.Unlock()
 	if h.Name != "racer" || h.Attempt != 1 {
 		t.Fatalf("resent %s attempt %d, want racer attempt 1", h.Name, h.Attempt)
@@ -382,13 +383,13 @@ func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
 		<-release
 		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the snapshot before the bind
 	})
-	col := NewCollector(CollectorConfig{Shards: map[int]DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: &countSink{}, Source: IntakeWebhook}, col)
 	in.Offer(pod)
 	done := make(chan error)
 	go func() { done <- in.reconcile(context.Background()) }()
 	<-entered
-	in.Finished(AttemptKey{UID: string(pod.UID)}, "n1", true) // bound while the LIST runs
+	in.Finished(wire.AttemptKey{UID: string(pod.UID)}, "n1", true) // bound while the LIST runs
 	close(release)
 	if err := <-done; err != nil {
 		t.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // MeasureOpts says under which conditions a shard's cost is measured.
@@ -116,7 +117,7 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 		p := FakePod("m", fmt.Sprintf("m-pod-%d", i), DefaultSchedulerName, 50, 64)
 		p.UID = types.UID(fmt.Sprintf("m-uid-%d", i))
 		p.OwnerReferences = []metav1.OwnerReference{owner}
-		f, err := EncodeFrame(Header{UID: string(p.UID), Namespace: "m", Name: p.Name}, p)
+		f, err := wire.EncodeFrame(wire.Header{UID: string(p.UID), Namespace: "m", Name: p.Name}, p)
 		if err != nil {
 			return nil, err
 		}
@@ -130,11 +131,11 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 		for j := w; j < len(frames); j += o.Workers {
 			sh := shards[j%len(shards)]
 			t0 := time.Now()
-			h, pb, err := SplitFrame(frames[j])
+			h, pb, err := wire.SplitFrame(frames[j])
 			if err != nil {
 				return err
 			}
-			pod, err := DecodePod(pb)
+			pod, err := wire.DecodePod(pb)
 			if err != nil {
 				return err
 			}
@@ -220,7 +221,7 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		return nil, err
 	}
 	frame := func(b, size int) ([]byte, error) {
-		h := Header{Namespace: "m", Name: fmt.Sprintf("m-%d-0", b)}
+		h := wire.Header{Namespace: "m", Name: fmt.Sprintf("m-%d-0", b)}
 		var pods [][]byte
 		for i := range size {
 			p := FakePod("m", fmt.Sprintf("m-%d-%d", b, i), DefaultSchedulerName, 100, 64)
@@ -231,10 +232,10 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 				return nil, err
 			}
 			pods = append(pods, pb)
-			h.Batch = append(h.Batch, BatchMember{UID: string(p.UID), Name: p.Name})
+			h.Batch = append(h.Batch, wire.BatchMember{UID: string(p.UID), Name: p.Name})
 		}
-		h.UID = BatchKeyPrefix + h.Batch[0].UID
-		return EncodeBatchFrame(h, pods)
+		h.UID = wire.BatchKeyPrefix + h.Batch[0].UID
+		return wire.EncodeBatchFrame(h, pods)
 	}
 	// batchOnce plans batch b of size pods on its shard, decides it with every slot won and waits
 	// until the shard has bound them; it returns the plan's and the decision's wall times.
@@ -248,15 +249,15 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 			return 0, 0, err
 		}
 		t0 := time.Now()
-		h, body, err := SplitFrame(f)
+		h, body, err := wire.SplitFrame(f)
 		if err != nil {
 			return 0, 0, err
 		}
-		bodies, err := SplitBatch(body, len(h.Batch))
+		bodies, err := wire.SplitBatch(body, len(h.Batch))
 		if err != nil {
 			return 0, 0, err
 		}
-		rep, err := DecodePod(bodies[0])
+		rep, err := wire.DecodePod(bodies[0])
 		if err != nil {
 			return 0, 0, err
 		}
@@ -272,7 +273,7 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		for i := range assign {
 			assign[i] = i
 		}
-		if err := sh.decideBatch(ctx, Decision{Key: h.Key(), Allow: true, Assign: assign, Collector: -1}, hb); err != nil {
+		if err := sh.decideBatch(ctx, wire.Decision{Key: h.Key(), Allow: true, Assign: assign, Collector: -1}, hb); err != nil {
 			return 0, 0, err
 		}
 		giveUp := time.Now().Add(time.Minute) // a slot refused at the swap is never bound

@@ -1,7 +1,6 @@
 package scheduler
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -28,6 +27,8 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/defaultpreemption"
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Preemption across shards. kube-scheduler runs preemption as the DefaultPreemption PostFilter
@@ -65,32 +66,8 @@ import (
 // Why the plugin's pieces and not RunPostFilterPlugins: PostFilter would evict at once in every
 // shard that has a candidate, before anyone compared them.
 
-// PreemptionCost orders preemption candidates as kube-scheduler's pickOneNodeForPreemption
-// does, criterion by criterion: fewest PDB violations, lowest highest-victim priority, smallest
-// sum of victim priorities (each shifted by 2^31, as kube-scheduler does, so that the count of
-// negative-priority victims still weighs), fewest victims, latest start of the earliest-started
-// highest-priority victim.
-type PreemptionCost struct {
-	PDBViolations   int64 `json:"pdb"`
-	HighestPriority int32 `json:"highest"`
-	SumPriorities   int64 `json:"sum"`
-	Victims         int   `json:"victims"`
-	EarliestStart   int64 `json:"start"` // unix nanoseconds
-}
-
-// Compare is negative when c is cheaper than o, zero on a tie.
-func (c PreemptionCost) Compare(o PreemptionCost) int {
-	return cmp.Or(
-		cmp.Compare(c.PDBViolations, o.PDBViolations),
-		cmp.Compare(c.HighestPriority, o.HighestPriority),
-		cmp.Compare(c.SumPriorities, o.SumPriorities),
-		cmp.Compare(c.Victims, o.Victims),
-		cmp.Compare(o.EarliestStart, c.EarliestStart), // later start is cheaper
-	)
-}
-
-func preemptionCost(v *extenderv1.Victims) PreemptionCost {
-	c := PreemptionCost{PDBViolations: v.NumPDBViolations, HighestPriority: math.MinInt32, Victims: len(v.Pods)}
+func preemptionCost(v *extenderv1.Victims) wire.PreemptionCost {
+	c := wire.PreemptionCost{PDBViolations: v.NumPDBViolations, HighestPriority: math.MinInt32, Victims: len(v.Pods)}
 	for _, p := range v.Pods {
 		prio := podPriority(p)
 		c.HighestPriority = max(c.HighestPriority, prio)
@@ -102,22 +79,14 @@ func preemptionCost(v *extenderv1.Victims) PreemptionCost {
 	return c
 }
 
-// PreemptionCandidate is a shard's best preemption: evicting Victims (namespace/name, most
-// important first) from Node makes the pod fit there.
-type PreemptionCandidate struct {
-	Node    string         `json:"node"`
-	Cost    PreemptionCost `json:"cost"`
-	Victims []string       `json:"victims"`
-}
-
 // cheapestPreemption is the collector's choice when no shard has a feasible node: the live
 // shard with the cheapest candidate (random tie-break), or -1 — also when any shard says the
 // pod is still waiting for the victims of its earlier preemption, and when a live shard did not
 // answer: it may have a free node (evicting is only right when nothing fits anywhere) or a
 // cheaper candidate; the pod is retried instead.
-func cheapestPreemption(got map[int]Proposal, live []int) int {
+func cheapestPreemption(got map[int]wire.Proposal, live []int) int {
 	best, ties := -1, 0
-	var bc PreemptionCost
+	var bc wire.PreemptionCost
 	for _, s := range live {
 		p, ok := got[s]
 		if !ok {
@@ -209,7 +178,7 @@ func (s *Shard) initPreemption(ctx context.Context) error {
 
 // preemptAnswer is what a shard adds to an infeasible proposal.
 type preemptAnswer struct {
-	cand *PreemptionCandidate
+	cand *wire.PreemptionCandidate
 	wait bool
 }
 
@@ -293,7 +262,7 @@ func (s *Shard) preemptionLocked(ctx context.Context, pod *corev1.Pod) preemptAn
 	if best == nil || best.Name() == "" || len(best.Victims().Pods) == 0 {
 		return preemptAnswer{}
 	}
-	c := &PreemptionCandidate{Node: best.Name(), Cost: preemptionCost(best.Victims())}
+	c := &wire.PreemptionCandidate{Node: best.Name(), Cost: preemptionCost(best.Victims())}
 	for _, v := range best.Victims().Pods {
 		c.Victims = append(c.Victims, v.Namespace+"/"+v.Name)
 	}
@@ -333,12 +302,12 @@ func terminatingByPreemption(p *corev1.Pod) bool {
 }
 
 // startPreemption handles the collector's decision on a preemption proposal (Decide, allow).
-func (s *Shard) startPreemption(ctx context.Context, d Decision, h *heldPod) error {
+func (s *Shard) startPreemption(ctx context.Context, d wire.Decision, h *heldPod) error {
 	if !d.Preempt {
-		s.report(ctx, d.Collector, CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "allowed to bind a preemption proposal"})
+		s.report(ctx, d.Collector, wire.CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "allowed to bind a preemption proposal"})
 		return nil
 	}
-	return s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.preempt(ctx, h) })
+	return s.inBackground(ctx, d.Collector, func(ctx context.Context) wire.CommitResult { return s.preempt(ctx, h) })
 }
 
 // victimsLocked recomputes, from the current snapshot, the victims that make pod fit on node.
@@ -372,11 +341,11 @@ func (s *Shard) victimsLocked(ctx context.Context, pod *corev1.Pod, node string)
 }
 
 // preempt evicts the victims for h.pod on h.node (the collector chose this shard's candidate).
-func (s *Shard) preempt(ctx context.Context, h *heldPod) CommitResult {
-	r := CommitResult{Key: h.hdr.Key(), Shard: s.cfg.Index, Node: h.node}
+func (s *Shard) preempt(ctx context.Context, h *heldPod) wire.CommitResult {
+	r := wire.CommitResult{Key: h.hdr.Key(), Shard: s.cfg.Index, Node: h.node}
 	t0 := time.Now()
 	defer func() { s.m.Observe("preempt", time.Since(t0)) }()
-	conflict := func(msg string) CommitResult {
+	conflict := func(msg string) wire.CommitResult {
 		s.m.Add("preemption_conflicts", 1)
 		r.Conflict, r.Error = true, msg
 		return r

@@ -18,21 +18,22 @@ import (
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 func victimsOf(pods ...*corev1.Pod) *extenderv1.Victims { return &extenderv1.Victims{Pods: pods} }
 
 func TestPreemptionCostOrder(t *testing.T) {
-	base := PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 100, Victims: 2, EarliestStart: 1000}
+	base := wire.PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 100, Victims: 2, EarliestStart: 1000}
 	cheaper := []struct {
 		name string
-		c    PreemptionCost
+		c    wire.PreemptionCost
 	}{
-		{"fewer PDB violations beat everything else", PreemptionCost{PDBViolations: 0, HighestPriority: 900, SumPriorities: 9000, Victims: 9, EarliestStart: 1}},
-		{"lower highest priority", PreemptionCost{PDBViolations: 1, HighestPriority: 40, SumPriorities: 9000, Victims: 9, EarliestStart: 1}},
-		{"smaller sum", PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 99, Victims: 9, EarliestStart: 1}},
-		{"fewer victims", PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 100, Victims: 1, EarliestStart: 1}},
-		{"later start", PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 100, Victims: 2, EarliestStart: 2000}},
+		{"fewer PDB violations beat everything else", wire.PreemptionCost{PDBViolations: 0, HighestPriority: 900, SumPriorities: 9000, Victims: 9, EarliestStart: 1}},
+		{"lower highest priority", wire.PreemptionCost{PDBViolations: 1, HighestPriority: 40, SumPriorities: 9000, Victims: 9, EarliestStart: 1}},
+		{"smaller sum", wire.PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 99, Victims: 9, EarliestStart: 1}},
+		{"fewer victims", wire.PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 100, Victims: 1, EarliestStart: 1}},
+		{"later start", wire.PreemptionCost{PDBViolations: 1, HighestPriority: 50, SumPriorities: 100, Victims: 2, EarliestStart: 2000}},
 	}
 	for _, tc := range cheaper {
 		if tc.c.Compare(base) >= 0 || base.Compare(tc.c) <= 0 {
@@ -56,16 +57,16 @@ func TestPreemptionCostOrder(t *testing.T) {
 func TestCollectorPicksCheapestPreemption(t *testing.T) {
 	metrics.Reset()
 	ctx := context.Background()
-	cand := func(node string, prio int32, n int) *PreemptionCandidate {
-		return &PreemptionCandidate{Node: node, Cost: PreemptionCost{HighestPriority: prio, SumPriorities: int64(prio) * int64(n), Victims: n}}
+	cand := func(node string, prio int32, n int) *wire.PreemptionCandidate {
+		return &wire.PreemptionCandidate{Node: node, Cost: wire.PreemptionCost{HighestPriority: prio, SumPriorities: int64(prio) * int64(n), Victims: n}}
 	}
 	// A feasible node anywhere wins over any preemption.
 	c, recs, _ := newTestCollector(3, 1, time.Second)
-	k := AttemptKey{UID: "f"}
+	k := wire.AttemptKey{UID: "f"}
 	c.Expect(k, 0)
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Preemption: cand("n0", 1, 1)})
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Node: "n1", Score: 1, Feasible: true})
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 2, Preemption: cand("n2", 1, 1)})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Preemption: cand("n0", 1, 1)})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 1, Feasible: true})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 2, Preemption: cand("n2", 1, 1)})
 	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	if w := allowed(recs, k); w[0] != 1 || recs[1].decisions()[0].Preempt {
 		t.Fatalf("winner %v (%v), want shard 1 binding", w, recs[1].decisions())
@@ -73,11 +74,11 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 	eventually(t, func() bool { return len(recs[0].decisions()) == 1 && len(recs[2].decisions()) == 1 }) // candidates denied
 
 	// No feasible node: the globally cheapest candidate (shard 2) is told to preempt.
-	k2 := AttemptKey{UID: "p"}
+	k2 := wire.AttemptKey{UID: "p"}
 	c.Expect(k2, 0)
-	_ = c.Propose(ctx, Proposal{Key: k2, Shard: 0, Preemption: cand("n0", 100, 1)})
-	_ = c.Propose(ctx, Proposal{Key: k2, Shard: 1, Preemption: cand("n1", 50, 3)})
-	_ = c.Propose(ctx, Proposal{Key: k2, Shard: 2, Preemption: cand("n2", 50, 2)})
+	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 0, Preemption: cand("n0", 100, 1)})
+	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 1, Preemption: cand("n1", 50, 3)})
+	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 2, Preemption: cand("n2", 50, 2)})
 	eventually(t, func() bool { return len(allowed(recs, k2)) == 1 })
 	if w := allowed(recs, k2); w[0] != 2 {
 		t.Fatalf("preemption went to shard %v, want 2 (lowest priority, then fewest victims)", w)
@@ -88,17 +89,17 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 		}
 	}
 	eventually(t, func() bool { return metrics.Counter("collector/0", "preemptions") == 1 })
-	_ = c.Result(ctx, CommitResult{Key: k2, Shard: 2, Node: "n2", Preempted: true})
+	_ = c.Result(ctx, wire.CommitResult{Key: k2, Shard: 2, Node: "n2", Preempted: true})
 	if metrics.Counter("collector/0", "preempted") != 1 {
 		t.Fatal("preempted result not counted")
 	}
 
 	// A shard saying the pod still waits for earlier victims vetoes any new preemption.
 	c3, recs3, q3 := newTestCollector(2, 1, time.Second)
-	k3 := AttemptKey{UID: "w"}
+	k3 := wire.AttemptKey{UID: "w"}
 	c3.Expect(k3, 0)
-	_ = c3.Propose(ctx, Proposal{Key: k3, Shard: 0, PreemptWait: true, Reason: "waiting"})
-	_ = c3.Propose(ctx, Proposal{Key: k3, Shard: 1, Preemption: cand("n1", 1, 1)})
+	_ = c3.Propose(ctx, wire.Proposal{Key: k3, Shard: 0, PreemptWait: true, Reason: "waiting"})
+	_ = c3.Propose(ctx, wire.Proposal{Key: k3, Shard: 1, Preemption: cand("n1", 1, 1)})
 	eventually(t, func() bool { return q3.n() == 1 })
 	if len(allowed(recs3, k3)) != 0 {
 		t.Fatal("preempted although a shard is waiting for the pod's earlier victims")
@@ -112,10 +113,10 @@ func TestCollectorPreemptionTiesAtRandom(t *testing.T) {
 	c, recs, _ := newTestCollector(2, 1, time.Second)
 	wins := map[int]int{}
 	for i := range 200 {
-		k := AttemptKey{UID: "t", Attempt: i}
+		k := wire.AttemptKey{UID: "t", Attempt: i}
 		c.Expect(k, 0)
 		for s := range 2 {
-			_ = c.Propose(ctx, Proposal{Key: k, Shard: s, Preemption: &PreemptionCandidate{Node: fmt.Sprint(s), Cost: PreemptionCost{Victims: 1}}})
+			_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: s, Preemption: &wire.PreemptionCandidate{Node: fmt.Sprint(s), Cost: wire.PreemptionCost{Victims: 1}}})
 		}
 		eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 		wins[allowed(recs, k)[0]]++
@@ -152,7 +153,7 @@ func pendingPod(name string, milliCPU int64, prio int32, policy corev1.Preemptio
 // nodesByShard names nodes prefix-NN until every shard owns want[shard] of them.
 func nodesByShard(prefix string, want []int) [][]string {
 	out := make([][]string, len(want))
-	live := AllShards(len(want))
+	live := wire.AllShards(len(want))
 	for i := 0; ; i++ {
 		done := true
 		for s := range want {
@@ -164,7 +165,7 @@ func nodesByShard(prefix string, want []int) [][]string {
 			return out
 		}
 		name := fmt.Sprintf("%s-%02d", prefix, i)
-		if s := Owner(name, live); len(out[s]) < want[s] {
+		if s := wire.Owner(name, live); len(out[s]) < want[s] {
 			out[s] = append(out[s], name)
 		}
 	}
@@ -539,10 +540,10 @@ func TestCollectorNoPreemptionOnPartialAnswers(t *testing.T) {
 	metrics.Reset()
 	ctx := context.Background()
 	c, recs, q := newTestCollector(3, 1, 30*time.Millisecond)
-	k := AttemptKey{UID: "partial"}
+	k := wire.AttemptKey{UID: "partial"}
 	c.Expect(k, 0)
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 0, Preemption: &PreemptionCandidate{Node: "n0", Cost: PreemptionCost{Victims: 1}}})
-	_ = c.Propose(ctx, Proposal{Key: k, Shard: 1, Reason: "Insufficient cpu"})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Preemption: &wire.PreemptionCandidate{Node: "n0", Cost: wire.PreemptionCost{Victims: 1}}})
+	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Reason: "Insufficient cpu"})
 	eventually(t, func() bool { return q.n() == 1 }) // shard 2 silent: hard deadline
 	if len(allowed(recs, k)) != 0 {
 		t.Fatal("preempted without shard 2's answer")

@@ -3,9 +3,9 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Relay forwards every frame it receives to each of its children, as opaque bytes. Each child
@@ -18,12 +18,12 @@ type Relay struct {
 }
 
 // NewRelay starts a relay over children with queueLen frames of buffer per child.
-func NewRelay(ctx context.Context, name string, children []FrameSink, queueLen int) *Relay {
+func NewRelay(ctx context.Context, name string, children []wire.FrameSink, queueLen int) *Relay {
 	r := &Relay{name: name, m: metrics.For("relay/" + name)}
 	for _, c := range children {
 		q := make(chan []byte, max(queueLen, 1))
 		r.queues = append(r.queues, q)
-		go func(c FrameSink) {
+		go func(c wire.FrameSink) {
 			for {
 				select {
 				case <-ctx.Done():
@@ -59,13 +59,13 @@ func (r *Relay) Send(ctx context.Context, frame []byte) error {
 
 // BuildTree puts relays of at most fanout children over leaves until one root remains, and
 // returns the root and the number of relays. With len(leaves) ≤ fanout the root is one relay.
-func BuildTree(ctx context.Context, leaves []FrameSink, fanout, queueLen int) (FrameSink, int) {
+func BuildTree(ctx context.Context, leaves []wire.FrameSink, fanout, queueLen int) (wire.FrameSink, int) {
 	if fanout < 2 {
 		fanout = 2
 	}
 	level, relays, depth := leaves, 0, 0
 	for {
-		var next []FrameSink
+		var next []wire.FrameSink
 		for i := 0; i < len(level); i += fanout {
 			next = append(next, NewRelay(ctx, fmt.Sprintf("d%d-%d", depth, i/fanout), level[i:min(i+fanout, len(level))], queueLen))
 			relays++
@@ -92,5 +92,3 @@ func TreeShape(leaves, fanout int) (relays, depth int) {
 		}
 	}
 }
-
-func sleepCh(ms int) <-chan time.Time { return time.After(time.Duration(ms) * time.Millisecond) }

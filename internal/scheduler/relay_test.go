@@ -7,6 +7,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 type countSink struct {
@@ -33,15 +35,15 @@ func (c *countSink) Send(ctx context.Context, f []byte) error {
 
 func TestFrameRoundTrip(t *testing.T) {
 	p := FakePod("ns", "p1", DefaultSchedulerName, 100, 10)
-	f, err := EncodeFrame(Header{UID: "u", Namespace: "ns", Name: "p1", Attempt: 2, Collector: 1}, p)
+	f, err := wire.EncodeFrame(wire.Header{UID: "u", Namespace: "ns", Name: "p1", Attempt: 2, Collector: 1}, p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	h, pb, err := SplitFrame(f)
+	h, pb, err := wire.SplitFrame(f)
 	if err != nil || h.Attempt != 2 || h.Collector != 1 {
 		t.Fatalf("%+v %v", h, err)
 	}
-	got, err := DecodePod(pb)
+	got, err := wire.DecodePod(pb)
 	if err != nil || got.Name != "p1" || got.Spec.Containers[0].Resources.Requests.Cpu().MilliValue() != 100 {
 		t.Fatalf("%v %v", got, err)
 	}
@@ -50,7 +52,7 @@ func TestFrameRoundTrip(t *testing.T) {
 func TestRelayTreeDeliversEveryFrameToEveryShard(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	var leaves []FrameSink
+	var leaves []wire.FrameSink
 	var sinks []*countSink
 	for range 23 {
 		s := &countSink{}
@@ -80,7 +82,7 @@ func TestRelayBackPressure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	slow := &countSink{block: make(chan struct{})}
-	r := NewRelay(ctx, "bp", []FrameSink{slow}, 4)
+	r := NewRelay(ctx, "bp", []wire.FrameSink{slow}, 4)
 	sent := atomic.Int64{}
 	go func() {
 		for range 50 {
@@ -99,16 +101,16 @@ func TestRelayBackPressure(t *testing.T) {
 
 type recCollector struct {
 	mu sync.Mutex
-	p  []Proposal
+	p  []wire.Proposal
 }
 
-func (r *recCollector) Propose(_ context.Context, p Proposal) error {
+func (r *recCollector) Propose(_ context.Context, p wire.Proposal) error {
 	r.mu.Lock()
 	r.p = append(r.p, p)
 	r.mu.Unlock()
 	return nil
 }
-func (r *recCollector) Result(context.Context, CommitResult) error { return nil }
+func (r *recCollector) Result(context.Context, wire.CommitResult) error { return nil }
 
 func TestGRPCRelayAndControlMessages(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
@@ -120,13 +122,13 @@ func TestGRPCRelayAndControlMessages(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = Serve(ctx, lis, Node{Frames: leaf, Proposals: col, Decisions: dec}) }()
-	c, err := Dial(ctx, lis.Addr().String(), 16)
+	go func() { _ = wire.Serve(ctx, lis, wire.Node{Frames: leaf, Proposals: col, Decisions: dec}) }()
+	c, err := wire.Dial(ctx, lis.Addr().String(), 16)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	frame, _ := EncodeFrame(Header{UID: "u", Name: "p"}, FakePod("ns", "p", DefaultSchedulerName, 1, 1))
+	frame, _ := wire.EncodeFrame(wire.Header{UID: "u", Name: "p"}, FakePod("ns", "p", DefaultSchedulerName, 1, 1))
 	for range 20 {
 		if err := c.Send(ctx, frame); err != nil {
 			t.Fatal(err)
@@ -139,10 +141,10 @@ func TestGRPCRelayAndControlMessages(t *testing.T) {
 	if !same {
 		t.Fatal("frame bytes changed on the wire")
 	}
-	if err := c.Propose(ctx, Proposal{Key: AttemptKey{UID: "u"}, Shard: 2, Node: "n", Score: 9, Feasible: true}); err != nil {
+	if err := c.Propose(ctx, wire.Proposal{Key: wire.AttemptKey{UID: "u"}, Shard: 2, Node: "n", Score: 9, Feasible: true}); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Decide(ctx, Decision{Key: AttemptKey{UID: "u"}, Allow: true}); err != nil {
+	if err := c.Decide(ctx, wire.Decision{Key: wire.AttemptKey{UID: "u"}, Allow: true}); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, func() bool {
@@ -153,7 +155,7 @@ func TestGRPCRelayAndControlMessages(t *testing.T) {
 	if col.p[0].Score != 9 || !dec.decisions()[0].Allow {
 		t.Fatalf("control messages: %+v %+v", col.p, dec.decisions())
 	}
-	if err := c.ProposeSync(ctx, Proposal{Key: AttemptKey{UID: "v"}, Shard: 1}); err != nil {
+	if err := c.ProposeSync(ctx, wire.Proposal{Key: wire.AttemptKey{UID: "v"}, Shard: 1}); err != nil {
 		t.Fatal(err)
 	}
 }

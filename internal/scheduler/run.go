@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Config configures the meganode scheduler.
@@ -159,7 +160,7 @@ type System struct {
 	Shards     []*Shard
 	Collectors []*Collector
 	Intakes    []*Intake
-	Root       FrameSink
+	Root       wire.FrameSink
 	Relays     int
 
 	liveMu sync.RWMutex
@@ -221,22 +222,22 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	if err != nil {
 		return nil, err
 	}
-	sys := &System{Cfg: cfg, live: AllShards(cfg.Shards)}
+	sys := &System{Cfg: cfg, live: wire.AllShards(cfg.Shards)}
 	if cfg.HealthAddr != "" {
 		if err := serveHealth(ctx, cfg.HealthAddr, sys.ready.Load); err != nil {
 			return nil, err
 		}
 	}
 	factory := informers.NewSharedInformerFactory(cs, 0)
-	collectorSinks := make([]ProposalSink, cfg.Collectors)
-	shardSinks := map[int]DecisionSink{}
+	collectorSinks := make([]wire.ProposalSink, cfg.Collectors)
+	shardSinks := map[int]wire.DecisionSink{}
 	var lazy []*lazyProposals
 	for i := range collectorSinks {
 		lp := &lazyProposals{}
 		lazy = append(lazy, lp)
 		collectorSinks[i] = lp
 	}
-	var leaves []FrameSink
+	var leaves []wire.FrameSink
 	eq := cfg.EquivalenceTTL
 	if eq < 0 {
 		eq = 0
@@ -258,7 +259,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	if deadAfter < 0 {
 		deadAfter = 0
 	}
-	shardFrames := map[int]FrameSink{}
+	shardFrames := map[int]wire.FrameSink{}
 	for i, sh := range sys.Shards {
 		shardFrames[i] = sh
 	}
@@ -266,9 +267,9 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 		var in *Intake
 		col := NewCollector(CollectorConfig{Index: i, Shards: shardSinks, Live: sys.Live, Fraction: cfg.Fraction, Deadline: cfg.Deadline,
 			DeadAfter: deadAfter, OnShardDead: sys.MarkDead,
-			Requeue:  func(k AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
-			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
-			Decided:  func(k AttemptKey) { in.Decided(k) }})
+			Requeue:  func(k wire.AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
+			Finished: func(k wire.AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
+			Decided:  func(k wire.AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
 			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
 			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: shardFrames, Batch: cfg.batchSize()}, col)
@@ -304,8 +305,12 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 
 type lazyProposals struct{ c *Collector }
 
-func (l *lazyProposals) Propose(ctx context.Context, p Proposal) error    { return l.c.Propose(ctx, p) }
-func (l *lazyProposals) Result(ctx context.Context, r CommitResult) error { return l.c.Result(ctx, r) }
+func (l *lazyProposals) Propose(ctx context.Context, p wire.Proposal) error {
+	return l.c.Propose(ctx, p)
+}
+func (l *lazyProposals) Result(ctx context.Context, r wire.CommitResult) error {
+	return l.c.Result(ctx, r)
+}
 
 func serveHealth(ctx context.Context, addr string, ready func() bool) error {
 	lis, err := net.Listen("tcp", addr)
@@ -339,10 +344,10 @@ type RoleConfig struct {
 	Root       string   // collector: root relay (or single shard) address
 }
 
-func dialAll(ctx context.Context, addrs []string, q int) ([]*Client, error) {
-	var out []*Client
+func dialAll(ctx context.Context, addrs []string, q int) ([]*wire.Client, error) {
+	var out []*wire.Client
 	for _, a := range addrs {
-		c, err := Dial(ctx, a, q)
+		c, err := wire.Dial(ctx, a, q)
 		if err != nil {
 			return nil, err
 		}
@@ -381,12 +386,12 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		if err != nil {
 			return err
 		}
-		var sinks []FrameSink
+		var sinks []wire.FrameSink
 		for _, k := range kids {
 			sinks = append(sinks, k)
 		}
 		ready.Store(true)
-		return Serve(ctx, lis, Node{Frames: NewRelay(ctx, fmt.Sprintf("%s", rc.Listen), sinks, cfg.QueueLen)})
+		return wire.Serve(ctx, lis, wire.Node{Frames: NewRelay(ctx, fmt.Sprintf("%s", rc.Listen), sinks, cfg.QueueLen)})
 	case "shard":
 		cs, err := cfg.client()
 		if err != nil {
@@ -396,7 +401,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		if err != nil {
 			return err
 		}
-		var ps []ProposalSink
+		var ps []wire.ProposalSink
 		for _, c := range cols {
 			ps = append(ps, c)
 		}
@@ -411,7 +416,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		go func() { _ = sh.Run(ctx) }()
 		sh.WaitSynced(ctx)
 		ready.Store(true)
-		return Serve(ctx, lis, Node{Frames: sh, Decisions: sh})
+		return wire.Serve(ctx, lis, wire.Node{Frames: sh, Decisions: sh})
 	case "collector":
 		cs, err := cfg.client()
 		if err != nil {
@@ -421,23 +426,23 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		if err != nil {
 			return err
 		}
-		root, err := Dial(ctx, rc.Root, cfg.QueueLen)
+		root, err := wire.Dial(ctx, rc.Root, cfg.QueueLen)
 		if err != nil {
 			return err
 		}
-		sinks := map[int]DecisionSink{}
-		frames := map[int]FrameSink{}
+		sinks := map[int]wire.DecisionSink{}
+		frames := map[int]wire.FrameSink{}
 		for i, s := range shards {
 			sinks[i] = s
 			frames[i] = s
 		}
-		live := AllShards(len(shards))
+		live := wire.AllShards(len(shards))
 		var in *Intake
 		col := NewCollector(CollectorConfig{Index: rc.Index, Shards: sinks, Live: func() []int { return live }, Fraction: cfg.Fraction,
 			Deadline: cfg.Deadline,
-			Requeue:  func(k AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
-			Finished: func(k AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
-			Decided:  func(k AttemptKey) { in.Decided(k) }})
+			Requeue:  func(k wire.AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
+			Finished: func(k wire.AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
+			Decided:  func(k wire.AttemptKey) { in.Decided(k) }})
 		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
 			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
 			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: frames, Batch: cfg.batchSize()}, col)
@@ -447,7 +452,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			return err
 		}
 		ready.Store(true)
-		return Serve(ctx, lis, Node{Proposals: col, Frames: forwarded})
+		return wire.Serve(ctx, lis, wire.Node{Proposals: col, Frames: forwarded})
 	}
 	return fmt.Errorf("unknown role %q (all, shard, relay, collector)", role)
 }

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // The collector widens a sampled attempt whose shards have no feasible node: requeued at once,
@@ -20,12 +21,12 @@ import (
 func TestCollectorWidensSampledAttempt(t *testing.T) {
 	metrics.Reset()
 	c, recs, q := newTestCollector(8, 1, time.Second)
-	key := AttemptKey{UID: "p", Attempt: 0}
+	key := wire.AttemptKey{UID: "p", Attempt: 0}
 	c.ExpectScatter(Expectation{Key: key, Targets: []int{2, 5}})
 	ctx := context.Background()
-	_ = c.Propose(ctx, Proposal{Key: key, Shard: 2, Reason: "Insufficient cpu"})
-	_ = c.Propose(ctx, Proposal{Key: key, Shard: 5, Reason: "Insufficient cpu",
-		Preemption: &PreemptionCandidate{Node: "n5"}})
+	_ = c.Propose(ctx, wire.Proposal{Key: key, Shard: 2, Reason: "Insufficient cpu"})
+	_ = c.Propose(ctx, wire.Proposal{Key: key, Shard: 5, Reason: "Insufficient cpu",
+		Preemption: &wire.PreemptionCandidate{Node: "n5"}})
 	if q.n() != 1 || !strings.HasPrefix(q.why[0], "widen") {
 		t.Fatalf("requeues %v, want one widen", q.why)
 	}
@@ -49,7 +50,7 @@ func TestPickShardsPrefersIdleShards(t *testing.T) {
 		if len(tg) != 2 || tg[0] == tg[1] {
 			t.Fatalf("targets %v", tg)
 		}
-		c.ExpectScatter(Expectation{Key: AttemptKey{UID: fmt.Sprint(i)}, Targets: tg})
+		c.ExpectScatter(Expectation{Key: wire.AttemptKey{UID: fmt.Sprint(i)}, Targets: tg})
 	}
 	lo, hi := 1<<30, 0
 	for s := range 16 {
@@ -67,10 +68,10 @@ func TestPickShardsPrefersIdleShards(t *testing.T) {
 // A selective signature (few shards feasible) goes to every shard once learnt.
 func TestPickShardsLearnsSelectivity(t *testing.T) {
 	c, _, _ := newTestCollector(8, 1, time.Second)
-	key := AttemptKey{UID: "sel"}
+	key := wire.AttemptKey{UID: "sel"}
 	c.ExpectScatter(Expectation{Key: key, Sig: 42})
 	for s := range 8 {
-		_ = c.Propose(context.Background(), Proposal{Key: key, Shard: s, Feasible: s == 3, Node: "n", Score: 1})
+		_ = c.Propose(context.Background(), wire.Proposal{Key: key, Shard: s, Feasible: s == 3, Node: "n", Score: 1})
 	}
 	if got := c.PickShards(2, 42); got != nil {
 		t.Errorf("signature feasible on 1 of 8 shards: targets %v, want all", got)

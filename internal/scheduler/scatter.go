@@ -9,6 +9,8 @@ import (
 	"strconv"
 
 	corev1 "k8s.io/api/core/v1"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Scatter to d shards (power of d choices), not to all.
@@ -155,5 +157,5 @@ func nodeConstraintSig(p *corev1.Pod) uint64 {
 	if err != nil {
 		return 1
 	}
-	return Hash64(string(b)) | 1
+	return wire.Hash64(string(b)) | 1
 }

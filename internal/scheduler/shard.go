@@ -20,6 +20,7 @@ import (
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // ShardConfig configures one shard.
@@ -32,10 +33,10 @@ type ShardConfig struct {
 	// Informers may be shared by several in-process shards (one watch of nodes and pods);
 	// each shard keeps only its own nodes and their pods. Start it after NewShard.
 	Informers      informers.SharedInformerFactory
-	Collectors     []ProposalSink // indexed by collector number
-	QueueLen       int            // frames buffered before Send blocks (default 1024)
-	Parallelism    int            // framework parallelism for Filter/Score (default 16)
-	EquivalenceTTL time.Duration  // how long filter results of a pod signature are reused (0: off)
+	Collectors     []wire.ProposalSink // indexed by collector number
+	QueueLen       int                 // frames buffered before Send blocks (default 1024)
+	Parallelism    int                 // framework parallelism for Filter/Score (default 16)
+	EquivalenceTTL time.Duration       // how long filter results of a pod signature are reused (0: off)
 	// BindWorkers bounds the binds and evictions in flight (default 256). A bind is one apiserver
 	// round trip (~100 ms on a busy 10K-node cluster), so the bound caps a shard at
 	// BindWorkers / bind latency pods/s: 16 capped it near the stock scheduler's rate at 10K
@@ -107,12 +108,12 @@ func (s *Shard) WaitSynced(ctx context.Context) bool {
 type heldPod struct {
 	pod     *corev1.Pod
 	node    string
-	hdr     Header
+	hdr     wire.Header
 	since   time.Time
 	state   fwk.CycleState
 	assumed *corev1.Pod
-	fw      framework.Framework  // the framework state belongs to (nil: the shard's own)
-	preempt *PreemptionCandidate // a preemption proposal: nothing reserved (preempt.go)
+	fw      framework.Framework       // the framework state belongs to (nil: the shard's own)
+	preempt *wire.PreemptionCandidate // a preemption proposal: nothing reserved (preempt.go)
 }
 
 const podNodeIndex = "meganode.spec.nodeName"
@@ -133,7 +134,7 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		cfg.BindWorkers = 256
 	}
 	if cfg.Live == nil {
-		cfg.Live = AllShards(max(cfg.Count, cfg.Index+1))
+		cfg.Live = wire.AllShards(max(cfg.Count, cfg.Index+1))
 	}
 	if cfg.Informers == nil {
 		cfg.Informers = informers.NewSharedInformerFactory(cfg.Client, 0)
@@ -209,7 +210,7 @@ func (s *Shard) Index() int { return s.cfg.Index }
 func (s *Shard) Owns(node string) bool {
 	s.liveMu.RLock()
 	defer s.liveMu.RUnlock()
-	return Owner(node, s.live) == s.cfg.Index
+	return wire.Owner(node, s.live) == s.cfg.Index
 }
 
 // NodeCount is the number of nodes in the shard's cache.
@@ -263,7 +264,7 @@ func (s *Shard) Send(ctx context.Context, frame []byte) error {
 
 func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 	t0 := time.Now()
-	h, podBytes, err := SplitFrame(frame)
+	h, podBytes, err := wire.SplitFrame(frame)
 	if err != nil {
 		s.m.Add("bad_frames", 1)
 		return
@@ -275,7 +276,7 @@ func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 		s.handleBatch(ctx, w, h, podBytes, t0)
 		return
 	}
-	pod, err := DecodePod(podBytes)
+	pod, err := wire.DecodePod(podBytes)
 	if err != nil {
 		s.m.Add("bad_frames", 1)
 		return
@@ -287,7 +288,7 @@ func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 	if hp != nil && hp.preempt == nil {
 		s.m.Observe("eval_reserve", time.Since(t0))
 	}
-	p := Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason,
+	p := wire.Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason,
 		Preemption: pre.cand, PreemptWait: pre.wait}
 	if hp != nil {
 		s.held.Store(h.Key(), hp)
@@ -337,12 +338,12 @@ func (s *Shard) expireHeld(ctx context.Context) {
 }
 
 // Decide implements DecisionSink.
-func (s *Shard) Decide(ctx context.Context, d Decision) error {
+func (s *Shard) Decide(ctx context.Context, d wire.Decision) error {
 	v, ok := s.held.LoadAndDelete(d.Key)
 	if !ok {
 		if d.Allow {
 			// Nothing held (expired or restarted): report a conflict so the pod is requeued.
-			s.report(ctx, d.Collector, CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "no held pod"})
+			s.report(ctx, d.Collector, wire.CommitResult{Key: d.Key, Shard: s.cfg.Index, Conflict: true, Error: "no held pod"})
 		}
 		return nil
 	}
@@ -359,13 +360,13 @@ func (s *Shard) Decide(ctx context.Context, d Decision) error {
 		return s.startPreemption(ctx, d, h)
 	}
 	s.m.Add("allowed", 1)
-	return s.inBackground(ctx, d.Collector, func(ctx context.Context) CommitResult { return s.commit(ctx, h) })
+	return s.inBackground(ctx, d.Collector, func(ctx context.Context) wire.CommitResult { return s.commit(ctx, h) })
 }
 
 // inBackground runs work (a bind or an eviction, which call the apiserver) on a goroutine once
 // one of the shard's bind slots is free, and reports its result to the collector. The work
 // outlives a cancelled decision context: a started bind is finished and reported.
-func (s *Shard) inBackground(ctx context.Context, collector int, work func(context.Context) CommitResult) error {
+func (s *Shard) inBackground(ctx context.Context, collector int, work func(context.Context) wire.CommitResult) error {
 	select {
 	case s.bindSem <- struct{}{}:
 	case <-ctx.Done():
@@ -379,7 +380,7 @@ func (s *Shard) inBackground(ctx context.Context, collector int, work func(conte
 	return nil
 }
 
-func (s *Shard) report(ctx context.Context, collector int, r CommitResult) {
+func (s *Shard) report(ctx context.Context, collector int, r wire.CommitResult) {
 	if collector < 0 || collector >= len(s.cfg.Collectors) {
 		return
 	}

@@ -5,6 +5,8 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // The shard's cache holds only the nodes it owns and the pods bound to them. Handlers filter by
@@ -79,8 +81,8 @@ func (s *Shard) SetLive(live []int) (gained, lost int) {
 	s.liveMu.Unlock()
 	for _, o := range s.nodes.GetStore().List() {
 		n := o.(*corev1.Node)
-		h := Hash64(n.Name)
-		was, is := ownerOfHash(h, before) == s.cfg.Index, ownerOfHash(h, live) == s.cfg.Index
+		h := wire.Hash64(n.Name)
+		was, is := wire.OwnerOfHash(h, before) == s.cfg.Index, wire.OwnerOfHash(h, live) == s.cfg.Index
 		if was == is {
 			continue
 		}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // SimConfig configures the in-process simulator: a fake clientset (no apiserver), the real
@@ -192,7 +193,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 	t0 := time.Now()
 	var frame []byte
 	for i := range n {
-		frame, _ = EncodeFrame(Header{UID: "u", Namespace: "ns", Name: "hop-pod", Attempt: i}, pod)
+		frame, _ = wire.EncodeFrame(wire.Header{UID: "u", Namespace: "ns", Name: "hop-pod", Attempt: i}, pod)
 	}
 	h.EncodeUs = metrics.Micros(time.Since(t0)) / n
 	h.FrameBytes = len(frame)
@@ -200,7 +201,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	const kids = 10
-	var sinks []FrameSink
+	var sinks []wire.FrameSink
 	var cnt []*countingSink
 	for range kids {
 		c := &countingSink{}
@@ -224,9 +225,9 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 		return h, err
 	}
 	leaf := &countingSink{}
-	col := NewCollector(CollectorConfig{Index: 98, Shards: map[int]DecisionSink{}, Live: func() []int { return AllShards(1 << 20) }, Deadline: time.Hour})
-	go func() { _ = Serve(ctx, lis, Node{Frames: leaf, Proposals: col}) }()
-	c, err := Dial(ctx, lis.Addr().String(), 4096)
+	col := NewCollector(CollectorConfig{Index: 98, Shards: map[int]wire.DecisionSink{}, Live: func() []int { return wire.AllShards(1 << 20) }, Deadline: time.Hour})
+	go func() { _ = wire.Serve(ctx, lis, wire.Node{Frames: leaf, Proposals: col}) }()
+	c, err := wire.Dial(ctx, lis.Addr().String(), 4096)
 	if err != nil {
 		return h, err
 	}
@@ -242,14 +243,14 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 	const u = 3000
 	t0 = time.Now()
 	for i := range u {
-		_ = c.ProposeSync(ctx, Proposal{Key: AttemptKey{UID: "g", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: true})
+		_ = c.ProposeSync(ctx, wire.Proposal{Key: wire.AttemptKey{UID: "g", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: true})
 	}
 	h.GRPCUnaryUs = metrics.Micros(time.Since(t0)) / u
 	// Streamed proposals (what the roles use): time until the collector has counted them all.
 	base := metrics.Counter("collector/98", "unknown_proposals")
 	t0 = time.Now()
 	for i := range n {
-		_ = c.Propose(ctx, Proposal{Key: AttemptKey{UID: "s", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: false})
+		_ = c.Propose(ctx, wire.Proposal{Key: wire.AttemptKey{UID: "s", Attempt: i}, Shard: 1, Node: "n", Score: 1, Feasible: false})
 	}
 	for metrics.Counter("collector/98", "unknown_proposals")-base < n {
 		time.Sleep(time.Millisecond)
@@ -258,14 +259,14 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 
 	// Collector: 256 shards answer each attempt (in-process), decisions included.
 	const shards = 256
-	live := AllShards(shards)
-	col2 := NewCollector(CollectorConfig{Index: 99, Shards: map[int]DecisionSink{}, Live: func() []int { return live }, Deadline: time.Hour})
+	live := wire.AllShards(shards)
+	col2 := NewCollector(CollectorConfig{Index: 99, Shards: map[int]wire.DecisionSink{}, Live: func() []int { return live }, Deadline: time.Hour})
 	t0 = time.Now()
 	for a := range n / shards * 4 {
-		key := AttemptKey{UID: "p", Attempt: a}
+		key := wire.AttemptKey{UID: "p", Attempt: a}
 		col2.Expect(key, 0)
 		for s := range shards {
-			_ = col2.Propose(ctx, Proposal{Key: key, Shard: s, Node: "n", Score: int64(s % 7), Feasible: true})
+			_ = col2.Propose(ctx, wire.Proposal{Key: key, Shard: s, Node: "n", Score: int64(s % 7), Feasible: true})
 		}
 	}
 	h.CollectorUs = metrics.Micros(time.Since(t0)) / float64(n/shards*4*shards)

@@ -17,6 +17,7 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // waitBound waits until want pods in ns are bound or the timeout passes; returns the pods.
@@ -254,7 +255,7 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	waitBound(t, cs, "default", 24, 20*time.Second)
 	victimNodes := map[string]bool{}
 	for _, n := range nodeList {
-		if Owner(n.Name, AllShards(3)) == 1 {
+		if wire.Owner(n.Name, wire.AllShards(3)) == 1 {
 			victimNodes[n.Name] = true
 		}
 	}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/meganode/meganode/internal/pki"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // WebhookPath is where the validating admission webhook is served.
@@ -190,7 +191,7 @@ func startWebhookAll(ctx context.Context, cfg Config, intakes []*Intake) error {
 		return nil
 	}
 	h := NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
-		intakes[CollectorOf(p.Namespace, p.Name, len(intakes))].Offer(p)
+		intakes[wire.CollectorOf(p.Namespace, p.Name, len(intakes))].Offer(p)
 	})
 	return serveWebhookLogged(ctx, cfg, h)
 }
@@ -213,11 +214,11 @@ func serveWebhookLogged(ctx context.Context, cfg Config, h http.Handler) error {
 // relays carry) over the existing gRPC Scatter stream of the peer's --listen address, which a
 // collector serves only for this. The returned FrameSink (nil in watch mode) takes the frames
 // peers forward here. A forward that fails is left to the owner's reconcile LIST.
-func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *Intake) (FrameSink, error) {
+func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *Intake) (wire.FrameSink, error) {
 	if cfg.Intake != IntakeWebhook {
 		return nil, nil
 	}
-	peers := map[int]*Client{}
+	peers := map[int]*wire.Client{}
 	if cfg.Collectors > 1 && len(rc.Collectors) != cfg.Collectors {
 		return nil, fmt.Errorf("--intake webhook with %d collectors: --collector-addrs must list all %d collectors (to forward pods)",
 			cfg.Collectors, cfg.Collectors)
@@ -226,7 +227,7 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 		if i == rc.Index || cfg.Collectors <= 1 {
 			continue
 		}
-		c, err := Dial(ctx, a, cfg.QueueLen)
+		c, err := wire.Dial(ctx, a, cfg.QueueLen)
 		if err != nil {
 			return nil, err
 		}
@@ -234,13 +235,13 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 	}
 	m := metrics.For("webhook")
 	h := NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
-		to := CollectorOf(p.Namespace, p.Name, max(cfg.Collectors, 1))
+		to := wire.CollectorOf(p.Namespace, p.Name, max(cfg.Collectors, 1))
 		if to == rc.Index {
 			in.Offer(p)
 			return
 		}
 		peer := peers[to]
-		frame, err := EncodeFrame(Header{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Collector: to,
+		frame, err := wire.EncodeFrame(wire.Header{UID: string(p.UID), Namespace: p.Namespace, Name: p.Name, Collector: to,
 			SentNanos: time.Now().UnixNano()}, p)
 		if peer == nil || err != nil {
 			m.Add("forward_errors", 1)
@@ -269,12 +270,12 @@ type forwardedPods struct {
 }
 
 func (f forwardedPods) Send(_ context.Context, frame []byte) error {
-	h, b, err := SplitFrame(frame)
+	h, b, err := wire.SplitFrame(frame)
 	if err != nil {
 		f.m.Add("forward_errors", 1)
 		return nil
 	}
-	p, err := DecodePod(b)
+	p, err := wire.DecodePod(b)
 	if err != nil || h.Collector != f.in.Index() {
 		f.m.Add("forward_errors", 1)
 		return nil

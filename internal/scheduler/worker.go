@@ -7,6 +7,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
+
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Parallel pods inside one shard (--parallel-pods K).
@@ -51,7 +53,7 @@ func (s *Shard) clearEquivalence() {
 }
 
 // place evaluates pod with worker w and reserves its node, or finds a preemption candidate.
-func (s *Shard) place(ctx context.Context, w *evaluator, h Header, pod *corev1.Pod) (evalResult, *heldPod, preemptAnswer) {
+func (s *Shard) place(ctx context.Context, w *evaluator, h wire.Header, pod *corev1.Pod) (evalResult, *heldPod, preemptAnswer) {
 	s.mu.Lock()
 	s.noteSeen(pod)
 	if s.wantsGlobalLocked(pod) {
@@ -77,7 +79,7 @@ func (s *Shard) place(ctx context.Context, w *evaluator, h Header, pod *corev1.P
 
 // placeLocked (s.mu held) reserves res's node for pod, or looks for a preemption candidate when
 // nothing fits.
-func (s *Shard) placeLocked(ctx context.Context, h Header, pod *corev1.Pod, res evalResult) (evalResult, *heldPod, preemptAnswer) {
+func (s *Shard) placeLocked(ctx context.Context, h wire.Header, pod *corev1.Pod, res evalResult) (evalResult, *heldPod, preemptAnswer) {
 	var hp *heldPod
 	var pre preemptAnswer
 	if res.node != "" {

@@ -21,6 +21,7 @@ import (
 	"github.com/meganode/meganode/internal/cluster"
 	msched "github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // The same constrained workload through the stock kube-scheduler and the meganode scheduler on
@@ -331,7 +332,7 @@ func TestConstraintsLikeStockScheduler(t *testing.T) {
 		if shardsOfZone[z] == nil {
 			shardsOfZone[z] = map[int]bool{}
 		}
-		shardsOfZone[z][msched.Owner(n.Name, msched.AllShards(shards))] = true
+		shardsOfZone[z][wire.Owner(n.Name, wire.AllShards(shards))] = true
 	}
 	for z, s := range shardsOfZone {
 		if len(s) < 2 {

@@ -24,6 +24,7 @@ import (
 
 	"github.com/meganode/meganode/internal/cluster"
 	msched "github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 const (
@@ -385,7 +386,7 @@ func TestMeganodeSchedulerOnCluster(t *testing.T) {
 		victim := map[string]bool{}
 		nl, _ := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		for _, n := range nl.Items {
-			if msched.Owner(n.Name, msched.AllShards(3)) == 1 {
+			if wire.Owner(n.Name, wire.AllShards(3)) == 1 {
 				victim[n.Name] = true
 			}
 		}

@@ -1,4 +1,4 @@
-package scheduler
+package wire
 
 import "hash/fnv"
 
@@ -48,10 +48,12 @@ func mix64(x uint64) uint64 {
 // gains or loses (1/S of them), so a killed shard's nodes spread evenly over the survivors
 // and come back when it returns. live must be non-empty; ids need not be contiguous.
 func Owner(node string, live []int) int {
-	return ownerOfHash(Hash64(node), live)
+	return OwnerOfHash(Hash64(node), live)
 }
 
-func ownerOfHash(h uint64, live []int) int {
+// OwnerOfHash is Owner for a node name already hashed with Hash64 (a rebalance hashes each
+// node once and compares its owner under two memberships).
+func OwnerOfHash(h uint64, live []int) int {
 	best, bestW := -1, uint64(0)
 	for _, s := range live {
 		w := mix64(h ^ mix64(uint64(s)+0x9e3779b97f4a7c15))

@@ -1,4 +1,4 @@
-package scheduler
+package wire
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
@@ -280,3 +281,5 @@ func (c *Client) ProposeSync(ctx context.Context, p Proposal) error {
 
 // Close closes the connection.
 func (c *Client) Close() error { return c.cc.Close() }
+
+func sleepCh(ms int) <-chan time.Time { return time.After(time.Duration(ms) * time.Millisecond) }

@@ -1,6 +1,9 @@
-package scheduler
+package wire
 
-import "context"
+import (
+	"cmp"
+	"context"
+)
 
 // Proposal is a shard's answer for one attempt: its best node and that node's total framework
 // score, or Feasible=false when no node of the shard fits.
@@ -67,4 +70,46 @@ type ProposalSink interface {
 // DecisionSink is a shard as seen by collectors.
 type DecisionSink interface {
 	Decide(ctx context.Context, d Decision) error
+}
+
+// Placement is a pod the collector saw bound; frames of constrained pods carry the latest ones
+// (Header.Placed) so every shard's global view includes them even before its informer does.
+type Placement struct {
+	UID       string `json:"uid"`
+	Namespace string `json:"ns"`
+	Name      string `json:"name"`
+	Node      string `json:"node"`
+	Attempt   int    `json:"attempt"`
+}
+
+// PreemptionCost orders preemption candidates as kube-scheduler's pickOneNodeForPreemption
+// does, criterion by criterion: fewest PDB violations, lowest highest-victim priority, smallest
+// sum of victim priorities (each shifted by 2^31, as kube-scheduler does, so that the count of
+// negative-priority victims still weighs), fewest victims, latest start of the earliest-started
+// highest-priority victim.
+type PreemptionCost struct {
+	PDBViolations   int64 `json:"pdb"`
+	HighestPriority int32 `json:"highest"`
+	SumPriorities   int64 `json:"sum"`
+	Victims         int   `json:"victims"`
+	EarliestStart   int64 `json:"start"` // unix nanoseconds
+}
+
+// Compare is negative when c is cheaper than o, zero on a tie.
+func (c PreemptionCost) Compare(o PreemptionCost) int {
+	return cmp.Or(
+		cmp.Compare(c.PDBViolations, o.PDBViolations),
+		cmp.Compare(c.HighestPriority, o.HighestPriority),
+		cmp.Compare(c.SumPriorities, o.SumPriorities),
+		cmp.Compare(c.Victims, o.Victims),
+		cmp.Compare(o.EarliestStart, c.EarliestStart), // later start is cheaper
+	)
+}
+
+// PreemptionCandidate is a shard's best preemption: evicting Victims (namespace/name, most
+// important first) from Node makes the pod fit there.
+type PreemptionCandidate struct {
+	Node    string         `json:"node"`
+	Cost    PreemptionCost `json:"cost"`
+	Victims []string       `json:"victims"`
 }
