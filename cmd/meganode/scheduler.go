@@ -9,6 +9,7 @@ import (
 
 	"github.com/meganode/meganode/internal/cluster"
 	"github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 )
 
 func init() {
@@ -28,7 +29,7 @@ func runScheduler(args []string) error {
 	shards := fs.Int("shards", 1, "number of shards")
 	collectors := fs.Int("collectors", 1, "number of collectors (each with its own intake of the pods hashing to it)")
 	fanout := fs.Int("fanout", 10, "relay tree fanout")
-	name := fs.String("scheduler-name", scheduler.DefaultSchedulerName, "spec.schedulerName(s) to serve, comma-separated (the first names the framework profile)")
+	name := fs.String("scheduler-name", podspec.DefaultSchedulerName, "spec.schedulerName(s) to serve, comma-separated (the first names the framework profile)")
 	fraction := fs.Float64("fraction", 1, "decide once this fraction of shards answered (stragglers: see --deadline)")
 	deadline := fs.Duration("deadline", 250*time.Millisecond, "decide this long after the first answer even if shards are missing")
 	inflight := fs.Int("inflight", 64, "per collector: pod attempts between scatter and decision (keeps shards in step)")

@@ -61,7 +61,7 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) wire.CommitResult {
 	}
 	s.m.Observe("bind", time.Since(tb))
 	fw.RunPostBindPlugins(ctx, state, assumed, h.node)
-	s.events.scheduled(assumed, h.node)
+	s.events.Scheduled(assumed, h.node)
 	s.m.Add("bound", 1)
 	r.Bound = true
 	return r

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"sync"
 	"time"
 
@@ -11,6 +10,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -102,12 +102,12 @@ func EquivalenceKey(ctx context.Context, fw framework.Framework, pod *corev1.Pod
 	sig := []byte(fw.SignPod(ctx, pod))
 	if sig == nil {
 		var err error
-		if sig, err = podSignature(pod); err != nil {
+		if sig, err = podspec.Signature(pod); err != nil {
 			return 0
 		}
 	}
 	owner := ""
-	if ref := ownerOf(pod); ref != nil {
+	if ref := podspec.OwnerOf(pod); ref != nil {
 		owner = string(ref.UID)
 	}
 	b := make([]byte, 0, len(sig)+len(owner)+len(pod.Spec.SchedulerName)+8)
@@ -120,48 +120,4 @@ func EquivalenceKey(ctx context.Context, fw framework.Framework, pod *corev1.Pod
 		h = 1
 	}
 	return h
-}
-
-// podSignature covers every pod field a default Filter plugin reads when the verdict depends
-// only on the node: requests (containers, init containers, overhead, pod-level resources),
-// host ports, node name/selector/affinity, tolerations, priority and scheduling gates.
-func podSignature(p *corev1.Pod) ([]byte, error) {
-	type ctr struct {
-		R     corev1.ResourceRequirements    `json:"r"`
-		Ports []corev1.ContainerPort         `json:"p,omitempty"`
-		Rp    *corev1.ContainerRestartPolicy `json:"rp,omitempty"`
-	}
-	var cs, ics []ctr
-	for _, c := range p.Spec.Containers {
-		cs = append(cs, ctr{R: c.Resources, Ports: c.Ports})
-	}
-	for _, c := range p.Spec.InitContainers {
-		ics = append(ics, ctr{R: c.Resources, Ports: c.Ports, Rp: c.RestartPolicy})
-	}
-	var na *corev1.NodeAffinity
-	if p.Spec.Affinity != nil {
-		na = p.Spec.Affinity.NodeAffinity
-	}
-	return json.Marshal(struct {
-		C, I  []ctr
-		O     corev1.ResourceList
-		PR    *corev1.ResourceRequirements
-		NN    string
-		NS    map[string]string
-		NA    *corev1.NodeAffinity
-		T     []corev1.Toleration
-		Prio  *int32
-		Gates []corev1.PodSchedulingGate
-		OS    *corev1.PodOS
-	}{cs, ics, p.Spec.Overhead, p.Spec.Resources, p.Spec.NodeName, p.Spec.NodeSelector, na, p.Spec.Tolerations, p.Spec.Priority,
-		p.Spec.SchedulingGates, p.Spec.OS})
-}
-
-func ownerOf(p *corev1.Pod) *corev1.ObjectReference {
-	for _, r := range p.OwnerReferences {
-		if r.Controller != nil && *r.Controller {
-			return &corev1.ObjectReference{Kind: r.Kind, Name: r.Name, UID: r.UID}
-		}
-	}
-	return nil
 }

@@ -11,31 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 )
-
-func TestPodSignature(t *testing.T) {
-	ctrl := true
-	own := func(uid string) []metav1.OwnerReference {
-		return []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", UID: types.UID("rs-" + uid), Controller: &ctrl}}
-	}
-	a, b := FakePod("ns", "a", DefaultSchedulerName, 100, 64), FakePod("ns", "b", DefaultSchedulerName, 100, 64)
-	a.OwnerReferences, b.OwnerReferences = own("1"), own("1")
-	sa, _ := podSignature(a)
-	sb, _ := podSignature(b)
-	if string(sa) != string(sb) {
-		t.Fatal("identical pods of one owner have different signatures")
-	}
-	c := b.DeepCopy()
-	c.Spec.NodeSelector = map[string]string{"zone": "b"}
-	if sc, _ := podSignature(c); string(sc) == string(sa) {
-		t.Fatal("node selector not in the signature")
-	}
-	d := FakePod("ns", "d", DefaultSchedulerName, 200, 64)
-	if sd, _ := podSignature(d); string(sd) == string(sa) {
-		t.Fatal("requests not in the signature")
-	}
-}
 
 // Verdicts of a class are reused only for nodes whose generation has not moved: a node that
 // received a pod is filtered again (and a full node is then found infeasible).
@@ -43,9 +22,9 @@ func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
 	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 10 {
-		objs = append(objs, FakeNode(fmt.Sprintf("e-%d", i), 1000, 4096, 110, nil))
+		objs = append(objs, fakeapi.Node(fmt.Sprintf("e-%d", i), 1000, 4096, 110, nil))
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: time.Minute})
@@ -56,7 +35,7 @@ func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
 	sh.WaitSynced(ctx)
 	ctrl := true
 	mk := func(i int) *corev1.Pod {
-		p := FakePod("ns", fmt.Sprintf("e-pod-%d", i), DefaultSchedulerName, 1000, 64) // a whole node
+		p := fakeapi.Pod("ns", fmt.Sprintf("e-pod-%d", i), podspec.DefaultSchedulerName, 1000, 64) // a whole node
 		p.UID = types.UID(fmt.Sprintf("e-uid-%d", i))
 		p.OwnerReferences = []metav1.OwnerReference{{Kind: "ReplicaSet", Name: "rs", UID: "rs", Controller: &ctrl}}
 		return p

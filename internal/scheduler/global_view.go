@@ -13,6 +13,7 @@ import (
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -60,17 +61,6 @@ type ghost struct {
 // ghostTTL bounds how long a placement learnt from a frame header stands in for the informer.
 const ghostTTL = 30 * time.Second
 
-// podHasCrossNodeConstraints: the pod's own spec makes its verdicts depend on other nodes' pods
-// (required or preferred pod affinity/anti-affinity, explicit topology spread constraints). The
-// default profile's system-default spread constraints (ScheduleAnyway, only for pods of a
-// Service/ReplicaSet/StatefulSet/ReplicationController) are soft: they keep the shard view.
-func podHasCrossNodeConstraints(p *corev1.Pod) bool {
-	if a := p.Spec.Affinity; a != nil && (a.PodAffinity != nil || a.PodAntiAffinity != nil) {
-		return true
-	}
-	return len(p.Spec.TopologySpreadConstraints) > 0
-}
-
 // initGlobalView builds the second cache, snapshot and framework and registers the informer
 // handlers that feed them (every node, every bound non-terminal pod).
 func (s *Shard) initGlobalView(ctx context.Context, profile string) error {
@@ -112,7 +102,7 @@ func (s *Shard) initGlobalView(ctx context.Context, profile string) error {
 			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 				o = t.Obj
 			}
-			if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" && !terminal(p) {
+			if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" && !podspec.Terminal(p) {
 				_ = gv.cache.RemovePod(s.logger, p)
 			}
 		},
@@ -132,11 +122,11 @@ func (gv *globalView) onPod(s *Shard, oldObj, obj any) {
 	}
 	old, _ := oldObj.(*corev1.Pod)
 	switch {
-	case terminal(p):
-		if old != nil && old.Spec.NodeName != "" && !terminal(old) {
+	case podspec.Terminal(p):
+		if old != nil && old.Spec.NodeName != "" && !podspec.Terminal(old) {
 			_ = gv.cache.RemovePod(s.logger, old)
 		}
-	case old != nil && old.Spec.NodeName != "" && !terminal(old):
+	case old != nil && old.Spec.NodeName != "" && !podspec.Terminal(old):
 		if _, err := gv.cache.GetPod(old); err != nil {
 			_ = gv.cache.AddPod(s.logger, p)
 			return
@@ -159,7 +149,7 @@ func (s *Shard) wantsGlobalLocked(pod *corev1.Pod) bool {
 	if err := gv.cache.UpdateSnapshot(s.logger, gv.snapshot); err != nil {
 		s.m.Add("global_snapshot_errors", 1)
 	}
-	if podHasCrossNodeConstraints(pod) {
+	if podspec.HasCrossNodeConstraints(pod) {
 		return true
 	}
 	anti, err := gv.snapshot.NodeInfos().HavePodsWithRequiredAntiAffinityList()
@@ -283,7 +273,7 @@ func (s *Shard) forgetGlobalLocked(assumed *corev1.Pod) {
 // cache does not hold yet is assumed on its node as a ghost until the informer confirms it.
 // noteSeen remembers a constrained pod's object from its frame (for notePlaced; Shard.mu held).
 func (s *Shard) noteSeen(pod *corev1.Pod) {
-	if gv := s.gv; gv != nil && podHasCrossNodeConstraints(pod) {
+	if gv := s.gv; gv != nil && podspec.HasCrossNodeConstraints(pod) {
 		gv.seen[string(pod.UID)] = ghost{pod: pod, at: time.Now()}
 	}
 }
@@ -329,7 +319,7 @@ func (s *Shard) notePlaced(ctx context.Context, placed []wire.Placement) {
 			s.m.Add("placements_unknown", 1)
 			continue
 		}
-		if string(pod.UID) != p.UID || terminal(pod) {
+		if string(pod.UID) != p.UID || podspec.Terminal(pod) {
 			continue
 		}
 		if _, err := gv.cache.GetPod(pod); err == nil {

@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -51,12 +53,12 @@ func newGVCluster(t *testing.T, perShard int, milliCPU func(shard, k int) int64,
 		k := count[s]
 		count[s]++
 		z := zoneOf(s, k)
-		n := FakeNode(name, milliCPU(s, k), 8192, 110, map[string]string{zoneKey: z})
+		n := fakeapi.Node(name, milliCPU(s, k), 8192, 110, map[string]string{zoneKey: z})
 		objs = append(objs, n)
 		c.nodes = append(c.nodes, *n)
 		c.zone[name], c.shard[name] = z, s
 	}
-	c.cs = NewFakeClient(objs...)
+	c.cs = fakeapi.NewClient(objs...)
 	return c
 }
 
@@ -76,7 +78,7 @@ func (c *gvCluster) settle(t *testing.T, ns string, want int) []corev1.Pod {
 }
 
 func labelled(ns, name string, labels map[string]string) *corev1.Pod {
-	p := FakePod(ns, name, DefaultSchedulerName, 100, 64)
+	p := fakeapi.Pod(ns, name, podspec.DefaultSchedulerName, 100, 64)
 	p.Labels = labels
 	return p
 }
@@ -227,7 +229,7 @@ func affinityCluster(t *testing.T, ctx context.Context) (*gvCluster, string) {
 		}
 	}
 	c.start(t, ctx)
-	tp := FakePod("default", "target", DefaultSchedulerName, 950, 64)
+	tp := fakeapi.Pod("default", "target", podspec.DefaultSchedulerName, 950, 64)
 	tp.Labels = map[string]string{"app": "target"}
 	tp.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": target}
 	createPods(t, c.cs, tp)
@@ -306,13 +308,13 @@ func BenchmarkGlobalViewCost(b *testing.B) {
 			var objs []runtime.Object
 			for i := range nodes {
 				name := fmt.Sprintf("b-%05d", i)
-				objs = append(objs, FakeNode(name, 32000, 256<<10, 110, map[string]string{zoneKey: fmt.Sprintf("z%d", i%8)}))
-				p := FakePod("b", fmt.Sprintf("bound-%05d", i), DefaultSchedulerName, 100, 64)
+				objs = append(objs, fakeapi.Node(name, 32000, 256<<10, 110, map[string]string{zoneKey: fmt.Sprintf("z%d", i%8)}))
+				p := fakeapi.Pod("b", fmt.Sprintf("bound-%05d", i), podspec.DefaultSchedulerName, 100, 64)
 				p.Labels = map[string]string{"app": "b"}
 				p.Spec.NodeName = name
 				objs = append(objs, p)
 			}
-			cs := NewFakeClient(objs...)
+			cs := fakeapi.NewClient(objs...)
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			heap0 := heapInUse()
@@ -323,7 +325,7 @@ func BenchmarkGlobalViewCost(b *testing.B) {
 			sh.cfg.Informers.Start(ctx.Done())
 			sh.WaitSynced(ctx)
 			heap := float64(heapInUse()-heap0) / (1 << 20)
-			pod := FakePod("b", "probe", DefaultSchedulerName, 100, 64)
+			pod := fakeapi.Pod("b", "probe", podspec.DefaultSchedulerName, 100, 64)
 			pod.Labels = map[string]string{"app": "b"}
 			if bc.spread {
 				pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: zoneKey,

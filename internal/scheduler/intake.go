@@ -15,7 +15,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/meganode/meganode/internal/scheduler/events"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -77,14 +79,14 @@ type Intake struct {
 	hist      *metrics.Counters
 	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
 	groups    *groupGate    // nil: constrained pods are not serialised
-	events    *eventRecorders
+	events    *events.Recorders
 	batcher   *batcher // nil: no batches
 }
 
 // NewIntake registers the watch; call Run to start it.
 func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
 	if cfg.SchedulerName == "" {
-		cfg.SchedulerName = DefaultSchedulerName
+		cfg.SchedulerName = podspec.DefaultSchedulerName
 	}
 	if cfg.Workers <= 0 {
 		cfg.Workers = 4
@@ -131,7 +133,7 @@ func (in *Intake) handlers() cache.ResourceEventHandlerFuncs {
 		UpdateFunc: func(_, o any) {
 			// A field-selected watch turns binding into a delete; without field selectors
 			// (fake clientsets) it is an update.
-			if p, ok := o.(*corev1.Pod); ok && (p.Spec.NodeName != "" || terminal(p)) {
+			if p, ok := o.(*corev1.Pod); ok && (p.Spec.NodeName != "" || podspec.Terminal(p)) {
 				in.forget(p)
 			}
 		},
@@ -149,7 +151,7 @@ func (in *Intake) handlers() cache.ResourceEventHandlerFuncs {
 // add takes an unscheduled pod of ours that source (SourceWatch, SourceWebhook, SourceReconcile)
 // reports; it counts pods_from_<source> for pods it did not know yet.
 func (in *Intake) add(p *corev1.Pod, source string) bool {
-	if !in.names[p.Spec.SchedulerName] || !in.mine(p) || terminal(p) || p.Spec.NodeName != "" {
+	if !in.names[p.Spec.SchedulerName] || !in.mine(p) || podspec.Terminal(p) || p.Spec.NodeName != "" {
 		return false
 	}
 	k := p.Namespace + "/" + p.Name
@@ -197,7 +199,7 @@ func (in *Intake) mine(p *corev1.Pod) bool {
 // Run starts the watch (or the webhook intake's reconcile loop) and the senders.
 func (in *Intake) Run(ctx context.Context) error {
 	if in.cfg.Events {
-		in.events = newEventRecorders(ctx, in.cfg.Client) // before any attempt can be requeued
+		in.events = events.New(ctx, in.cfg.Client) // before any attempt can be requeued
 	}
 	if in.wh != nil {
 		go in.reconcileLoop(ctx)
@@ -354,7 +356,7 @@ func (in *Intake) Requeue(key wire.AttemptKey, delay time.Duration, why string) 
 	in.mu.Unlock()
 	if unschedulable && in.events != nil {
 		if pod, ok := in.get(name); ok {
-			in.events.failed(pod, strings.TrimPrefix(why, "unschedulable: "))
+			in.events.Failed(pod, strings.TrimPrefix(why, "unschedulable: "))
 		}
 	}
 	in.m.Add("requeued", 1)

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -127,7 +128,7 @@ func (in *Intake) sendBatch(ctx context.Context, entries []batchEntry) bool {
 
 // batchClass is the intake's equivalence class of a pod for batching (0: never batched): pods
 // of one namespace, controller, label set and scheduler name with the same node-local
-// scheduling signature (podSignature). Labels are part of it because the default profile's
+// scheduling signature (podspec.Signature). Labels are part of it because the default profile's
 // spread and affinity scoring select pods by label; the shard still checks that those plugins
 // were skipped before reusing scores (batch.go).
 func batchClass(p *corev1.Pod) uint64 {
@@ -139,12 +140,12 @@ func batchClass(p *corev1.Pod) uint64 {
 			return 0
 		}
 	}
-	sig, err := podSignature(p)
+	sig, err := podspec.Signature(p)
 	if err != nil {
 		return 0
 	}
 	owner := ""
-	if ref := ownerOf(p); ref != nil {
+	if ref := podspec.OwnerOf(p); ref != nil {
 		owner = string(ref.UID)
 	}
 	keys := make([]string, 0, len(p.Labels))

@@ -7,6 +7,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -35,10 +36,10 @@ const (
 
 // constraintGroup is the group of a pod with cross-node constraints ("" = none).
 func constraintGroup(p *corev1.Pod) string {
-	if !podHasCrossNodeConstraints(p) {
+	if !podspec.HasCrossNodeConstraints(p) {
 		return ""
 	}
-	if ref := ownerOf(p); ref != nil {
+	if ref := podspec.OwnerOf(p); ref != nil {
 		return p.Namespace + "/" + string(ref.UID)
 	}
 	return p.Namespace

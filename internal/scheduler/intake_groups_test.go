@@ -8,6 +8,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -58,7 +60,7 @@ func TestGroupGateOneInFlightPerGroup(t *testing.T) {
 // A placement carried by a frame is assumed in the global view of a shard whose informer has
 // not seen the binding yet, and confirmed (not duplicated) when the informer delivers it.
 func TestNotePlacedGhost(t *testing.T) {
-	cs := NewFakeClient(FakeNode("n1", 4000, 4096, 110, nil), FakeNode("n2", 4000, 4096, 110, nil))
+	cs := fakeapi.NewClient(fakeapi.Node("n1", 4000, 4096, 110, nil), fakeapi.Node("n2", 4000, 4096, 110, nil))
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, GlobalView: true})
@@ -67,7 +69,7 @@ func TestNotePlacedGhost(t *testing.T) {
 	}
 	sh.cfg.Informers.Start(ctx.Done())
 	sh.WaitSynced(ctx)
-	p := FakePod("default", "p", DefaultSchedulerName, 100, 64)
+	p := fakeapi.Pod("default", "p", podspec.DefaultSchedulerName, 100, 64)
 	createPods(t, cs, p)
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if _, ok, _ := sh.pods.GetStore().GetByKey("default/p"); ok {

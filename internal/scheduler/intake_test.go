@@ -6,7 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -14,7 +16,7 @@ import (
 // slot; a requeued attempt comes back with Attempt+1.
 func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	metrics.Reset()
-	cs := NewFakeClient()
+	cs := fakeapi.NewClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &countSink{}
@@ -22,9 +24,9 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
 	go func() { _ = in.Run(ctx) }()
 	for i := range 5 {
-		createPods(t, cs, FakePod("default", fmt.Sprintf("w-%d", i), DefaultSchedulerName, 10, 1))
+		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("w-%d", i), podspec.DefaultSchedulerName, 10, 1))
 	}
-	createPods(t, cs, FakePod("default", "other", "default-scheduler", 10, 1)) // not ours
+	createPods(t, cs, fakeapi.Pod("default", "other", "default-scheduler", 10, 1)) // not ours
 	eventually(t, func() bool { return root.n.Load() == 2 })
 	time.Sleep(100 * time.Millisecond)
 	if n := root.n.Load(); n != 2 {

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -156,7 +157,7 @@ func (in *Intake) confirmGone(key wire.AttemptKey, k string, seen time.Time) {
 			in.m.Add("confirm_errors", 1)
 			in.Requeue(key, time.Second, "confirm: "+err.Error()) // try again; the next bind tells
 			return
-		case err == nil && string(p.UID) == key.UID && p.Spec.NodeName == "" && !terminal(p):
+		case err == nil && string(p.UID) == key.UID && p.Spec.NodeName == "" && !podspec.Terminal(p):
 			in.m.Add("gone_but_there", 1) // the Binding came before the pod was stored
 			in.mu.Lock()
 			if st := in.state[k]; st != nil && in.uids[key.UID] == k {
@@ -222,7 +223,7 @@ func (in *Intake) reconcile(ctx context.Context) error {
 			}
 			for i := range l.Items {
 				p := &l.Items[i]
-				if !in.names[p.Spec.SchedulerName] || !in.mine(p) || terminal(p) || p.Spec.NodeName != "" {
+				if !in.names[p.Spec.SchedulerName] || !in.mine(p) || podspec.Terminal(p) || p.Spec.NodeName != "" {
 					continue // (fake clientsets ignore field selectors)
 				}
 				k := p.Namespace + "/" + p.Name

@@ -23,7 +23,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -77,11 +79,11 @@ func TestWebhookHandler(t *testing.T) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 
-	ours := FakePod("ns", "ours", "meganode", 100, 64)
-	noNS := FakePod("", "no-ns", "default-scheduler", 100, 64) // namespace only in the request
-	assigned := FakePod("ns", "assigned", "meganode", 100, 64)
+	ours := fakeapi.Pod("ns", "ours", "meganode", 100, 64)
+	noNS := fakeapi.Pod("", "no-ns", "default-scheduler", 100, 64) // namespace only in the request
+	assigned := fakeapi.Pod("ns", "assigned", "meganode", 100, 64)
 	assigned.Spec.NodeName = "n1"
-	noUID := FakePod("ns", "no-uid", "meganode", 100, 64)
+	noUID := fakeapi.Pod("ns", "no-uid", "meganode", 100, 64)
 	noUID.UID = ""
 	cm := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "cm"}}
 	cases := []struct {
@@ -90,10 +92,10 @@ func TestWebhookHandler(t *testing.T) {
 		counter string
 	}{
 		{"pod for us", review(t, ours, podKind, admissionv1.Create, false), "offered"},
-		{"dry run", review(t, FakePod("ns", "dry", "meganode", 100, 64), podKind, admissionv1.Create, true), "dry_run"},
-		{"other scheduler", review(t, FakePod("ns", "theirs", "other-scheduler", 100, 64), podKind, admissionv1.Create, false), "other_scheduler"},
+		{"dry run", review(t, fakeapi.Pod("ns", "dry", "meganode", 100, 64), podKind, admissionv1.Create, true), "dry_run"},
+		{"other scheduler", review(t, fakeapi.Pod("ns", "theirs", "other-scheduler", 100, 64), podKind, admissionv1.Create, false), "other_scheduler"},
 		{"not a pod", review(t, cm, metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, admissionv1.Create, false), "not_pod"},
-		{"update", review(t, FakePod("ns", "upd", "meganode", 100, 64), podKind, admissionv1.Update, false), "not_create"},
+		{"update", review(t, fakeapi.Pod("ns", "upd", "meganode", 100, 64), podKind, admissionv1.Update, false), "not_create"},
 		{"already assigned", review(t, assigned, podKind, admissionv1.Create, false), "assigned"},
 		{"no uid", review(t, noUID, podKind, admissionv1.Create, false), "no_uid"},
 		{"namespace from the request", bytes.Replace(review(t, noNS, podKind, admissionv1.Create, false),
@@ -192,9 +194,9 @@ func TestWebhookIntakeSystem(t *testing.T) {
 	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 6 {
-		objs = append(objs, FakeNode(fmt.Sprintf("wn-%d", i), 1000, 4096, 110, nil))
+		objs = append(objs, fakeapi.Node(fmt.Sprintf("wn-%d", i), 1000, 4096, 110, nil))
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, caFile := freeAddr(t), filepath.Join(t.TempDir(), "pki", "ca.crt")
@@ -207,17 +209,17 @@ func TestWebhookIntakeSystem(t *testing.T) {
 	p := newPoster(t, addr, caFile)
 	const n = 20
 	for i := range n { // offered, then stored (as kube-apiserver does)
-		pod := FakePod("default", fmt.Sprintf("wh-%02d", i), DefaultSchedulerName, 100, 64)
+		pod := fakeapi.Pod("default", fmt.Sprintf("wh-%02d", i), podspec.DefaultSchedulerName, 100, 64)
 		p.post(t, pod)
 		createPods(t, cs, pod)
 	}
-	createPods(t, cs, FakePod("default", "missed", DefaultSchedulerName, 100, 64)) // the webhook was skipped
-	p.post(t, FakePod("default", "never-stored", DefaultSchedulerName, 100, 64))   // creation failed after admission
-	late := FakePod("default", "late", DefaultSchedulerName, 100, 64)
+	createPods(t, cs, fakeapi.Pod("default", "missed", podspec.DefaultSchedulerName, 100, 64)) // the webhook was skipped
+	p.post(t, fakeapi.Pod("default", "never-stored", podspec.DefaultSchedulerName, 100, 64))   // creation failed after admission
+	late := fakeapi.Pod("default", "late", podspec.DefaultSchedulerName, 100, 64)
 	p.post(t, late) // offered, stored only afterwards
 	time.Sleep(30 * time.Millisecond)
 	createPods(t, cs, late)
-	stuck := FakePod("default", "too-big", DefaultSchedulerName, 100000, 64)
+	stuck := fakeapi.Pod("default", "too-big", podspec.DefaultSchedulerName, 100000, 64)
 	p.post(t, stuck)
 	createPods(t, cs, stuck)
 
@@ -265,9 +267,9 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 4 {
-		objs = append(objs, FakeNode(fmt.Sprintf("fn-%d", i), 4000, 8192, 110, nil))
+		objs = append(objs, fakeapi.Node(fmt.Sprintf("fn-%d", i), 4000, 8192, 110, nil))
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := t.TempDir()
@@ -298,7 +300,7 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 	const n = 20
 	toOne := 0
 	for i := range n {
-		pod := FakePod("default", fmt.Sprintf("fw-%02d", i), DefaultSchedulerName, 100, 64)
+		pod := fakeapi.Pod("default", fmt.Sprintf("fw-%02d", i), podspec.DefaultSchedulerName, 100, 64)
 		if wire.CollectorOf(pod.Namespace, pod.Name, 2) == 1 {
 			toOne++
 		}
@@ -329,7 +331,7 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 // stored late is sent again, a pod never stored is dropped once the grace is over.
 func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	metrics.Reset()
-	cs := NewFakeClient()
+	cs := fakeapi.NewClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &countSink{}
@@ -337,8 +339,8 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, Source: IntakeWebhook,
 		Webhook: WebhookOptions{ReconcileEvery: time.Hour, ConfirmGrace: 500 * time.Millisecond}}, col)
 	go func() { _ = in.Run(ctx) }()
-	ghost := FakePod("default", "ghost", DefaultSchedulerName, 10, 1)
-	racer := FakePod("default", "racer", DefaultSchedulerName, 10, 1)
+	ghost := fakeapi.Pod("default", "ghost", podspec.DefaultSchedulerName, 10, 1)
+	racer := fakeapi.Pod("default", "racer", podspec.DefaultSchedulerName, 10, 1)
 	if !in.Offer(ghost) || !in.Offer(racer) || in.Offer(racer) {
 		t.Fatal("Offer: want true for new pods, false for a known one")
 	}
@@ -375,8 +377,8 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 // take it back in (it would be sent again, only for its bind to find it assigned).
 func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
 	metrics.Reset()
-	cs := NewFakeClient()
-	pod := FakePod("default", "bound-meanwhile", DefaultSchedulerName, 10, 1)
+	cs := fakeapi.NewClient()
+	pod := fakeapi.Pod("default", "bound-meanwhile", podspec.DefaultSchedulerName, 10, 1)
 	entered, release := make(chan struct{}), make(chan struct{})
 	cs.PrependReactor("list", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		close(entered)

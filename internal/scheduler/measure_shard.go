@@ -13,7 +13,9 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -67,7 +69,7 @@ func measuredShards(ctx context.Context, nodes int, eq time.Duration, feasible i
 	metrics.Reset()
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "m", UID: "m-rs", Controller: &ctrl}
-	cs, _ := NewFakeClientCountingBinds(fakeNodes("m-node", nodes*o.Shards, 32000, 256<<10)...)
+	cs, _ := fakeapi.NewClientCountingBinds(fakeapi.Nodes("m-node", nodes*o.Shards, 32000, 256<<10)...)
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	var shards []*Shard
 	for i := range o.Shards {
@@ -114,7 +116,7 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 	}
 	var frames [][]byte
 	for i := range pods {
-		p := FakePod("m", fmt.Sprintf("m-pod-%d", i), DefaultSchedulerName, 50, 64)
+		p := fakeapi.Pod("m", fmt.Sprintf("m-pod-%d", i), podspec.DefaultSchedulerName, 50, 64)
 		p.UID = types.UID(fmt.Sprintf("m-uid-%d", i))
 		p.OwnerReferences = []metav1.OwnerReference{owner}
 		f, err := wire.EncodeFrame(wire.Header{UID: string(p.UID), Namespace: "m", Name: p.Name}, p)
@@ -224,7 +226,7 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		h := wire.Header{Namespace: "m", Name: fmt.Sprintf("m-%d-0", b)}
 		var pods [][]byte
 		for i := range size {
-			p := FakePod("m", fmt.Sprintf("m-%d-%d", b, i), DefaultSchedulerName, 100, 64)
+			p := fakeapi.Pod("m", fmt.Sprintf("m-%d-%d", b, i), podspec.DefaultSchedulerName, 100, 64)
 			p.UID = types.UID(fmt.Sprintf("m-uid-%d-%d", b, i))
 			p.OwnerReferences = []metav1.OwnerReference{owner}
 			pb, err := p.Marshal()
@@ -350,11 +352,11 @@ type FakeAPICost struct {
 // then bound through the Binding subresource by 16 goroutines, with the informers a simulated
 // system runs (the shards' shared nodes and pods, one collector intake's pods) consuming every
 // event. The simulator's runs pay this on the same cores; it is the model's ApiUs. counted
-// measures the counting fake (NewFakeClientCountingBinds) instead: no write, no event.
+// measures the counting fake (fakeapi.NewClientCountingBinds) instead: no write, no event.
 func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPICost, error) {
-	objs := fakeNodes("f-node", nodes, 8000, 32<<10)
+	objs := fakeapi.Nodes("f-node", nodes, 8000, 32<<10)
 	for i := range pods {
-		objs = append(objs, FakePod("f", fmt.Sprintf("f-pod-%d", i), DefaultSchedulerName, 100, 64))
+		objs = append(objs, fakeapi.Pod("f", fmt.Sprintf("f-pod-%d", i), podspec.DefaultSchedulerName, 100, 64))
 	}
 	cs, ledger := fakeClientFor(counted, objs...)
 	objs = nil

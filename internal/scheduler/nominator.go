@@ -9,6 +9,8 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 )
 
 // nominator is a shard's fwk.PodNominator: the pods nominated to a node by a preemption, which
@@ -171,7 +173,7 @@ func (n *nominator) onPod(o any) {
 	if !ok {
 		return
 	}
-	if p.Spec.NodeName != "" || terminal(p) || p.DeletionTimestamp != nil || (n.served != nil && !n.served(p.Spec.SchedulerName)) {
+	if p.Spec.NodeName != "" || podspec.Terminal(p) || p.DeletionTimestamp != nil || (n.served != nil && !n.served(p.Spec.SchedulerName)) {
 		n.forget(p.UID)
 		return
 	}

@@ -28,6 +28,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -281,7 +282,7 @@ func (s *Shard) waitingForVictims(pod *corev1.Pod) (string, bool) {
 		}
 		objs, _ := s.pods.GetIndexer().ByIndex(podNodeIndex, node)
 		for _, o := range objs {
-			if p := o.(*corev1.Pod); !terminal(p) && podPriority(p) < prio && terminatingByPreemption(p) {
+			if p := o.(*corev1.Pod); !podspec.Terminal(p) && podPriority(p) < prio && terminatingByPreemption(p) {
 				return node, true
 			}
 		}

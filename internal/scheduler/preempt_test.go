@@ -17,7 +17,9 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 	extenderv1 "k8s.io/kube-scheduler/extender/v1"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -129,14 +131,14 @@ func TestCollectorPreemptionTiesAtRandom(t *testing.T) {
 // --- whole system on the fake clientset ---
 
 func priorityPod(name string, prio int32) *corev1.Pod {
-	p := FakePod("default", name, DefaultSchedulerName, 100, 64)
+	p := fakeapi.Pod("default", name, podspec.DefaultSchedulerName, 100, 64)
 	p.Spec.Priority = &prio
 	return p
 }
 
 // runningPod is a pod already bound to node with the given priority.
 func runningPod(name, node string, milliCPU int64, prio int32) *corev1.Pod {
-	p := FakePod("default", name, "other-scheduler", milliCPU, 64)
+	p := fakeapi.Pod("default", name, "other-scheduler", milliCPU, 64)
 	p.Spec.NodeName = node
 	p.Spec.Priority = &prio
 	p.Status.Phase = corev1.PodRunning
@@ -144,7 +146,7 @@ func runningPod(name, node string, milliCPU int64, prio int32) *corev1.Pod {
 }
 
 func pendingPod(name string, milliCPU int64, prio int32, policy corev1.PreemptionPolicy) *corev1.Pod {
-	p := FakePod("default", name, DefaultSchedulerName, milliCPU, 64)
+	p := fakeapi.Pod("default", name, podspec.DefaultSchedulerName, milliCPU, 64)
 	p.Spec.Priority = &prio
 	p.Spec.PreemptionPolicy = &policy
 	return p
@@ -189,7 +191,7 @@ func (d *deletions) list() []string {
 func preemptionCluster(t *testing.T, shards int, objs ...runtime.Object) (*fake.Clientset, *deletions) {
 	t.Helper()
 	metrics.Reset()
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	del := &deletions{}
 	cs.PrependReactor("delete", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		del.mu.Lock()
@@ -248,7 +250,7 @@ func TestSystemFakePreemptionEvictsGloballyCheapest(t *testing.T) {
 	var nodeList []corev1.Node
 	for s, ns := range names {
 		for i, n := range ns {
-			node := FakeNode(n, 1000, 4096, 110, nil)
+			node := fakeapi.Node(n, 1000, 4096, 110, nil)
 			objs = append(objs, node)
 			nodeList = append(nodeList, *node)
 			switch {
@@ -306,7 +308,7 @@ func TestSystemFakePreemptionPolicyNever(t *testing.T) {
 	var objs []runtime.Object
 	for _, ns := range names {
 		for _, n := range ns {
-			objs = append(objs, FakeNode(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
+			objs = append(objs, fakeapi.Node(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
 		}
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
@@ -344,7 +346,7 @@ func TestSystemFakePreemptionSparesEqualAndHigherPriority(t *testing.T) {
 	// One node per shard: 600m of equal (shard 0) or higher (shard 1) priority + 400m of 5.
 	// The others: full with equal or higher priority pods only.
 	for s, ns := range names {
-		objs = append(objs, FakeNode(ns[0], 1000, 4096, 110, nil), FakeNode(ns[1], 1000, 4096, 110, nil))
+		objs = append(objs, fakeapi.Node(ns[0], 1000, 4096, 110, nil), fakeapi.Node(ns[1], 1000, 4096, 110, nil))
 		objs = append(objs, run("big-"+ns[0], ns[0], 600, int32(100+100*s)), run("low-"+ns[0], ns[0], 400, 5))
 		objs = append(objs, run("full-"+ns[1], ns[1], 1000, int32(100+50*s)))
 	}
@@ -384,7 +386,7 @@ func TestSystemFakePreemptorKeepsFreedRoom(t *testing.T) {
 	var objs []runtime.Object
 	for _, ns := range names {
 		for _, n := range ns {
-			objs = append(objs, FakeNode(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
+			objs = append(objs, fakeapi.Node(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
 		}
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
@@ -425,7 +427,7 @@ func TestSystemFakePreemptorWaitsForTerminatingVictims(t *testing.T) {
 	var objs []runtime.Object
 	for _, ns := range names {
 		for _, n := range ns {
-			objs = append(objs, FakeNode(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
+			objs = append(objs, fakeapi.Node(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, 0))
 		}
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
@@ -477,10 +479,10 @@ func TestSystemFakePreemptionPrefersNoPDBViolation(t *testing.T) {
 		&policyv1.PodDisruptionBudget{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "guard"},
 			Spec:   policyv1.PodDisruptionBudgetSpec{Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "guarded"}}},
 			Status: policyv1.PodDisruptionBudgetStatus{DisruptionsAllowed: 0}},
-		FakeNode(names[0][0], 1000, 4096, 110, nil), guarded,
-		FakeNode(names[1][0], 1000, 4096, 110, nil), runningPod("unguarded", names[1][0], 1000, 500),
-		FakeNode(names[0][1], 1000, 4096, 110, nil), runningPod("high-0", names[0][1], 1000, 800),
-		FakeNode(names[1][1], 1000, 4096, 110, nil), runningPod("high-1", names[1][1], 1000, 800),
+		fakeapi.Node(names[0][0], 1000, 4096, 110, nil), guarded,
+		fakeapi.Node(names[1][0], 1000, 4096, 110, nil), runningPod("unguarded", names[1][0], 1000, 500),
+		fakeapi.Node(names[0][1], 1000, 4096, 110, nil), runningPod("high-0", names[0][1], 1000, 800),
+		fakeapi.Node(names[1][1], 1000, 4096, 110, nil), runningPod("high-1", names[1][1], 1000, 800),
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
 	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
@@ -497,11 +499,11 @@ func TestRolesOverGRPCPreemption(t *testing.T) {
 	var objs []runtime.Object
 	for s, ns := range names {
 		for i, n := range ns {
-			objs = append(objs, FakeNode(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, int32(100*(s+1)+i)))
+			objs = append(objs, fakeapi.Node(n, 1000, 4096, 110, nil), runningPod("low-"+n, n, 1000, int32(100*(s+1)+i)))
 		}
 	}
 	cheapest := "low-" + names[0][0] // priority 100
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := Config{Client: cs, Shards: 2, Deadline: 200 * time.Millisecond}

@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -34,7 +36,7 @@ func (c *countSink) Send(ctx context.Context, f []byte) error {
 }
 
 func TestFrameRoundTrip(t *testing.T) {
-	p := FakePod("ns", "p1", DefaultSchedulerName, 100, 10)
+	p := fakeapi.Pod("ns", "p1", podspec.DefaultSchedulerName, 100, 10)
 	f, err := wire.EncodeFrame(wire.Header{UID: "u", Namespace: "ns", Name: "p1", Attempt: 2, Collector: 1}, p)
 	if err != nil {
 		t.Fatal(err)
@@ -128,7 +130,7 @@ func TestGRPCRelayAndControlMessages(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	frame, _ := wire.EncodeFrame(wire.Header{UID: "u", Name: "p"}, FakePod("ns", "p", DefaultSchedulerName, 1, 1))
+	frame, _ := wire.EncodeFrame(wire.Header{UID: "u", Name: "p"}, fakeapi.Pod("ns", "p", podspec.DefaultSchedulerName, 1, 1))
 	for range 20 {
 		if err := c.Send(ctx, frame); err != nil {
 			t.Fatal(err)

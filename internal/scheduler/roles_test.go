@@ -10,7 +10,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 )
 
 func freeAddr(t *testing.T) string {
@@ -30,11 +32,11 @@ func TestRolesOverGRPC(t *testing.T) {
 	var objs []runtime.Object
 	var nodeList []corev1.Node
 	for i := range 9 {
-		n := FakeNode(fmt.Sprintf("r-%d", i), 1000, 4096, 110, nil)
+		n := fakeapi.Node(fmt.Sprintf("r-%d", i), 1000, 4096, 110, nil)
 		objs = append(objs, n)
 		nodeList = append(nodeList, *n)
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	cfg := Config{Client: cs, Shards: 3, Deadline: 200 * time.Millisecond}
@@ -51,7 +53,7 @@ func TestRolesOverGRPC(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // informers sync, streams connect (they retry anyway)
 	// 3 pods of 300m per node: 27 fit; 40 race.
 	for i := range 40 {
-		createPods(t, cs, FakePod("default", fmt.Sprintf("g-%02d", i), DefaultSchedulerName, 300, 64))
+		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("g-%02d", i), podspec.DefaultSchedulerName, 300, 64))
 	}
 	got := waitBound(t, cs, "default", 27, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -116,7 +117,7 @@ func (c *Config) globalView() (bool, error) {
 
 func (c *Config) defaults() {
 	if c.SchedulerName == "" {
-		c.SchedulerName = DefaultSchedulerName
+		c.SchedulerName = podspec.DefaultSchedulerName
 	}
 	c.Shards = max(c.Shards, 1)
 	c.Collectors = max(c.Collectors, 1)

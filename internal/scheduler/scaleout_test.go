@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -88,21 +90,21 @@ func TestScatterWidensToTheOnlyFeasibleShard(t *testing.T) {
 	var objs []runtime.Object
 	var nodes []corev1.Node
 	for i := range 40 {
-		n := FakeNode(fmt.Sprintf("small-%02d", i), 500, 4096, 110, nil)
+		n := fakeapi.Node(fmt.Sprintf("small-%02d", i), 500, 4096, 110, nil)
 		objs = append(objs, n)
 		nodes = append(nodes, *n)
 	}
-	big := FakeNode("big", 8000, 32768, 110, nil)
+	big := fakeapi.Node("big", 8000, 32768, 110, nil)
 	objs = append(objs, big)
 	nodes = append(nodes, *big)
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := StartAll(ctx, Config{Client: cs, Shards: 8, Scatter: 2, Batch: -1, DeadAfter: -1, Deadline: 200 * time.Millisecond}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		createPods(t, cs, FakePod("default", fmt.Sprintf("wide-%d", i), DefaultSchedulerName, 2000, 64))
+		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("wide-%d", i), podspec.DefaultSchedulerName, 2000, 64))
 		got := waitBound(t, cs, "default", i+1, 20*time.Second)
 		for _, p := range got {
 			if p.Spec.NodeName != "" && p.Spec.NodeName != "big" {
@@ -132,14 +134,14 @@ func startWithPending(t *testing.T, cfg Config, nodeCPU int64, nodes, pods int, 
 	var objs []runtime.Object
 	var nl []corev1.Node
 	for i := range nodes {
-		n := FakeNode(fmt.Sprintf("node-%03d", i), nodeCPU, 1<<16, 110, nil)
+		n := fakeapi.Node(fmt.Sprintf("node-%03d", i), nodeCPU, 1<<16, 110, nil)
 		objs = append(objs, n)
 		nl = append(nl, *n)
 	}
 	for i := range pods {
-		objs = append(objs, FakePod("default", fmt.Sprintf("p-%04d", i), DefaultSchedulerName, podCPU, 64))
+		objs = append(objs, fakeapi.Pod("default", fmt.Sprintf("p-%04d", i), podspec.DefaultSchedulerName, podCPU, 64))
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	cfg.Client, cfg.DeadAfter = cs, -1
@@ -215,18 +217,18 @@ func TestBatchSequentialWhenSpreadScores(t *testing.T) {
 	metrics.Reset()
 	var objs []runtime.Object
 	var nodes []corev1.Node
-	for _, o := range fakeNodes("seq", 8, 1000, 4096) {
+	for _, o := range fakeapi.Nodes("seq", 8, 1000, 4096) {
 		objs = append(objs, o)
 		nodes = append(nodes, *o.(*corev1.Node))
 	}
 	objs = append(objs, &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "web"},
 		Spec: corev1.ServiceSpec{Selector: map[string]string{"app": "web"}}})
 	for i := range 30 {
-		p := FakePod("default", fmt.Sprintf("web-%02d", i), DefaultSchedulerName, 300, 64)
+		p := fakeapi.Pod("default", fmt.Sprintf("web-%02d", i), podspec.DefaultSchedulerName, 300, 64)
 		p.Labels = map[string]string{"app": "web"}
 		objs = append(objs, p)
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := StartAll(ctx, Config{Client: cs, Shards: 1, Batch: 16, ParallelPods: 2, DeadAfter: -1, Deadline: 200 * time.Millisecond}); err != nil {

@@ -10,6 +10,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -136,7 +137,7 @@ func (c *Collector) PickShards(d int, sig uint64) []int {
 
 // needsAllShards: the pod goes to every shard whatever --scatter says (see above).
 func needsAllShards(p *corev1.Pod) bool {
-	return podHasCrossNodeConstraints(p) || p.Status.NominatedNodeName != ""
+	return podspec.HasCrossNodeConstraints(p) || p.Status.NominatedNodeName != ""
 }
 
 // nodeConstraintSig hashes what decides which nodes a pod may use at all: node selector,

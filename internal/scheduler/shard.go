@@ -19,7 +19,9 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
+	"github.com/meganode/meganode/internal/scheduler/events"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -84,7 +86,7 @@ type Shard struct {
 	queue   chan []byte
 	held    sync.Map // AttemptKey → *heldPod: evaluated pods awaiting a decision
 	eq      *equivCache
-	events  *eventRecorders // nil: no events
+	events  *events.Recorders // nil: no events
 	m       *metrics.Counters
 	bindSem chan struct{}
 	stopped chan struct{}
@@ -122,7 +124,7 @@ const podNodeIndex = "meganode.spec.nodeName"
 // factory afterwards, then call Run.
 func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 	if cfg.SchedulerName == "" {
-		cfg.SchedulerName = DefaultSchedulerName
+		cfg.SchedulerName = podspec.DefaultSchedulerName
 	}
 	if cfg.QueueLen <= 0 {
 		cfg.QueueLen = 1024
@@ -164,7 +166,7 @@ func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
 		s.workers = append(s.workers, w)
 	}
 	if cfg.Events {
-		s.events = newEventRecorders(ctx, cfg.Client)
+		s.events = events.New(ctx, cfg.Client)
 	}
 	s.nodes = cfg.Informers.Core().V1().Nodes().Informer()
 	s.pods = cfg.Informers.Core().V1().Pods().Informer()

@@ -27,9 +27,6 @@ import (
 	utilfeature "k8s.io/apiserver/pkg/util/feature"
 )
 
-// DefaultSchedulerName is the spec.schedulerName meganode serves.
-const DefaultSchedulerName = "meganode"
-
 // newFramework builds one kube-scheduler profile exactly as kube-scheduler v1.36.3 defaults it
 // (KubeSchedulerConfiguration v1 defaults: every default plugin, default weights), renamed to
 // schedulerName, over the given shard snapshot. Nothing in the framework is modified.

@@ -6,6 +6,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -36,10 +37,6 @@ func (s *Shard) onNodeDelete(obj any) {
 	}
 }
 
-func terminal(p *corev1.Pod) bool {
-	return p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed
-}
-
 func (s *Shard) onPod(oldObj, obj any) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok || p.Spec.NodeName == "" || !s.Owns(p.Spec.NodeName) {
@@ -47,11 +44,11 @@ func (s *Shard) onPod(oldObj, obj any) {
 	}
 	old, _ := oldObj.(*corev1.Pod)
 	switch {
-	case terminal(p):
-		if old != nil && !terminal(old) {
+	case podspec.Terminal(p):
+		if old != nil && !podspec.Terminal(old) {
 			_ = s.cache.RemovePod(s.logger, old)
 		}
-	case old != nil && old.Spec.NodeName != "" && !terminal(old):
+	case old != nil && old.Spec.NodeName != "" && !podspec.Terminal(old):
 		_ = s.cache.UpdatePod(s.logger, old, p)
 	default:
 		// A pod we assumed is confirmed here (AddPod of an assumed pod replaces the assumption).
@@ -63,7 +60,7 @@ func (s *Shard) onPodDelete(obj any) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" && s.Owns(p.Spec.NodeName) && !terminal(p) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" && s.Owns(p.Spec.NodeName) && !podspec.Terminal(p) {
 		_ = s.cache.RemovePod(s.logger, p)
 	}
 }
@@ -91,7 +88,7 @@ func (s *Shard) SetLive(live []int) (gained, lost int) {
 			gained++
 			s.cache.AddNode(s.logger, n)
 			for _, po := range pods {
-				if p := po.(*corev1.Pod); !terminal(p) {
+				if p := po.(*corev1.Pod); !podspec.Terminal(p) {
 					_ = s.cache.AddPod(s.logger, p)
 				}
 			}

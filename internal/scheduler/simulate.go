@@ -5,15 +5,18 @@ import (
 	"fmt"
 	"math"
 	"net"
-	"runtime"
 	"sync/atomic"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -30,7 +33,7 @@ type SimConfig struct {
 	// Precreate: every pod exists before the scheduler starts (as `scheduler bench` creates them
 	// while the scheduler is stopped); the clock starts when the scheduler has synced.
 	Precreate bool
-	// CountedBinds: Bindings are recorded, not written (NewFakeClientCountingBinds): the run
+	// CountedBinds: Bindings are recorded, not written (fakeapi.NewClientCountingBinds): the run
 	// measures the scheduler without the fake apiserver's per-bind watch fan-out.
 	CountedBinds bool
 	// GlobalView: "off" in the scale runs (uniform pods need none, and it holds every node in
@@ -65,12 +68,12 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	if sc.Timeout <= 0 {
 		sc.Timeout = 10 * time.Minute
 	}
-	objs := fakeNodes("sim-node", sc.Nodes, 8000, 32<<10) // KWOK nodes of `up`
+	objs := fakeapi.Nodes("sim-node", sc.Nodes, 8000, 32<<10) // KWOK nodes of `up`
 	// A ReplicaSet-like run: one owner, identical requests (what equivalence classes target).
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
 	simPod := func(i int) *corev1.Pod {
-		p := FakePod("sim", fmt.Sprintf("sim-pod-%d", i), DefaultSchedulerName, 100, 64)
+		p := fakeapi.Pod("sim", fmt.Sprintf("sim-pod-%d", i), podspec.DefaultSchedulerName, 100, 64)
 		p.OwnerReferences = []metav1.OwnerReference{owner}
 		p.Labels = map[string]string{"app": "sim"}
 		return p
@@ -188,7 +191,7 @@ type HopCosts struct {
 // MeasureHops times the hops with many repetitions.
 func MeasureHops(ctx context.Context) (HopCosts, error) {
 	var h HopCosts
-	pod := FakePod("ns", "hop-pod", DefaultSchedulerName, 50, 64)
+	pod := fakeapi.Pod("ns", "hop-pod", podspec.DefaultSchedulerName, 50, 64)
 	const n = 20000
 	t0 := time.Now()
 	var frame []byte
@@ -277,4 +280,10 @@ type countingSink struct{ n atomic.Int64 }
 
 func (c *countingSink) Send(context.Context, []byte) error { c.n.Add(1); return nil }
 
-var _ = runtime.NumCPU
+// fakeClientFor is fakeapi.NewClientCountingBinds when counted, else fakeapi.NewClient (nil ledger).
+func fakeClientFor(counted bool, objs ...runtime.Object) (*fake.Clientset, *fakeapi.BindLedger) {
+	if counted {
+		return fakeapi.NewClientCountingBinds(objs...)
+	}
+	return fakeapi.NewClient(objs...), nil
+}

@@ -16,7 +16,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	k8stesting "k8s.io/client-go/testing"
 
+	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -68,11 +70,11 @@ func TestSystemFakeRaceForLastCapacity(t *testing.T) {
 	var objs []runtime.Object
 	var nodeList []corev1.Node
 	for i := range nodes {
-		n := FakeNode(fmt.Sprintf("node-%02d", i), 1000, 4096, 110, nil)
+		n := fakeapi.Node(fmt.Sprintf("node-%02d", i), 1000, 4096, 110, nil)
 		objs = append(objs, n)
 		nodeList = append(nodeList, *n)
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sys, err := StartAll(ctx, Config{Client: cs, Shards: shards, Fanout: 2, Deadline: 100 * time.Millisecond, DeadAfter: -1})
@@ -82,7 +84,7 @@ func TestSystemFakeRaceForLastCapacity(t *testing.T) {
 	// 3 pods of 300m fit per node: 36 fit, 60 race for them.
 	const pods = 60
 	for i := range pods {
-		if _, err := cs.CoreV1().Pods("default").Create(ctx, FakePod("default", fmt.Sprintf("p-%03d", i), DefaultSchedulerName, 300, 64), metav1.CreateOptions{}); err != nil {
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, fakeapi.Pod("default", fmt.Sprintf("p-%03d", i), podspec.DefaultSchedulerName, 300, 64), metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,14 +130,14 @@ func TestSystemFakeSelectorsAndTaints(t *testing.T) {
 		zone[name] = z
 		var n *corev1.Node
 		if i%4 == 3 {
-			n = FakeNode(name, 4000, 8192, 110, map[string]string{"zone": z}, taint)
+			n = fakeapi.Node(name, 4000, 8192, 110, map[string]string{"zone": z}, taint)
 			tainted[name] = true
 		} else {
-			n = FakeNode(name, 4000, 8192, 110, map[string]string{"zone": z})
+			n = fakeapi.Node(name, 4000, 8192, 110, map[string]string{"zone": z})
 		}
 		objs = append(objs, n)
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	if _, err := StartAll(ctx, Config{Client: cs, Shards: 4, Fanout: 2, DeadAfter: -1}); err != nil {
@@ -143,21 +145,21 @@ func TestSystemFakeSelectorsAndTaints(t *testing.T) {
 	}
 	var pods []*corev1.Pod
 	for i := range 20 {
-		p := FakePod("default", fmt.Sprintf("zb-%02d", i), DefaultSchedulerName, 100, 64)
+		p := fakeapi.Pod("default", fmt.Sprintf("zb-%02d", i), podspec.DefaultSchedulerName, 100, 64)
 		p.Spec.NodeSelector = map[string]string{"zone": "b"}
 		pods = append(pods, p)
 	}
 	for i := range 20 {
-		pods = append(pods, FakePod("default", fmt.Sprintf("plain-%02d", i), DefaultSchedulerName, 100, 64))
+		pods = append(pods, fakeapi.Pod("default", fmt.Sprintf("plain-%02d", i), podspec.DefaultSchedulerName, 100, 64))
 	}
 	for i := range 10 {
-		p := FakePod("default", fmt.Sprintf("gpu-%02d", i), DefaultSchedulerName, 100, 64)
+		p := fakeapi.Pod("default", fmt.Sprintf("gpu-%02d", i), podspec.DefaultSchedulerName, 100, 64)
 		p.Spec.Tolerations = []corev1.Toleration{{Key: "dedicated", Operator: corev1.TolerationOpEqual, Value: "gpu", Effect: corev1.TaintEffectNoSchedule}}
 		p.Spec.NodeSelector = map[string]string{"zone": "a"}
 		pods = append(pods, p)
 	}
 	// A pod nothing fits stays pending (and is retried, never bound).
-	impossible := FakePod("default", "impossible", DefaultSchedulerName, 100, 64)
+	impossible := fakeapi.Pod("default", "impossible", podspec.DefaultSchedulerName, 100, 64)
 	impossible.Spec.NodeSelector = map[string]string{"zone": "c"}
 	pods = append(pods, impossible)
 	createPods(t, cs, pods...)
@@ -236,11 +238,11 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	var objs []runtime.Object
 	var nodeList []corev1.Node
 	for i := range nodes {
-		n := FakeNode(fmt.Sprintf("k-%02d", i), 1000, 4096, 110, nil)
+		n := fakeapi.Node(fmt.Sprintf("k-%02d", i), 1000, 4096, 110, nil)
 		objs = append(objs, n)
 		nodeList = append(nodeList, *n)
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sys, err := StartAll(ctx, Config{Client: cs, Shards: 3, Fanout: 2, Deadline: 50 * time.Millisecond, DeadAfter: 400 * time.Millisecond})
@@ -249,7 +251,7 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	}
 	var first []*corev1.Pod
 	for i := range 24 {
-		first = append(first, FakePod("default", fmt.Sprintf("a-%02d", i), DefaultSchedulerName, 200, 64))
+		first = append(first, fakeapi.Pod("default", fmt.Sprintf("a-%02d", i), podspec.DefaultSchedulerName, 200, 64))
 	}
 	createPods(t, cs, first...)
 	waitBound(t, cs, "default", 24, 20*time.Second)
@@ -263,7 +265,7 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	// 24 × 200m fill 4.8 of 24 cores; 72 more need most nodes, shard 1's included.
 	var more []*corev1.Pod
 	for i := range 72 {
-		more = append(more, FakePod("default", fmt.Sprintf("b-%02d", i), DefaultSchedulerName, 200, 64))
+		more = append(more, fakeapi.Pod("default", fmt.Sprintf("b-%02d", i), podspec.DefaultSchedulerName, 200, 64))
 	}
 	createPods(t, cs, more...)
 	got := waitBound(t, cs, "default", 96, 60*time.Second)
@@ -295,9 +297,9 @@ func TestSystemFakeBindFailuresRequeued(t *testing.T) {
 	metrics.Reset()
 	var objs []runtime.Object
 	for i := range 6 {
-		objs = append(objs, FakeNode(fmt.Sprintf("f-%d", i), 4000, 8192, 110, nil))
+		objs = append(objs, fakeapi.Node(fmt.Sprintf("f-%d", i), 4000, 8192, 110, nil))
 	}
-	cs := NewFakeClient(objs...)
+	cs := fakeapi.NewClient(objs...)
 	var failed atomic.Int64
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "binding" && failed.Add(1) <= 20 {
@@ -311,7 +313,7 @@ func TestSystemFakeBindFailuresRequeued(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 30 {
-		createPods(t, cs, FakePod("default", fmt.Sprintf("bf-%02d", i), DefaultSchedulerName, 100, 64))
+		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("bf-%02d", i), podspec.DefaultSchedulerName, 100, 64))
 	}
 	got := waitBound(t, cs, "default", 30, 30*time.Second)
 	bound := 0

@@ -21,6 +21,7 @@ import (
 	"github.com/meganode/meganode/internal/cluster"
 	msched "github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -345,14 +346,14 @@ func TestConstraintsLikeStockScheduler(t *testing.T) {
 	// MEGANODE_GLOBAL_VIEW=off shows what the shard-only view does with this input).
 	sctx, scancel := context.WithCancel(ctx)
 	defer scancel()
-	if _, err := msched.StartAll(sctx, msched.Config{Kubeconfig: st.Kubeconfig, SchedulerName: msched.DefaultSchedulerName,
+	if _, err := msched.StartAll(sctx, msched.Config{Kubeconfig: st.Kubeconfig, SchedulerName: podspec.DefaultSchedulerName,
 		Shards: shards, DeadAfter: -1, GlobalView: os.Getenv("MEGANODE_GLOBAL_VIEW")}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(time.Second) // both schedulers' informers see the labels and taints
 
 	type run struct{ ns, sched string }
-	runs := []run{{"cmp-stock", corev1.DefaultSchedulerName}, {"cmp-meganode", msched.DefaultSchedulerName}}
+	runs := []run{{"cmp-stock", corev1.DefaultSchedulerName}, {"cmp-meganode", podspec.DefaultSchedulerName}}
 	var want map[string]int
 	var pods0 []*corev1.Pod
 	var mu sync.Mutex

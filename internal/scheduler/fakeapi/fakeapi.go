@@ -1,4 +1,8 @@
-package scheduler
+// Package fakeapi is the apiserver the scheduler's tests and its in-process simulator run
+// against: client-go's fake clientset with a Binding subresource that behaves like
+// kube-apiserver's (or only counts Bindings), and ready-made nodes and pods. Tests of several
+// role packages and the simulator use it, so it is a package of its own.
+package fakeapi
 
 import (
 	"fmt"
@@ -14,10 +18,10 @@ import (
 	k8stesting "k8s.io/client-go/testing"
 )
 
-// NewFakeClient is a fake clientset (no apiserver) whose pods/binding subresource behaves like
+// NewClient is a fake clientset (no apiserver) whose pods/binding subresource behaves like
 // kube-apiserver's: it sets spec.nodeName and refuses a pod that is already assigned
 // (Conflict) or gone (NotFound). Simulator and unit tests run the real framework against it.
-func NewFakeClient(objs ...runtime.Object) *fake.Clientset {
+func NewClient(objs ...runtime.Object) *fake.Clientset {
 	// NewClientset's field-managed tracker builds a REST mapper per write (a quarter of the
 	// simulator's CPU), but NewSimpleClientset's watchers panic when 100 events queue up; the
 	// stage costs the projection uses are per-shard timings that exclude the fake's writes.
@@ -59,15 +63,7 @@ func alreadyAssigned(pod, node string) error {
 	return apierrors.NewConflict(corev1.Resource("pods"), pod, fmt.Errorf("pod %s is already assigned to node %q", pod, node))
 }
 
-// fakeClientFor is NewFakeClientCountingBinds when counted, else NewFakeClient (nil ledger).
-func fakeClientFor(counted bool, objs ...runtime.Object) (*fake.Clientset, *BindLedger) {
-	if counted {
-		return NewFakeClientCountingBinds(objs...)
-	}
-	return NewFakeClient(objs...), nil
-}
-
-// BindLedger records the Bindings a counting fake client took (NewFakeClientCountingBinds).
+// BindLedger records the Bindings a counting fake client took (NewClientCountingBinds).
 type BindLedger struct {
 	mu    sync.Mutex
 	nodes map[string]string // namespace/name → node
@@ -91,7 +87,7 @@ func (l *BindLedger) PerNode() map[string]int {
 	return per
 }
 
-// NewFakeClientCountingBinds is NewFakeClient whose Binding subresource only records the
+// NewClientCountingBinds is NewClient whose Binding subresource only records the
 // binding in the returned ledger (refusing a second binding of a pod with Conflict, as
 // kube-apiserver does) and leaves the stored pod untouched: no object write, no watch event.
 //
@@ -101,7 +97,7 @@ func (l *BindLedger) PerNode() map[string]int {
 // bound pods as assumed pods in their caches (they never expire without FinishBinding), so
 // their view of capacity stays exact; a real cluster's apiserver and its watch events are
 // measured by `scheduler bench` instead.
-func NewFakeClientCountingBinds(objs ...runtime.Object) (*fake.Clientset, *BindLedger) {
+func NewClientCountingBinds(objs ...runtime.Object) (*fake.Clientset, *BindLedger) {
 	cs := fake.NewClientset(objs...)
 	l := &BindLedger{nodes: map[string]string{}}
 	onBinding(cs, func(ns string, b *corev1.Binding) error {
@@ -117,8 +113,8 @@ func NewFakeClientCountingBinds(objs ...runtime.Object) (*fake.Clientset, *BindL
 	return cs, l
 }
 
-// FakeNode is a Ready node with the given allocatable CPU (millicores), memory (MiB) and pods.
-func FakeNode(name string, milliCPU, memMiB, pods int64, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
+// Node is a Ready node with the given allocatable CPU (millicores), memory (MiB) and pods.
+func Node(name string, milliCPU, memMiB, pods int64, labels map[string]string, taints ...corev1.Taint) *corev1.Node {
 	l := map[string]string{"kubernetes.io/hostname": name, "type": "kwok"}
 	for k, v := range labels {
 		l[k] = v
@@ -136,17 +132,17 @@ func FakeNode(name string, milliCPU, memMiB, pods int64, labels map[string]strin
 	}
 }
 
-// fakeNodes is n FakeNodes named prefix-0… of the given size, as objects for NewFakeClient.
-func fakeNodes(prefix string, n int, milliCPU, memMiB int64) []runtime.Object {
+// Nodes is n Nodes named prefix-0… of the given size, as objects for NewClient.
+func Nodes(prefix string, n int, milliCPU, memMiB int64) []runtime.Object {
 	objs := make([]runtime.Object, 0, n)
 	for i := range n {
-		objs = append(objs, FakeNode(fmt.Sprintf("%s-%d", prefix, i), milliCPU, memMiB, 110, nil))
+		objs = append(objs, Node(fmt.Sprintf("%s-%d", prefix, i), milliCPU, memMiB, 110, nil))
 	}
 	return objs
 }
 
-// FakePod is a pending pod for schedulerName requesting milliCPU and memMiB.
-func FakePod(ns, name, schedulerName string, milliCPU, memMiB int64) *corev1.Pod {
+// Pod is a pending pod for schedulerName requesting milliCPU and memMiB.
+func Pod(ns, name, schedulerName string, milliCPU, memMiB int64) *corev1.Pod {
 	return &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, UID: types.UID(ns + "-" + name)},
 		Spec: corev1.PodSpec{SchedulerName: schedulerName, Containers: []corev1.Container{{Name: "app", Image: "pause",
