@@ -7,26 +7,9 @@ import (
 	"time"
 
 	"github.com/meganode/meganode/internal/scheduler/metrics"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
-
-type recShard struct {
-	mu sync.Mutex
-	d  []wire.Decision
-}
-
-func (r *recShard) Decide(_ context.Context, d wire.Decision) error {
-	r.mu.Lock()
-	r.d = append(r.d, d)
-	r.mu.Unlock()
-	return nil
-}
-
-func (r *recShard) decisions() []wire.Decision {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return append([]wire.Decision(nil), r.d...)
-}
 
 type requeueRec struct {
 	mu   sync.Mutex
@@ -47,11 +30,11 @@ func (q *requeueRec) n() int {
 	return len(q.keys)
 }
 
-func newTestCollector(shards int, fraction float64, deadline time.Duration) (*Collector, []*recShard, *requeueRec) {
+func newTestCollector(shards int, fraction float64, deadline time.Duration) (*Collector, []*schedtest.RecShard, *requeueRec) {
 	sinks := map[int]wire.DecisionSink{}
-	var recs []*recShard
+	var recs []*schedtest.RecShard
 	for i := range shards {
-		r := &recShard{}
+		r := &schedtest.RecShard{}
 		recs = append(recs, r)
 		sinks[i] = r
 	}
@@ -62,27 +45,16 @@ func newTestCollector(shards int, fraction float64, deadline time.Duration) (*Co
 	return c, recs, q
 }
 
-func allowed(recs []*recShard, k wire.AttemptKey) []int {
+func allowed(recs []*schedtest.RecShard, k wire.AttemptKey) []int {
 	var out []int
 	for i, r := range recs {
-		for _, d := range r.decisions() {
+		for _, d := range r.Decisions() {
 			if d.Key == k && d.Allow {
 				out = append(out, i)
 			}
 		}
 	}
 	return out
-}
-
-func eventually(t *testing.T, cond func() bool) {
-	t.Helper()
-	for i := 0; i < 200; i++ {
-		if cond() {
-			return
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	t.Fatal("condition not met in 2s")
 }
 
 func TestCollectorPicksBestScore(t *testing.T) {
@@ -94,13 +66,13 @@ func TestCollectorPicksBestScore(t *testing.T) {
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 50, Feasible: true})
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 90, Feasible: true})
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 2, Feasible: false})
-	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+	schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	if w := allowed(recs, k); w[0] != 1 {
 		t.Fatalf("winner %v, want shard 1 (score 90)", w)
 	}
-	eventually(t, func() bool { return len(recs[0].decisions()) == 1 }) // the loser hears deny
-	if recs[0].decisions()[0].Allow || len(recs[2].decisions()) != 0 {
-		t.Fatalf("loser decisions: %v / %v", recs[0].decisions(), recs[2].decisions())
+	schedtest.Eventually(t, func() bool { return len(recs[0].Decisions()) == 1 }) // the loser hears deny
+	if recs[0].Decisions()[0].Allow || len(recs[2].Decisions()) != 0 {
+		t.Fatalf("loser decisions: %v / %v", recs[0].Decisions(), recs[2].Decisions())
 	}
 }
 
@@ -114,7 +86,7 @@ func TestCollectorTiesAtRandom(t *testing.T) {
 		c.Expect(k, 0)
 		_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "a", Score: 7, Feasible: true})
 		_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "b", Score: 7, Feasible: true})
-		eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+		schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 		wins[allowed(recs, k)[0]]++
 	}
 	if wins[0] < 140 || wins[1] < 140 {
@@ -134,12 +106,12 @@ func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
 		t.Fatal("decided with 1 of 4 answers at fraction 0.5")
 	}
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 20, Feasible: true})
-	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+	schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 3, Node: "n3", Score: 99, Feasible: true}) // late
 	if metrics.Counter("shard/3", "late") != 1 {
 		t.Fatalf("late count for shard 3 = %d", metrics.Counter("shard/3", "late"))
 	}
-	eventually(t, func() bool { return len(recs[3].decisions()) == 1 && !recs[3].decisions()[0].Allow })
+	schedtest.Eventually(t, func() bool { return len(recs[3].Decisions()) == 1 && !recs[3].Decisions()[0].Allow })
 
 	// Deadline: with fraction 1 and one shard silent, decide after the deadline anyway.
 	c2, recs2, _ := newTestCollector(3, 1, 60*time.Millisecond)
@@ -148,7 +120,7 @@ func TestCollectorStragglersDeadlineAndLateCount(t *testing.T) {
 	began := time.Now()
 	_ = c2.Propose(ctx, wire.Proposal{Key: k2, Shard: 0, Node: "n0", Score: 1, Feasible: true})
 	_ = c2.Propose(ctx, wire.Proposal{Key: k2, Shard: 1, Feasible: false})
-	eventually(t, func() bool { return len(allowed(recs2, k2)) == 1 })
+	schedtest.Eventually(t, func() bool { return len(allowed(recs2, k2)) == 1 })
 	if el := time.Since(began); el < 50*time.Millisecond {
 		t.Fatalf("decided after %s, before the deadline", el)
 	}
@@ -166,7 +138,7 @@ func TestCollectorWaitsForChronicStraggler(t *testing.T) {
 		k := wire.AttemptKey{UID: "x", Attempt: i}
 		c.Expect(k, 0)
 		_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 1, Feasible: true})
-		eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+		schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	}
 	// …so the next decision waits for it, and its better node wins: it is not starved.
 	k := wire.AttemptKey{UID: "x", Attempt: 3}
@@ -177,7 +149,7 @@ func TestCollectorWaitsForChronicStraggler(t *testing.T) {
 		t.Fatal("did not wait for the chronic straggler")
 	}
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 5, Feasible: true})
-	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+	schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	if w := allowed(recs, k)[0]; w != 1 {
 		t.Fatalf("winner %d, want the straggler 1", w)
 	}
@@ -191,7 +163,7 @@ func TestCollectorConflictRequeuesNeverDrops(t *testing.T) {
 	c.Expect(k, 0)
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Node: "n0", Score: 3, Feasible: true})
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 1, Feasible: true})
-	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+	schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 	_ = c.Result(ctx, wire.CommitResult{Key: k, Shard: 0, Node: "n0", Conflict: true, Error: "node no longer fits"})
 	if q.n() != 1 || q.keys[0] != k {
 		t.Fatalf("conflict not requeued: %v", q.keys)
@@ -201,7 +173,7 @@ func TestCollectorConflictRequeuesNeverDrops(t *testing.T) {
 	c.Expect(k2, 0)
 	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 0, Reason: "Insufficient cpu"})
 	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 1, Reason: "Insufficient cpu"})
-	eventually(t, func() bool { return q.n() == 2 })
+	schedtest.Eventually(t, func() bool { return q.n() == 2 })
 	// Winner never reports: the commit timeout requeues.
 	k3 := wire.AttemptKey{UID: "w"}
 	c.Expect(k3, 0)
@@ -214,5 +186,5 @@ func TestCollectorConflictRequeuesNeverDrops(t *testing.T) {
 	// Nobody answers at all: the hard deadline requeues.
 	c4, _, q4 := newTestCollector(2, 1, 20*time.Millisecond)
 	c4.Expect(wire.AttemptKey{UID: "silent"}, 0)
-	eventually(t, func() bool { return q4.n() == 1 })
+	schedtest.Eventually(t, func() bool { return q4.n() == 1 })
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -72,9 +73,9 @@ func (c *gvCluster) start(t *testing.T, ctx context.Context) {
 // settle waits until want pods are bound, then a little longer (any wrongful extra bind lands).
 func (c *gvCluster) settle(t *testing.T, ns string, want int) []corev1.Pod {
 	t.Helper()
-	waitBound(t, c.cs, ns, want, 20*time.Second)
+	schedtest.WaitBound(t, c.cs, ns, want, 20*time.Second)
 	time.Sleep(time.Second)
-	return waitBound(t, c.cs, ns, 0, 0)
+	return schedtest.WaitBound(t, c.cs, ns, 0, 0)
 }
 
 func labelled(ns, name string, labels map[string]string) *corev1.Pod {
@@ -110,7 +111,7 @@ func TestGlobalViewAntiAffinityHostname(t *testing.T) {
 		antiAffinity(p, "kubernetes.io/hostname")
 		pods = append(pods, p)
 	}
-	createPods(t, c.cs, pods...)
+	schedtest.CreatePods(t, c.cs, pods...)
 	got := c.settle(t, "default", len(c.nodes))
 	perNode, shardsUsed := map[string]int{}, map[int]bool{}
 	for _, p := range got {
@@ -148,7 +149,7 @@ func TestGlobalViewAntiAffinityZone(t *testing.T) {
 		antiAffinity(p, zoneKey)
 		pods = append(pods, p)
 	}
-	createPods(t, c.cs, pods...)
+	schedtest.CreatePods(t, c.cs, pods...)
 	got := c.settle(t, "default", gvShards)
 	perZone := map[string]int{}
 	for _, p := range got {
@@ -183,9 +184,9 @@ func TestGlobalViewTopologySpread(t *testing.T) {
 		pods = append(pods, p)
 	}
 	// Two batches: the second lands on a cluster where the first is already bound.
-	createPods(t, c.cs, pods[:16]...)
-	waitBound(t, c.cs, "default", 16, 20*time.Second)
-	createPods(t, c.cs, pods[16:]...)
+	schedtest.CreatePods(t, c.cs, pods[:16]...)
+	schedtest.WaitBound(t, c.cs, "default", 16, 20*time.Second)
+	schedtest.CreatePods(t, c.cs, pods[16:]...)
 	got := c.settle(t, "default", n)
 	perZone := map[string]int{}
 	bound := 0
@@ -232,8 +233,8 @@ func affinityCluster(t *testing.T, ctx context.Context) (*gvCluster, string) {
 	tp := fakeapi.Pod("default", "target", podspec.DefaultSchedulerName, 950, 64)
 	tp.Labels = map[string]string{"app": "target"}
 	tp.Spec.NodeSelector = map[string]string{"kubernetes.io/hostname": target}
-	createPods(t, c.cs, tp)
-	waitBound(t, c.cs, "default", 1, 10*time.Second)
+	schedtest.CreatePods(t, c.cs, tp)
+	schedtest.WaitBound(t, c.cs, "default", 1, 10*time.Second)
 	return c, target
 }
 
@@ -256,7 +257,7 @@ func TestGlobalViewPodAffinityZone(t *testing.T) {
 	for i := range 6 {
 		pods = append(pods, follower(fmt.Sprintf("follower-%d", i)))
 	}
-	createPods(t, c.cs, pods...)
+	schedtest.CreatePods(t, c.cs, pods...)
 	got := c.settle(t, "default", 1+len(pods))
 	for _, p := range got {
 		switch {
@@ -280,7 +281,7 @@ func TestGlobalViewOffCannotFollowAcrossShards(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	c, _ := affinityCluster(t, ctx)
-	createPods(t, c.cs, follower("follower"))
+	schedtest.CreatePods(t, c.cs, follower("follower"))
 	time.Sleep(2 * time.Second)
 	got, err := c.cs.CoreV1().Pods("default").Get(ctx, "follower", metav1.GetOptions{})
 	if err != nil {

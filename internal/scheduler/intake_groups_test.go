@@ -10,6 +10,7 @@ import (
 
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -70,7 +71,7 @@ func TestNotePlacedGhost(t *testing.T) {
 	sh.cfg.Informers.Start(ctx.Done())
 	sh.WaitSynced(ctx)
 	p := fakeapi.Pod("default", "p", podspec.DefaultSchedulerName, 100, 64)
-	createPods(t, cs, p)
+	schedtest.CreatePods(t, cs, p)
 	for deadline := time.Now().Add(5 * time.Second); ; {
 		if _, ok, _ := sh.pods.GetStore().GetByKey("default/p"); ok {
 			break

@@ -9,6 +9,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -19,27 +20,25 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	cs := fakeapi.NewClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	root := &countSink{}
+	root := &schedtest.CountSink{}
 	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
 	go func() { _ = in.Run(ctx) }()
 	for i := range 5 {
-		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("w-%d", i), podspec.DefaultSchedulerName, 10, 1))
+		schedtest.CreatePods(t, cs, fakeapi.Pod("default", fmt.Sprintf("w-%d", i), podspec.DefaultSchedulerName, 10, 1))
 	}
-	createPods(t, cs, fakeapi.Pod("default", "other", "default-scheduler", 10, 1)) // not ours
-	eventually(t, func() bool { return root.n.Load() == 2 })
+	schedtest.CreatePods(t, cs, fakeapi.Pod("default", "other", "default-scheduler", 10, 1)) // not ours
+	schedtest.Eventually(t, func() bool { return root.N.Load() == 2 })
 	time.Sleep(100 * time.Millisecond)
-	if n := root.n.Load(); n != 2 {
+	if n := root.N.Load(); n != 2 {
 		t.Fatalf("%d frames sent with an in-flight window of 2", n)
 	}
 	// Decide the first one (unschedulable → requeue): a slot frees, the next pod goes out, and
 	// the requeued attempt comes back later as attempt 1.
-	root.mu.Lock()
-	h, _, _ := wire.SplitFrame(root.last)
-	root.mu.Unlock()
+	h, _, _ := wire.SplitFrame(root.Last())
 	in.Decided(h.Key())
 	in.Requeue(h.Key(), 0, "unschedulable: test")
-	eventually(t, func() bool { return root.n.Load() == 3 })
+	schedtest.Eventually(t, func() bool { return root.N.Load() == 3 })
 	for range 4 {
 		col.mu.Lock()
 		var keys []wire.AttemptKey
@@ -55,7 +54,7 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	eventually(t, func() bool { return root.n.Load() == 6 }) // 5 pods + 1 retry, never "other"
+	schedtest.Eventually(t, func() bool { return root.N.Load() == 6 }) // 5 pods + 1 retry, never "other"
 	if in.Pending() != 5 {
 		t.Fatalf("intake tracks %d pods, want 5", in.Pending())
 	}

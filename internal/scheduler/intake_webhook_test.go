@@ -20,50 +20,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	k8stesting "k8s.io/client-go/testing"
 
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
-
-// review is an AdmissionReview for obj as kube-apiserver sends it (admission.k8s.io/v1, JSON).
-func review(t *testing.T, obj any, kind metav1.GroupVersionKind, op admissionv1.Operation, dryRun bool) []byte {
-	t.Helper()
-	raw, err := json.Marshal(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	r := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: "admission.k8s.io/v1", Kind: "AdmissionReview"},
-		Request: &admissionv1.AdmissionRequest{UID: types.UID(fmt.Sprintf("req-%d", time.Now().UnixNano())), Kind: kind,
-			Resource: metav1.GroupVersionResource{Version: "v1", Resource: "pods"}, Operation: op, DryRun: &dryRun,
-			Object: runtime.RawExtension{Raw: raw}},
-	}
-	if p, ok := obj.(*corev1.Pod); ok {
-		r.Request.Namespace, r.Request.Name = p.Namespace, p.Name
-	}
-	b, err := json.Marshal(&r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-var podKind = metav1.GroupVersionKind{Version: "v1", Kind: "Pod"}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
-}
 
 // The handler: every well-formed review is allowed (it only observes); only non-dry-run pod
 // CREATEs for a served scheduler without a node are taken; a malformed body is a 400.
@@ -91,14 +55,14 @@ func TestWebhookHandler(t *testing.T) {
 		body    []byte
 		counter string
 	}{
-		{"pod for us", review(t, ours, podKind, admissionv1.Create, false), "offered"},
-		{"dry run", review(t, fakeapi.Pod("ns", "dry", "meganode", 100, 64), podKind, admissionv1.Create, true), "dry_run"},
-		{"other scheduler", review(t, fakeapi.Pod("ns", "theirs", "other-scheduler", 100, 64), podKind, admissionv1.Create, false), "other_scheduler"},
-		{"not a pod", review(t, cm, metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, admissionv1.Create, false), "not_pod"},
-		{"update", review(t, fakeapi.Pod("ns", "upd", "meganode", 100, 64), podKind, admissionv1.Update, false), "not_create"},
-		{"already assigned", review(t, assigned, podKind, admissionv1.Create, false), "assigned"},
-		{"no uid", review(t, noUID, podKind, admissionv1.Create, false), "no_uid"},
-		{"namespace from the request", bytes.Replace(review(t, noNS, podKind, admissionv1.Create, false),
+		{"pod for us", schedtest.Review(t, ours, schedtest.PodKind, admissionv1.Create, false), "offered"},
+		{"dry run", schedtest.Review(t, fakeapi.Pod("ns", "dry", "meganode", 100, 64), schedtest.PodKind, admissionv1.Create, true), "dry_run"},
+		{"other scheduler", schedtest.Review(t, fakeapi.Pod("ns", "theirs", "other-scheduler", 100, 64), schedtest.PodKind, admissionv1.Create, false), "other_scheduler"},
+		{"not a pod", schedtest.Review(t, cm, metav1.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}, admissionv1.Create, false), "not_pod"},
+		{"update", schedtest.Review(t, fakeapi.Pod("ns", "upd", "meganode", 100, 64), schedtest.PodKind, admissionv1.Update, false), "not_create"},
+		{"already assigned", schedtest.Review(t, assigned, schedtest.PodKind, admissionv1.Create, false), "assigned"},
+		{"no uid", schedtest.Review(t, noUID, schedtest.PodKind, admissionv1.Create, false), "no_uid"},
+		{"namespace from the request", bytes.Replace(schedtest.Review(t, noNS, schedtest.PodKind, admissionv1.Create, false),
 			[]byte(`"operation"`), []byte(`"namespace":"req-ns","operation"`), 1), "offered"},
 	}
 	for _, c := range cases {
@@ -176,7 +140,7 @@ func newPoster(t *testing.T, addr, caFile string) *poster {
 
 func (p *poster) post(t *testing.T, pod *corev1.Pod) {
 	t.Helper()
-	resp, err := p.c.Post(p.url, "application/json", bytes.NewReader(review(t, pod, podKind, admissionv1.Create, false)))
+	resp, err := p.c.Post(p.url, "application/json", bytes.NewReader(schedtest.Review(t, pod, schedtest.PodKind, admissionv1.Create, false)))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -211,20 +175,20 @@ func TestWebhookIntakeSystem(t *testing.T) {
 	for i := range n { // offered, then stored (as kube-apiserver does)
 		pod := fakeapi.Pod("default", fmt.Sprintf("wh-%02d", i), podspec.DefaultSchedulerName, 100, 64)
 		p.post(t, pod)
-		createPods(t, cs, pod)
+		schedtest.CreatePods(t, cs, pod)
 	}
-	createPods(t, cs, fakeapi.Pod("default", "missed", podspec.DefaultSchedulerName, 100, 64)) // the webhook was skipped
-	p.post(t, fakeapi.Pod("default", "never-stored", podspec.DefaultSchedulerName, 100, 64))   // creation failed after admission
+	schedtest.CreatePods(t, cs, fakeapi.Pod("default", "missed", podspec.DefaultSchedulerName, 100, 64)) // the webhook was skipped
+	p.post(t, fakeapi.Pod("default", "never-stored", podspec.DefaultSchedulerName, 100, 64))             // creation failed after admission
 	late := fakeapi.Pod("default", "late", podspec.DefaultSchedulerName, 100, 64)
 	p.post(t, late) // offered, stored only afterwards
 	time.Sleep(30 * time.Millisecond)
-	createPods(t, cs, late)
+	schedtest.CreatePods(t, cs, late)
 	stuck := fakeapi.Pod("default", "too-big", podspec.DefaultSchedulerName, 100000, 64)
 	p.post(t, stuck)
-	createPods(t, cs, stuck)
+	schedtest.CreatePods(t, cs, stuck)
 
-	waitFor(t, 10*time.Second, "every stored pod bound", func() bool {
-		got := waitBound(t, cs, "default", 0, 0)
+	schedtest.WaitFor(t, 10*time.Second, "every stored pod bound", func() bool {
+		got := schedtest.WaitBound(t, cs, "default", 0, 0)
 		bound := 0
 		for _, q := range got {
 			if q.Spec.NodeName != "" {
@@ -247,11 +211,11 @@ func TestWebhookIntakeSystem(t *testing.T) {
 	}
 	// The never-stored pod goes (its bind found it gone and a GET after the grace confirmed
 	// it, or a LIST after the grace did not show it); the unschedulable one stays.
-	waitFor(t, 5*time.Second, "never-stored pod dropped", func() bool { return sys.Pending() == 1 })
+	schedtest.WaitFor(t, 5*time.Second, "never-stored pod dropped", func() bool { return sys.Pending() == 1 })
 	if err := cs.CoreV1().Pods("default").Delete(ctx, stuck.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "deleted unschedulable pod dropped", func() bool { return sys.Pending() == 0 })
+	schedtest.WaitFor(t, 5*time.Second, "deleted unschedulable pod dropped", func() bool { return sys.Pending() == 0 })
 	// Each pod left the intake once: bound ones mostly on their bind result (a LIST may get
 	// there first when an attempt takes longer than the grace), the other two as gone/not listed.
 	if got := sum("dropped_bound") + sum("dropped_gone") + sum("dropped_not_listed"); got != n+4 {
@@ -294,7 +258,7 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 			WebhookOptions{Addr: hooks[i], CAFile: filepath.Join(dir, fmt.Sprint(i), "ca.crt"), ReconcileEvery: time.Hour})
 	}
 	caFile := filepath.Join(dir, "0", "ca.crt")
-	waitFor(t, 5*time.Second, "collector 0's webhook", func() bool { _, err := os.Stat(caFile); return err == nil })
+	schedtest.WaitFor(t, 5*time.Second, "collector 0's webhook", func() bool { _, err := os.Stat(caFile); return err == nil })
 	time.Sleep(500 * time.Millisecond) // informers sync, streams connect
 	p := newPoster(t, hooks[0], caFile)
 	const n = 20
@@ -304,12 +268,12 @@ func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 		if wire.CollectorOf(pod.Namespace, pod.Name, 2) == 1 {
 			toOne++
 		}
-		createPods(t, cs, pod)
+		schedtest.CreatePods(t, cs, pod)
 		p.post(t, pod)
 	}
-	waitFor(t, 15*time.Second, "all pods bound", func() bool {
+	schedtest.WaitFor(t, 15*time.Second, "all pods bound", func() bool {
 		bound := 0
-		for _, q := range waitBound(t, cs, "default", 0, 0) {
+		for _, q := range schedtest.WaitBound(t, cs, "default", 0, 0) {
 			if q.Spec.NodeName != "" {
 				bound++
 			}
@@ -334,7 +298,7 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	cs := fakeapi.NewClient()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	root := &countSink{}
+	root := &schedtest.CountSink{}
 	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, Source: IntakeWebhook,
 		Webhook: WebhookOptions{ReconcileEvery: time.Hour, ConfirmGrace: 500 * time.Millisecond}}, col)
@@ -344,22 +308,20 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	if !in.Offer(ghost) || !in.Offer(racer) || in.Offer(racer) {
 		t.Fatal("Offer: want true for new pods, false for a known one")
 	}
-	waitFor(t, 2*time.Second, "two frames", func() bool { return root.n.Load() == 2 })
+	schedtest.WaitFor(t, 2*time.Second, "two frames", func() bool { return root.N.Load() == 2 })
 	for _, p := range []*corev1.Pod{ghost, racer} {
 		k := wire.AttemptKey{UID: string(p.UID)}
 		in.Decided(k)
 		in.Finished(k, "n1", false) // the Binding said NotFound
 	}
 	time.Sleep(50 * time.Millisecond)
-	createPods(t, cs, racer) // stored after its bind was tried
-	waitFor(t, 2*time.Second, "racer sent again", func() bool { return root.n.Load() == 3 })
-	root.mu.Lock()
-	h, _, _ := wire.SplitFrame(root.last)
-	root.mu.Unlock()
+	schedtest.CreatePods(t, cs, racer) // stored after its bind was tried
+	schedtest.WaitFor(t, 2*time.Second, "racer sent again", func() bool { return root.N.Load() == 3 })
+	h, _, _ := wire.SplitFrame(root.Last())
 	if h.Name != "racer" || h.Attempt != 1 {
 		t.Fatalf("resent %s attempt %d, want racer attempt 1", h.Name, h.Attempt)
 	}
-	waitFor(t, 2*time.Second, "ghost dropped", func() bool { return metrics.Counter("intake/0", "dropped_gone") == 1 })
+	schedtest.WaitFor(t, 2*time.Second, "ghost dropped", func() bool { return metrics.Counter("intake/0", "dropped_gone") == 1 })
 	if in.Pending() != 1 || metrics.Counter("intake/0", "gone_but_there") != 1 {
 		t.Fatalf("pending %d, gone_but_there %d; want 1 and 1", in.Pending(), metrics.Counter("intake/0", "gone_but_there"))
 	}
@@ -368,8 +330,8 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	if in.Pending() != 0 || metrics.Counter("intake/0", "dropped_bound") != 1 {
 		t.Fatalf("after the bind: pending %d, dropped_bound %d", in.Pending(), metrics.Counter("intake/0", "dropped_bound"))
 	}
-	if root.n.Load() != 3 {
-		t.Fatalf("%d frames sent, want 3", root.n.Load())
+	if root.N.Load() != 3 {
+		t.Fatalf("%d frames sent, want 3", root.N.Load())
 	}
 }
 
@@ -386,7 +348,7 @@ func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
 		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the snapshot before the bind
 	})
 	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
-	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: &countSink{}, Source: IntakeWebhook}, col)
+	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: &schedtest.CountSink{}, Source: IntakeWebhook}, col)
 	in.Offer(pod)
 	done := make(chan error)
 	go func() { done <- in.reconcile(context.Background()) }()

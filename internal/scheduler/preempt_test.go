@@ -20,6 +20,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -69,11 +70,11 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Preemption: cand("n0", 1, 1)})
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Node: "n1", Score: 1, Feasible: true})
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 2, Preemption: cand("n2", 1, 1)})
-	eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
-	if w := allowed(recs, k); w[0] != 1 || recs[1].decisions()[0].Preempt {
-		t.Fatalf("winner %v (%v), want shard 1 binding", w, recs[1].decisions())
+	schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+	if w := allowed(recs, k); w[0] != 1 || recs[1].Decisions()[0].Preempt {
+		t.Fatalf("winner %v (%v), want shard 1 binding", w, recs[1].Decisions())
 	}
-	eventually(t, func() bool { return len(recs[0].decisions()) == 1 && len(recs[2].decisions()) == 1 }) // candidates denied
+	schedtest.Eventually(t, func() bool { return len(recs[0].Decisions()) == 1 && len(recs[2].Decisions()) == 1 }) // candidates denied
 
 	// No feasible node: the globally cheapest candidate (shard 2) is told to preempt.
 	k2 := wire.AttemptKey{UID: "p"}
@@ -81,16 +82,16 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 0, Preemption: cand("n0", 100, 1)})
 	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 1, Preemption: cand("n1", 50, 3)})
 	_ = c.Propose(ctx, wire.Proposal{Key: k2, Shard: 2, Preemption: cand("n2", 50, 2)})
-	eventually(t, func() bool { return len(allowed(recs, k2)) == 1 })
+	schedtest.Eventually(t, func() bool { return len(allowed(recs, k2)) == 1 })
 	if w := allowed(recs, k2); w[0] != 2 {
 		t.Fatalf("preemption went to shard %v, want 2 (lowest priority, then fewest victims)", w)
 	}
-	for _, d := range recs[2].decisions() {
+	for _, d := range recs[2].Decisions() {
 		if d.Key == k2 && !d.Preempt {
 			t.Fatal("the chosen shard was not told to preempt")
 		}
 	}
-	eventually(t, func() bool { return metrics.Counter("collector/0", "preemptions") == 1 })
+	schedtest.Eventually(t, func() bool { return metrics.Counter("collector/0", "preemptions") == 1 })
 	_ = c.Result(ctx, wire.CommitResult{Key: k2, Shard: 2, Node: "n2", Preempted: true})
 	if metrics.Counter("collector/0", "preempted") != 1 {
 		t.Fatal("preempted result not counted")
@@ -102,7 +103,7 @@ func TestCollectorPicksCheapestPreemption(t *testing.T) {
 	c3.Expect(k3, 0)
 	_ = c3.Propose(ctx, wire.Proposal{Key: k3, Shard: 0, PreemptWait: true, Reason: "waiting"})
 	_ = c3.Propose(ctx, wire.Proposal{Key: k3, Shard: 1, Preemption: cand("n1", 1, 1)})
-	eventually(t, func() bool { return q3.n() == 1 })
+	schedtest.Eventually(t, func() bool { return q3.n() == 1 })
 	if len(allowed(recs3, k3)) != 0 {
 		t.Fatal("preempted although a shard is waiting for the pod's earlier victims")
 	}
@@ -120,7 +121,7 @@ func TestCollectorPreemptionTiesAtRandom(t *testing.T) {
 		for s := range 2 {
 			_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: s, Preemption: &wire.PreemptionCandidate{Node: fmt.Sprint(s), Cost: wire.PreemptionCost{Victims: 1}}})
 		}
-		eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
+		schedtest.Eventually(t, func() bool { return len(allowed(recs, k)) == 1 })
 		wins[allowed(recs, k)[0]]++
 	}
 	if wins[0] < 60 || wins[1] < 60 {
@@ -269,7 +270,7 @@ func TestSystemFakePreemptionEvictsGloballyCheapest(t *testing.T) {
 		}
 	}
 	cs, del := preemptionCluster(t, 3, objs...)
-	createPods(t, cs, pendingPod("vip", 500, 1000, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("vip", 500, 1000, corev1.PreemptLowerPriority))
 	p := waitPodBound(t, cs, "vip", 20*time.Second)
 	if p.Spec.NodeName != target {
 		t.Errorf("vip bound to %s, want the cheapest candidate %s (shard 2)", p.Spec.NodeName, target)
@@ -312,7 +313,7 @@ func TestSystemFakePreemptionPolicyNever(t *testing.T) {
 		}
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
-	createPods(t, cs, pendingPod("polite", 500, 1000, corev1.PreemptNever))
+	schedtest.CreatePods(t, cs, pendingPod("polite", 500, 1000, corev1.PreemptNever))
 	time.Sleep(2 * time.Second) // several unschedulable rounds
 	if p := getPod(t, cs, "polite"); p.Spec.NodeName != "" || p.Status.NominatedNodeName != "" {
 		t.Errorf("preemptionPolicy Never pod bound to %q / nominated to %q", p.Spec.NodeName, p.Status.NominatedNodeName)
@@ -326,7 +327,7 @@ func TestSystemFakePreemptionPolicyNever(t *testing.T) {
 	if metrics.Counter("collector/0", "unschedulable") == 0 {
 		t.Error("the Never pod was not even retried as unschedulable")
 	}
-	createPods(t, cs, pendingPod("pushy", 500, 1000, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("pushy", 500, 1000, corev1.PreemptLowerPriority))
 	waitPodBound(t, cs, "pushy", 20*time.Second)
 	if got := del.list(); len(got) != 1 {
 		t.Errorf("the control pod evicted %v, want one victim", got)
@@ -352,7 +353,7 @@ func TestSystemFakePreemptionSparesEqualAndHigherPriority(t *testing.T) {
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
 	// Needs 500m: evicting the 400m low-priority pod is not enough anywhere.
-	createPods(t, cs, pendingPod("wide", 500, 100, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("wide", 500, 100, corev1.PreemptLowerPriority))
 	time.Sleep(2 * time.Second)
 	if got := del.list(); len(got) != 0 {
 		t.Fatalf("evicted %v: only equal/higher-priority pods could have made room", got)
@@ -361,7 +362,7 @@ func TestSystemFakePreemptionSparesEqualAndHigherPriority(t *testing.T) {
 		t.Fatalf("wide bound to %s", p.Spec.NodeName)
 	}
 	// Needs 300m: evicting one 400m priority-5 pod makes room.
-	createPods(t, cs, pendingPod("narrow", 300, 100, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("narrow", 300, 100, corev1.PreemptLowerPriority))
 	p := waitPodBound(t, cs, "narrow", 20*time.Second)
 	time.Sleep(500 * time.Millisecond)
 	got := del.list()
@@ -390,7 +391,7 @@ func TestSystemFakePreemptorKeepsFreedRoom(t *testing.T) {
 		}
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
-	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
 	nominated := ""
 	for deadline := time.Now().Add(10 * time.Second); nominated == ""; time.Sleep(5 * time.Millisecond) {
 		p := getPod(t, cs, "vip")
@@ -402,7 +403,7 @@ func TestSystemFakePreemptorKeepsFreedRoom(t *testing.T) {
 		}
 	}
 	for i := range 3 {
-		createPods(t, cs, pendingPod(fmt.Sprintf("thief-%d", i), 600, 0, corev1.PreemptLowerPriority))
+		schedtest.CreatePods(t, cs, pendingPod(fmt.Sprintf("thief-%d", i), 600, 0, corev1.PreemptLowerPriority))
 	}
 	p := waitPodBound(t, cs, "vip", 20*time.Second)
 	if p.Spec.NodeName != nominated {
@@ -448,7 +449,7 @@ func TestSystemFakePreemptorWaitsForTerminatingVictims(t *testing.T) {
 		return true, nil, cs.Tracker().Update(podsGVR, p, "default")
 	})
 	began := time.Now()
-	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
 	p := waitPodBound(t, cs, "vip", 20*time.Second)
 	if el := time.Since(began); el < 1500*time.Millisecond {
 		t.Errorf("vip bound after %s, before its victim terminated", el)
@@ -485,7 +486,7 @@ func TestSystemFakePreemptionPrefersNoPDBViolation(t *testing.T) {
 		fakeapi.Node(names[1][1], 1000, 4096, 110, nil), runningPod("high-1", names[1][1], 1000, 800),
 	}
 	cs, del := preemptionCluster(t, 2, objs...)
-	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
 	p := waitPodBound(t, cs, "vip", 20*time.Second)
 	if got := del.list(); len(got) != 1 || got[0] != "unguarded" || p.Spec.NodeName != names[1][0] {
 		t.Errorf("deleted %v, vip on %s; want [unguarded] and %s (the guarded pod's budget is exhausted)", got, p.Spec.NodeName, names[1][0])
@@ -517,7 +518,7 @@ func TestRolesOverGRPCPreemption(t *testing.T) {
 	run("relay", RoleConfig{Listen: root, Children: shardAddrs})
 	run("collector", RoleConfig{Index: 0, Listen: colAddr, ShardAddrs: shardAddrs, Root: root})
 	time.Sleep(500 * time.Millisecond)
-	createPods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
+	schedtest.CreatePods(t, cs, pendingPod("vip", 1000, 1000, corev1.PreemptLowerPriority))
 	p := waitPodBound(t, cs, "vip", 30*time.Second)
 	if p.Spec.NodeName != names[0][0] {
 		t.Errorf("vip bound to %s, want %s", p.Spec.NodeName, names[0][0])
@@ -546,7 +547,7 @@ func TestCollectorNoPreemptionOnPartialAnswers(t *testing.T) {
 	c.Expect(k, 0)
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 0, Preemption: &wire.PreemptionCandidate{Node: "n0", Cost: wire.PreemptionCost{Victims: 1}}})
 	_ = c.Propose(ctx, wire.Proposal{Key: k, Shard: 1, Reason: "Insufficient cpu"})
-	eventually(t, func() bool { return q.n() == 1 }) // shard 2 silent: hard deadline
+	schedtest.Eventually(t, func() bool { return q.n() == 1 }) // shard 2 silent: hard deadline
 	if len(allowed(recs, k)) != 0 {
 		t.Fatal("preempted without shard 2's answer")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 )
 
 func freeAddr(t *testing.T) string {
@@ -53,11 +54,11 @@ func TestRolesOverGRPC(t *testing.T) {
 	time.Sleep(500 * time.Millisecond) // informers sync, streams connect (they retry anyway)
 	// 3 pods of 300m per node: 27 fit; 40 race.
 	for i := range 40 {
-		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("g-%02d", i), podspec.DefaultSchedulerName, 300, 64))
+		schedtest.CreatePods(t, cs, fakeapi.Pod("default", fmt.Sprintf("g-%02d", i), podspec.DefaultSchedulerName, 300, 64))
 	}
-	got := waitBound(t, cs, "default", 27, 30*time.Second)
+	got := schedtest.WaitBound(t, cs, "default", 27, 30*time.Second)
 	time.Sleep(500 * time.Millisecond)
-	got = waitBound(t, cs, "default", 0, 0)
+	got = schedtest.WaitBound(t, cs, "default", 0, 0)
 	bound := 0
 	for _, p := range got {
 		if p.Spec.NodeName != "" {

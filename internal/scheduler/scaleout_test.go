@@ -15,6 +15,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -33,7 +34,7 @@ func TestCollectorWidensSampledAttempt(t *testing.T) {
 		t.Fatalf("requeues %v, want one widen", q.why)
 	}
 	for i, r := range recs {
-		for _, d := range r.decisions() {
+		for _, d := range r.Decisions() {
 			if d.Allow {
 				t.Errorf("shard %d allowed %+v on a sampled attempt", i, d)
 			}
@@ -104,15 +105,15 @@ func TestScatterWidensToTheOnlyFeasibleShard(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 4 {
-		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("wide-%d", i), podspec.DefaultSchedulerName, 2000, 64))
-		got := waitBound(t, cs, "default", i+1, 20*time.Second)
+		schedtest.CreatePods(t, cs, fakeapi.Pod("default", fmt.Sprintf("wide-%d", i), podspec.DefaultSchedulerName, 2000, 64))
+		got := schedtest.WaitBound(t, cs, "default", i+1, 20*time.Second)
 		for _, p := range got {
 			if p.Spec.NodeName != "" && p.Spec.NodeName != "big" {
 				t.Fatalf("pod %s on %s: only big fits", p.Name, p.Spec.NodeName)
 			}
 		}
 	}
-	pods := waitBound(t, cs, "default", 4, 0)
+	pods := schedtest.WaitBound(t, cs, "default", 4, 0)
 	checkNoOvercommit(t, nodes, pods)
 	for _, p := range pods {
 		if p.Spec.NodeName != "big" {
@@ -155,9 +156,9 @@ func startWithPending(t *testing.T, cfg Config, nodeCPU int64, nodes, pods int, 
 // Binding would land too, and checks no node is over-committed and exactly want are bound.
 func settledBound(t *testing.T, cs *fake.Clientset, nodes []corev1.Node, want int, timeout time.Duration) {
 	t.Helper()
-	waitBound(t, cs, "default", want, timeout)
+	schedtest.WaitBound(t, cs, "default", want, timeout)
 	time.Sleep(500 * time.Millisecond)
-	pods := waitBound(t, cs, "default", 0, 0)
+	pods := schedtest.WaitBound(t, cs, "default", 0, 0)
 	checkNoOvercommit(t, nodes, pods)
 	if n := countBoundPods(pods); n != want {
 		t.Errorf("bound %d, want %d", n, want)
@@ -197,7 +198,7 @@ func TestBatchNeverOvercommits(t *testing.T) {
 func TestBatchSpreadsOverEmptyNodes(t *testing.T) {
 	metrics.Reset()
 	cs, _ := startWithPending(t, Config{Shards: 1, Batch: 32, FeasibleToFind: 0}, 8000, 40, 32, 500)
-	pods := waitBound(t, cs, "default", 32, 30*time.Second)
+	pods := schedtest.WaitBound(t, cs, "default", 32, 30*time.Second)
 	per := map[string]int{}
 	for _, p := range pods {
 		per[p.Spec.NodeName]++

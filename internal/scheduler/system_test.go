@@ -19,30 +19,9 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
-
-// waitBound waits until want pods in ns are bound or the timeout passes; returns the pods.
-func waitBound(t *testing.T, cs kubernetes.Interface, ns string, want int, timeout time.Duration) []corev1.Pod {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		pl, err := cs.CoreV1().Pods(ns).List(context.Background(), metav1.ListOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		n := 0
-		for _, p := range pl.Items {
-			if p.Spec.NodeName != "" {
-				n++
-			}
-		}
-		if n >= want || time.Now().After(deadline) {
-			return pl.Items
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
 
 // checkNoOvercommit: sum of CPU requests per node ≤ allocatable.
 func checkNoOvercommit(t *testing.T, nodes []corev1.Node, pods []corev1.Pod) map[string]int64 {
@@ -88,9 +67,9 @@ func TestSystemFakeRaceForLastCapacity(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	got := waitBound(t, cs, "default", nodes*3, 30*time.Second)
+	got := schedtest.WaitBound(t, cs, "default", nodes*3, 30*time.Second)
 	time.Sleep(500 * time.Millisecond) // let any wrong extra bind land before checking
-	got = waitBound(t, cs, "default", 0, 0)
+	got = schedtest.WaitBound(t, cs, "default", 0, 0)
 	bound := 0
 	for _, p := range got {
 		if p.Spec.NodeName != "" {
@@ -107,15 +86,6 @@ func TestSystemFakeRaceForLastCapacity(t *testing.T) {
 	t.Logf("bound %d, conflicts %d, unschedulable %d, requeued %d", bound,
 		metrics.Counter("collector/0", "conflicts"), metrics.Counter("collector/0", "unschedulable"), metrics.Counter("collector/0", "requeued"))
 	_ = resource.MustParse
-}
-
-func createPods(t *testing.T, cs kubernetes.Interface, pods ...*corev1.Pod) {
-	t.Helper()
-	for _, p := range pods {
-		if _, err := cs.CoreV1().Pods(p.Namespace).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
 }
 
 func TestSystemFakeSelectorsAndTaints(t *testing.T) {
@@ -162,8 +132,8 @@ func TestSystemFakeSelectorsAndTaints(t *testing.T) {
 	impossible := fakeapi.Pod("default", "impossible", podspec.DefaultSchedulerName, 100, 64)
 	impossible.Spec.NodeSelector = map[string]string{"zone": "c"}
 	pods = append(pods, impossible)
-	createPods(t, cs, pods...)
-	got := waitBound(t, cs, "default", 50, 30*time.Second)
+	schedtest.CreatePods(t, cs, pods...)
+	got := schedtest.WaitBound(t, cs, "default", 50, 30*time.Second)
 	bound := 0
 	for _, p := range got {
 		if p.Spec.NodeName == "" {
@@ -253,8 +223,8 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	for i := range 24 {
 		first = append(first, fakeapi.Pod("default", fmt.Sprintf("a-%02d", i), podspec.DefaultSchedulerName, 200, 64))
 	}
-	createPods(t, cs, first...)
-	waitBound(t, cs, "default", 24, 20*time.Second)
+	schedtest.CreatePods(t, cs, first...)
+	schedtest.WaitBound(t, cs, "default", 24, 20*time.Second)
 	victimNodes := map[string]bool{}
 	for _, n := range nodeList {
 		if wire.Owner(n.Name, wire.AllShards(3)) == 1 {
@@ -267,8 +237,8 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 	for i := range 72 {
 		more = append(more, fakeapi.Pod("default", fmt.Sprintf("b-%02d", i), podspec.DefaultSchedulerName, 200, 64))
 	}
-	createPods(t, cs, more...)
-	got := waitBound(t, cs, "default", 96, 60*time.Second)
+	schedtest.CreatePods(t, cs, more...)
+	got := schedtest.WaitBound(t, cs, "default", 96, 60*time.Second)
 	checkNoOvercommit(t, nodeList, got)
 	bound, onVictim := 0, 0
 	for _, p := range got {
@@ -313,9 +283,9 @@ func TestSystemFakeBindFailuresRequeued(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i := range 30 {
-		createPods(t, cs, fakeapi.Pod("default", fmt.Sprintf("bf-%02d", i), podspec.DefaultSchedulerName, 100, 64))
+		schedtest.CreatePods(t, cs, fakeapi.Pod("default", fmt.Sprintf("bf-%02d", i), podspec.DefaultSchedulerName, 100, 64))
 	}
-	got := waitBound(t, cs, "default", 30, 30*time.Second)
+	got := schedtest.WaitBound(t, cs, "default", 30, 30*time.Second)
 	bound := 0
 	for _, p := range got {
 		if p.Spec.NodeName != "" {
