@@ -9,6 +9,7 @@ import (
 
 	"github.com/meganode/meganode/internal/cluster"
 	"github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
 )
 
@@ -62,7 +63,7 @@ func runScheduler(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	scatterN, err := scheduler.ParseScatter(*scatter)
+	scatterN, err := collector.ParseScatter(*scatter)
 	if err != nil {
 		return err
 	}

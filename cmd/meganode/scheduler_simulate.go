@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/model"
 )
 
@@ -238,7 +239,7 @@ func runSchedulerSimulate(args []string) error {
 			fmt.Printf("== placement quality at %d nodes, %d pods: kube-scheduler's algorithm vs meganode (S=%d d=%d batch=%d)\n",
 				*refNodes, *refNodes, *shards, dList[0], bList[len(bList)-1])
 			ref, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
-				EquivalenceTTL: -1, FeasibleToFind: scheduler.FeasibleAuto, Scatter: scheduler.ScatterAll, Batch: -1, ParallelPods: 1,
+				EquivalenceTTL: -1, FeasibleToFind: scheduler.FeasibleAuto, Scatter: collector.ScatterAll, Batch: -1, ParallelPods: 1,
 				Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
 				return err

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/events"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
@@ -65,7 +66,7 @@ type podState struct {
 // are re-sent with Attempt+1 from the latest object, until the pod is bound or deleted.
 type Intake struct {
 	cfg       IntakeConfig
-	collector *Collector
+	collector *collector.Collector
 	factories []informers.SharedInformerFactory
 	informers []cache.SharedIndexInformer // one field-selected watch per scheduler name
 	queue     workqueue.TypedDelayingInterface[string]
@@ -84,7 +85,7 @@ type Intake struct {
 }
 
 // NewIntake registers the watch; call Run to start it.
-func NewIntake(cfg IntakeConfig, collector *Collector) *Intake {
+func NewIntake(cfg IntakeConfig, collector *collector.Collector) *Intake {
 	if cfg.SchedulerName == "" {
 		cfg.SchedulerName = podspec.DefaultSchedulerName
 	}
@@ -296,12 +297,12 @@ func (in *Intake) sendOne(ctx context.Context) bool {
 		in.groups.release(h.Key(), nil)
 		return true
 	}
-	return in.scatter(ctx, frame, Expectation{Key: h.Key(), Unsched: unsched, Sig: nodeConstraintSig(pod)}, wide, 1)
+	return in.scatter(ctx, frame, collector.Expectation{Key: h.Key(), Unsched: unsched, Sig: nodeConstraintSig(pod)}, wide, 1)
 }
 
 // scatter waits for an in-flight slot, registers the attempt with the collector and sends the
 // frame: to the d shards the collector picks, or (wide, or --scatter all) down the relay tree.
-func (in *Intake) scatter(ctx context.Context, frame []byte, e Expectation, wide bool, pods int) bool {
+func (in *Intake) scatter(ctx context.Context, frame []byte, e collector.Expectation, wide bool, pods int) bool {
 	select { // wait for an in-flight slot (back-pressure from the gather stage)
 	case in.window <- struct{}{}:
 	case <-ctx.Done():
@@ -334,7 +335,7 @@ func (in *Intake) scatter(ctx context.Context, frame []byte, e Expectation, wide
 	return true
 }
 
-// Requeue is the collector's CollectorConfig.Requeue: the attempt is over, try again later.
+// Requeue is the collector's collector.Config.Requeue: the attempt is over, try again later.
 func (in *Intake) Requeue(key wire.AttemptKey, delay time.Duration, why string) {
 	in.groups.release(key, nil)
 	in.mu.Lock()
@@ -367,7 +368,7 @@ func (in *Intake) Requeue(key wire.AttemptKey, delay time.Duration, why string) 
 	}
 }
 
-// Decided is the collector's CollectorConfig.Decided: the attempt frees its in-flight slot.
+// Decided is the collector's collector.Config.Decided: the attempt frees its in-flight slot.
 func (in *Intake) Decided(key wire.AttemptKey) {
 	in.mu.Lock()
 	held := in.holding[key]
@@ -378,7 +379,7 @@ func (in *Intake) Decided(key wire.AttemptKey) {
 	}
 }
 
-// Finished is the collector's CollectorConfig.Finished: the pod is bound (or gone).
+// Finished is the collector's collector.Config.Finished: the pod is bound (or gone).
 func (in *Intake) Finished(key wire.AttemptKey, node string, bound bool) {
 	if bound {
 		in.groups.release(key, &wire.Placement{UID: key.UID, Attempt: key.Attempt, Node: node})

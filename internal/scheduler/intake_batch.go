@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
@@ -94,7 +95,7 @@ func (in *Intake) sendBatch(ctx context.Context, entries []batchEntry) bool {
 	first := entries[0]
 	h := wire.Header{UID: string(first.pod.UID), Namespace: first.pod.Namespace, Name: first.pod.Name, Attempt: first.attempt,
 		Collector: in.cfg.Collector, SentNanos: time.Now().UnixNano()}
-	e := Expectation{Sig: nodeConstraintSig(first.pod)}
+	e := collector.Expectation{Sig: nodeConstraintSig(first.pod)}
 	var frame []byte
 	var err error
 	if len(entries) == 1 {

@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
@@ -21,7 +22,7 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &schedtest.CountSink{}
-	col := NewCollector(CollectorConfig{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
 	go func() { _ = in.Run(ctx) }()
 	for i := range 5 {
@@ -40,17 +41,15 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	in.Requeue(h.Key(), 0, "unschedulable: test")
 	schedtest.Eventually(t, func() bool { return root.N.Load() == 3 })
 	for range 4 {
-		col.mu.Lock()
+		// Decide every attempt that holds a slot (no shard answers in this test).
+		in.mu.Lock()
 		var keys []wire.AttemptKey
-		for k := range col.pending {
+		for k := range in.holding {
 			keys = append(keys, k)
 		}
-		col.mu.Unlock()
+		in.mu.Unlock()
 		for _, k := range keys {
 			in.Decided(k)
-			col.mu.Lock()
-			delete(col.pending, k)
-			col.mu.Unlock()
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

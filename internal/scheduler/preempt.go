@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"strings"
 	"sync"
 	"time"
@@ -79,42 +78,6 @@ func preemptionCost(v *extenderv1.Victims) wire.PreemptionCost {
 	}
 	return c
 }
-
-// cheapestPreemption is the collector's choice when no shard has a feasible node: the live
-// shard with the cheapest candidate (random tie-break), or -1 — also when any shard says the
-// pod is still waiting for the victims of its earlier preemption, and when a live shard did not
-// answer: it may have a free node (evicting is only right when nothing fits anywhere) or a
-// cheaper candidate; the pod is retried instead.
-func cheapestPreemption(got map[int]wire.Proposal, live []int) int {
-	best, ties := -1, 0
-	var bc wire.PreemptionCost
-	for _, s := range live {
-		p, ok := got[s]
-		if !ok {
-			return -1
-		}
-		if p.PreemptWait {
-			return -1
-		}
-		if p.Preemption == nil {
-			continue
-		}
-		switch c := p.Preemption.Cost.Compare(bc); {
-		case best < 0 || c < 0:
-			best, bc, ties = s, p.Preemption.Cost, 1
-		case c == 0:
-			ties++
-			if rand.IntN(ties) == 0 {
-				best = s
-			}
-		}
-	}
-	return best
-}
-
-// preemptRequeueDelay: how long after its preemption a pod is retried (victims on KWOK nodes
-// are gone in well under this; slower ones make the retries back off as unschedulable).
-const preemptRequeueDelay = 200 * time.Millisecond
 
 // preemptor holds kube-scheduler's DefaultPreemption plugin, built on the shard's framework
 // handle (its snapshot lister, nominator, parallelizer and informers); used only for its

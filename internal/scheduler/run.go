@@ -19,8 +19,10 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/relay"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -75,7 +77,7 @@ func (c *Config) scatterWidth() int {
 	case c.Scatter == 0:
 		return DefaultScatter
 	case c.Scatter < 0:
-		return ScatterAll
+		return collector.ScatterAll
 	}
 	return c.Scatter
 }
@@ -98,7 +100,7 @@ func (c *Config) inFlight() int {
 		return c.InFlight
 	}
 	d := c.scatterWidth()
-	if d == ScatterAll || d >= c.Shards {
+	if d == collector.ScatterAll || d >= c.Shards {
 		return 64
 	}
 	return max(64, 8*c.Shards*d/max(c.Collectors, 1))
@@ -159,7 +161,7 @@ func ClientFor(kubeconfig string, qps float32) (kubernetes.Interface, error) {
 type System struct {
 	Cfg        Config
 	Shards     []*Shard
-	Collectors []*Collector
+	Collectors []*collector.Collector
 	Intakes    []*Intake
 	Root       wire.FrameSink
 	Relays     int
@@ -255,7 +257,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 		shardSinks[i] = sh
 		leaves = append(leaves, sh)
 	}
-	sys.Root, sys.Relays = BuildTree(ctx, leaves, cfg.Fanout, cfg.QueueLen)
+	sys.Root, sys.Relays = relay.BuildTree(ctx, leaves, cfg.Fanout, cfg.QueueLen)
 	deadAfter := cfg.DeadAfter
 	if deadAfter < 0 {
 		deadAfter = 0
@@ -266,7 +268,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	}
 	for i := range cfg.Collectors {
 		var in *Intake
-		col := NewCollector(CollectorConfig{Index: i, Shards: shardSinks, Live: sys.Live, Fraction: cfg.Fraction, Deadline: cfg.Deadline,
+		col := collector.New(collector.Config{Index: i, Shards: shardSinks, Live: sys.Live, Fraction: cfg.Fraction, Deadline: cfg.Deadline,
 			DeadAfter: deadAfter, OnShardDead: sys.MarkDead,
 			Requeue:  func(k wire.AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
 			Finished: func(k wire.AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
@@ -304,7 +306,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 	return sys, nil
 }
 
-type lazyProposals struct{ c *Collector }
+type lazyProposals struct{ c *collector.Collector }
 
 func (l *lazyProposals) Propose(ctx context.Context, p wire.Proposal) error {
 	return l.c.Propose(ctx, p)
@@ -392,7 +394,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			sinks = append(sinks, k)
 		}
 		ready.Store(true)
-		return wire.Serve(ctx, lis, wire.Node{Frames: NewRelay(ctx, fmt.Sprintf("%s", rc.Listen), sinks, cfg.QueueLen)})
+		return wire.Serve(ctx, lis, wire.Node{Frames: relay.New(ctx, fmt.Sprintf("%s", rc.Listen), sinks, cfg.QueueLen)})
 	case "shard":
 		cs, err := cfg.client()
 		if err != nil {
@@ -439,7 +441,7 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 		}
 		live := wire.AllShards(len(shards))
 		var in *Intake
-		col := NewCollector(CollectorConfig{Index: rc.Index, Shards: sinks, Live: func() []int { return live }, Fraction: cfg.Fraction,
+		col := collector.New(collector.Config{Index: rc.Index, Shards: sinks, Live: func() []int { return live }, Fraction: cfg.Fraction,
 			Deadline: cfg.Deadline,
 			Requeue:  func(k wire.AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
 			Finished: func(k wire.AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -16,73 +15,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/schedtest"
-	"github.com/meganode/meganode/internal/scheduler/wire"
 )
-
-// The collector widens a sampled attempt whose shards have no feasible node: requeued at once,
-// with the "widen" reason, never as unschedulable, and no preemption on sampled answers.
-func TestCollectorWidensSampledAttempt(t *testing.T) {
-	metrics.Reset()
-	c, recs, q := newTestCollector(8, 1, time.Second)
-	key := wire.AttemptKey{UID: "p", Attempt: 0}
-	c.ExpectScatter(Expectation{Key: key, Targets: []int{2, 5}})
-	ctx := context.Background()
-	_ = c.Propose(ctx, wire.Proposal{Key: key, Shard: 2, Reason: "Insufficient cpu"})
-	_ = c.Propose(ctx, wire.Proposal{Key: key, Shard: 5, Reason: "Insufficient cpu",
-		Preemption: &wire.PreemptionCandidate{Node: "n5"}})
-	if q.n() != 1 || !strings.HasPrefix(q.why[0], "widen") {
-		t.Fatalf("requeues %v, want one widen", q.why)
-	}
-	for i, r := range recs {
-		for _, d := range r.Decisions() {
-			if d.Allow {
-				t.Errorf("shard %d allowed %+v on a sampled attempt", i, d)
-			}
-		}
-	}
-	if n := metrics.Counter("collector/0", "unschedulable"); n != 0 {
-		t.Errorf("unschedulable = %d, want 0", n)
-	}
-}
-
-// Power of two choices: shards with outstanding attempts are avoided.
-func TestPickShardsPrefersIdleShards(t *testing.T) {
-	c, _, _ := newTestCollector(16, 1, time.Second)
-	for i := range 400 {
-		tg := c.PickShards(2, 0)
-		if len(tg) != 2 || tg[0] == tg[1] {
-			t.Fatalf("targets %v", tg)
-		}
-		c.ExpectScatter(Expectation{Key: wire.AttemptKey{UID: fmt.Sprint(i)}, Targets: tg})
-	}
-	lo, hi := 1<<30, 0
-	for s := range 16 {
-		lo, hi = min(lo, c.sc.outstanding[s]), max(hi, c.sc.outstanding[s])
-	}
-	// 800 placements over 16 shards: 50 each; random picks would spread ~±15.
-	if hi-lo > 4 {
-		t.Errorf("outstanding per shard from %d to %d: power of two choices should keep them within a few", lo, hi)
-	}
-	if got := c.PickShards(16, 0); got != nil {
-		t.Errorf("d ≥ shards: %v, want nil (all)", got)
-	}
-}
-
-// A selective signature (few shards feasible) goes to every shard once learnt.
-func TestPickShardsLearnsSelectivity(t *testing.T) {
-	c, _, _ := newTestCollector(8, 1, time.Second)
-	key := wire.AttemptKey{UID: "sel"}
-	c.ExpectScatter(Expectation{Key: key, Sig: 42})
-	for s := range 8 {
-		_ = c.Propose(context.Background(), wire.Proposal{Key: key, Shard: s, Feasible: s == 3, Node: "n", Score: 1})
-	}
-	if got := c.PickShards(2, 42); got != nil {
-		t.Errorf("signature feasible on 1 of 8 shards: targets %v, want all", got)
-	}
-	if got := c.PickShards(2, 7); len(got) != 2 {
-		t.Errorf("unknown signature: targets %v, want 2", got)
-	}
-}
 
 // d-sampling widens to every shard when the sampled ones have no room: a pod that fits on
 // exactly one node, in one of 8 shards, is placed (through the widened or the learnt scatter).

@@ -14,9 +14,11 @@ import (
 	"k8s.io/client-go/kubernetes/fake"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/relay"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -211,7 +213,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 		cnt = append(cnt, c)
 		sinks = append(sinks, c)
 	}
-	r := NewRelay(ctx, "hop", sinks, 4096)
+	r := relay.New(ctx, "hop", sinks, 4096)
 	t0 = time.Now()
 	for range n {
 		_ = r.Send(ctx, frame)
@@ -228,7 +230,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 		return h, err
 	}
 	leaf := &countingSink{}
-	col := NewCollector(CollectorConfig{Index: 98, Shards: map[int]wire.DecisionSink{}, Live: func() []int { return wire.AllShards(1 << 20) }, Deadline: time.Hour})
+	col := collector.New(collector.Config{Index: 98, Shards: map[int]wire.DecisionSink{}, Live: func() []int { return wire.AllShards(1 << 20) }, Deadline: time.Hour})
 	go func() { _ = wire.Serve(ctx, lis, wire.Node{Frames: leaf, Proposals: col}) }()
 	c, err := wire.Dial(ctx, lis.Addr().String(), 4096)
 	if err != nil {
@@ -263,7 +265,7 @@ func MeasureHops(ctx context.Context) (HopCosts, error) {
 	// Collector: 256 shards answer each attempt (in-process), decisions included.
 	const shards = 256
 	live := wire.AllShards(shards)
-	col2 := NewCollector(CollectorConfig{Index: 99, Shards: map[int]wire.DecisionSink{}, Live: func() []int { return live }, Deadline: time.Hour})
+	col2 := collector.New(collector.Config{Index: 99, Shards: map[int]wire.DecisionSink{}, Live: func() []int { return live }, Deadline: time.Hour})
 	t0 = time.Now()
 	for a := range n / shards * 4 {
 		key := wire.AttemptKey{UID: "p", Attempt: a}

@@ -1,4 +1,8 @@
-package scheduler
+// Package relay is the scatter tree: relays of fanout F forward each frame to every child as
+// opaque bytes, with one bounded queue per child so a slow shard pushes back instead of growing
+// memory. It needs only the wire (frames go in and out as wire.FrameSink); the pods that must
+// reach every shard go through it, sampled ones go to their shards directly.
+package relay
 
 import (
 	"context"
@@ -17,8 +21,8 @@ type Relay struct {
 	m      *metrics.Counters
 }
 
-// NewRelay starts a relay over children with queueLen frames of buffer per child.
-func NewRelay(ctx context.Context, name string, children []wire.FrameSink, queueLen int) *Relay {
+// New starts a relay over children with queueLen frames of buffer per child.
+func New(ctx context.Context, name string, children []wire.FrameSink, queueLen int) *Relay {
 	r := &Relay{name: name, m: metrics.For("relay/" + name)}
 	for _, c := range children {
 		q := make(chan []byte, max(queueLen, 1))
@@ -67,7 +71,7 @@ func BuildTree(ctx context.Context, leaves []wire.FrameSink, fanout, queueLen in
 	for {
 		var next []wire.FrameSink
 		for i := 0; i < len(level); i += fanout {
-			next = append(next, NewRelay(ctx, fmt.Sprintf("d%d-%d", depth, i/fanout), level[i:min(i+fanout, len(level))], queueLen))
+			next = append(next, New(ctx, fmt.Sprintf("d%d-%d", depth, i/fanout), level[i:min(i+fanout, len(level))], queueLen))
 			relays++
 		}
 		depth++

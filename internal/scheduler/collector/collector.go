@@ -1,4 +1,4 @@
-package scheduler
+package collector
 
 import (
 	"context"
@@ -13,8 +13,8 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// CollectorConfig configures one collector.
-type CollectorConfig struct {
+// Config configures one collector.
+type Config struct {
 	Index    int
 	Shards   map[int]wire.DecisionSink // by shard id
 	Live     func() []int              // current live shard ids
@@ -57,7 +57,7 @@ type attempt struct {
 // Collector gathers the shards' proposals for the pods that hash to it, decides, and follows
 // each winner's bind to its end.
 type Collector struct {
-	cfg      CollectorConfig
+	cfg      Config
 	mu       sync.Mutex
 	pending  map[wire.AttemptKey]*attempt
 	decided  map[wire.AttemptKey]time.Time // recently decided: late answers are counted, not acted on
@@ -70,8 +70,8 @@ type Collector struct {
 	sc       scatterState // d-sampling: outstanding work per shard, feasibility by signature (scatter.go)
 }
 
-// NewCollector makes a collector.
-func NewCollector(cfg CollectorConfig) *Collector {
+// New makes a collector.
+func New(cfg Config) *Collector {
 	if cfg.Fraction <= 0 || cfg.Fraction > 1 {
 		cfg.Fraction = 1
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package collector
 
 import (
 	"context"
@@ -40,7 +40,7 @@ func newTestCollector(shards int, fraction float64, deadline time.Duration) (*Co
 	}
 	q := &requeueRec{}
 	live := wire.AllShards(shards)
-	c := NewCollector(CollectorConfig{Index: 0, Shards: sinks, Live: func() []int { return live }, Fraction: fraction,
+	c := New(Config{Index: 0, Shards: sinks, Live: func() []int { return live }, Fraction: fraction,
 		Deadline: deadline, CommitTimeout: time.Second, NoAnswerTimeout: 300 * time.Millisecond, Requeue: q.requeue})
 	return c, recs, q
 }

@@ -1,4 +1,4 @@
-package scheduler
+package relay
 
 import (
 	"context"
@@ -43,7 +43,7 @@ func TestRelayBackPressure(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	slow := &schedtest.CountSink{Block: make(chan struct{})}
-	r := NewRelay(ctx, "bp", []wire.FrameSink{slow}, 4)
+	r := New(ctx, "bp", []wire.FrameSink{slow}, 4)
 	sent := atomic.Int64{}
 	go func() {
 		for range 50 {

@@ -1,17 +1,11 @@
-package scheduler
+package collector
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
-
-	corev1 "k8s.io/api/core/v1"
-
-	"github.com/meganode/meganode/internal/scheduler/podspec"
-	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
 // Scatter to d shards (power of d choices), not to all.
@@ -133,30 +127,4 @@ func (c *Collector) PickShards(d int, sig uint64) []int {
 		out = append(out, a)
 	}
 	return out
-}
-
-// needsAllShards: the pod goes to every shard whatever --scatter says (see above).
-func needsAllShards(p *corev1.Pod) bool {
-	return podspec.HasCrossNodeConstraints(p) || p.Status.NominatedNodeName != ""
-}
-
-// nodeConstraintSig hashes what decides which nodes a pod may use at all: node selector,
-// required node affinity, tolerations (0: none of them).
-func nodeConstraintSig(p *corev1.Pod) uint64 {
-	var req *corev1.NodeSelector
-	if a := p.Spec.Affinity; a != nil && a.NodeAffinity != nil {
-		req = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution
-	}
-	if len(p.Spec.NodeSelector) == 0 && req == nil && len(p.Spec.Tolerations) == 0 {
-		return 0
-	}
-	b, err := json.Marshal(struct {
-		S map[string]string
-		A *corev1.NodeSelector
-		T []corev1.Toleration
-	}{p.Spec.NodeSelector, req, p.Spec.Tolerations})
-	if err != nil {
-		return 1
-	}
-	return wire.Hash64(string(b)) | 1
 }
