@@ -11,6 +11,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
+	"github.com/meganode/meganode/internal/scheduler/shard"
 )
 
 func init() {
@@ -75,7 +76,7 @@ func runScheduler(args []string) error {
 	if eq == 0 {
 		eq = -1
 	}
-	ftf, err := scheduler.ParseFeasibleToFind(*feasibleRun)
+	ftf, err := shard.ParseFeasibleToFind(*feasibleRun)
 	if err != nil {
 		return err
 	}

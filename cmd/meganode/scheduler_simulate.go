@@ -13,6 +13,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/model"
+	"github.com/meganode/meganode/internal/scheduler/shard"
 )
 
 // `meganode scheduler simulate`: the measured projection.
@@ -36,10 +37,10 @@ import (
 //
 // shardCosts are one shard size's measured costs.
 type shardCosts struct {
-	Nodes  int                  `json:"nodes"`
-	Shared bool                 `json:"shared"`
-	Single *scheduler.ShardCost `json:"single"`
-	Batch  *scheduler.BatchCost `json:"batch"`
+	Nodes  int              `json:"nodes"`
+	Shared bool             `json:"shared"`
+	Single *shard.Cost      `json:"single"`
+	Batch  *shard.BatchCost `json:"batch"`
 }
 
 // commitCost is the winning shard's CPU per pod committed: a single pod's commit, or a batch
@@ -113,13 +114,13 @@ func runSchedulerSimulate(args []string) error {
 	// 1. Costs.
 	// A shard's feasible-node target depends on S and d (scheduler.FeasibleLimitSampled): the d
 	// shards of a pod together examine what kube-scheduler examines over the whole cluster.
-	measure := func(n, shardsN, d int, o scheduler.MeasureOpts) (*shardCosts, error) {
-		limit := scheduler.FeasibleLimitSampled(n, shardsN, d)
-		single, err := scheduler.MeasureShard(ctx, n, *stagePods, 2*time.Second, limit, o)
+	measure := func(n, shardsN, d int, o shard.MeasureOpts) (*shardCosts, error) {
+		limit := shard.FeasibleLimitSampled(n, shardsN, d)
+		single, err := shard.Measure(ctx, n, *stagePods, 2*time.Second, limit, o)
 		if err != nil {
 			return nil, err
 		}
-		bc, err := scheduler.MeasureShardBatch(ctx, n, max(*stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
+		bc, err := shard.MeasureBatch(ctx, n, max(*stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
 		if err != nil {
 			return nil, err
 		}
@@ -138,22 +139,22 @@ func runSchedulerSimulate(args []string) error {
 	costs := map[string]*shardCosts{}
 	type need struct {
 		nodes, shards, d int
-		o                scheduler.MeasureOpts
+		o                shard.MeasureOpts
 	}
 	costKey := func(k need) string {
 		return fmt.Sprintf("%d nodes/S=%d/d=%d/%s", k.nodes, k.shards, k.d, conditionText(k.o))
 	}
-	alone := scheduler.MeasureOpts{Shards: 1, Workers: 1}
-	runShared := scheduler.MeasureOpts{Shards: *shards, Workers: runtime.NumCPU()}
-	targetShared := scheduler.MeasureOpts{Shards: *interleave, Workers: runtime.NumCPU()}
-	runNeed := func(d int, o scheduler.MeasureOpts) need { return need{*nodes / max(*shards, 1), *shards, d, o} }
+	alone := shard.MeasureOpts{Shards: 1, Workers: 1}
+	runShared := shard.MeasureOpts{Shards: *shards, Workers: runtime.NumCPU()}
+	targetShared := shard.MeasureOpts{Shards: *interleave, Workers: runtime.NumCPU()}
+	runNeed := func(d int, o shard.MeasureOpts) need { return need{*nodes / max(*shards, 1), *shards, d, o} }
 	var needs []need
 	if !*skipRuns {
 		for _, d := range dList {
 			needs = append(needs, runNeed(d, runShared), runNeed(d, alone))
 		}
 	}
-	conditions := []scheduler.MeasureOpts{alone}
+	conditions := []shard.MeasureOpts{alone}
 	if *interleave > 1 {
 		conditions = append(conditions, targetShared)
 	}
@@ -208,7 +209,7 @@ func runSchedulerSimulate(args []string) error {
 			for _, b := range bList {
 				label := fmt.Sprintf("S=%d d=%d batch=%d", *shards, d, b)
 				r, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
-					EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
+					EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
@@ -239,7 +240,7 @@ func runSchedulerSimulate(args []string) error {
 			fmt.Printf("== placement quality at %d nodes, %d pods: kube-scheduler's algorithm vs meganode (S=%d d=%d batch=%d)\n",
 				*refNodes, *refNodes, *shards, dList[0], bList[len(bList)-1])
 			ref, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
-				EquivalenceTTL: -1, FeasibleToFind: scheduler.FeasibleAuto, Scatter: collector.ScatterAll, Batch: -1, ParallelPods: 1,
+				EquivalenceTTL: -1, FeasibleToFind: shard.FeasibleAuto, Scatter: collector.ScatterAll, Batch: -1, ParallelPods: 1,
 				Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
 				return err
@@ -247,7 +248,7 @@ func runSchedulerSimulate(args []string) error {
 			rows = append(rows, runRow{Label: "kube-scheduler's algorithm", Sim: ref, PodsPerCPU: float64(ref.Bound) / ref.CPUSeconds})
 			printRun("kube-scheduler's algorithm", ref, float64(ref.Bound)/ref.CPUSeconds)
 			mg, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: *shards, Fanout: 10, Parallelism: 1,
-				EquivalenceTTL: 2 * time.Second, FeasibleToFind: scheduler.FeasibleAuto, Scatter: dList[0], Batch: batchFlag(bList[len(bList)-1]),
+				EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: dList[0], Batch: batchFlag(bList[len(bList)-1]),
 				ParallelPods: 1, Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
 				return err
@@ -302,7 +303,7 @@ func runSchedulerSimulate(args []string) error {
 }
 
 // conditionText names a cost measurement's conditions.
-func conditionText(o scheduler.MeasureOpts) string {
+func conditionText(o shard.MeasureOpts) string {
 	if o.Shards <= 1 {
 		return "alone (1 shard, 1 core)"
 	}

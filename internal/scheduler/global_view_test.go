@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	goruntime "runtime"
 	"slices"
 	"testing"
 	"time"
@@ -291,71 +290,4 @@ func TestGlobalViewOffCannotFollowAcrossShards(t *testing.T) {
 		t.Fatalf("with --global-view=off the follower was placed on %s (zone %s): the shard view is not what this test assumes",
 			got.Spec.NodeName, c.zone[got.Spec.NodeName])
 	}
-}
-
-// BenchmarkGlobalViewCost: one shard of 4 over 4000 nodes holding 4000 bound pods; the heap the
-// shard adds after its informers synced (heap-MB, the informers' own stores included) and the
-// cost of one evaluation plus Reserve/assume/release of a plain pod and of a pod with a zone
-// spread constraint, with the global view off and on.
-//
-//	go test ./internal/scheduler/ -run '^$' -bench GlobalViewCost -benchtime 2000x
-func BenchmarkGlobalViewCost(b *testing.B) {
-	const nodes, shards = 4000, 4
-	for _, bc := range []struct {
-		name, view string
-		spread     bool
-	}{{"off/plain", "off", false}, {"auto/plain", "auto", false}, {"off/spread", "off", true}, {"auto/spread", "auto", true}} {
-		b.Run(bc.name, func(b *testing.B) {
-			var objs []runtime.Object
-			for i := range nodes {
-				name := fmt.Sprintf("b-%05d", i)
-				objs = append(objs, fakeapi.Node(name, 32000, 256<<10, 110, map[string]string{zoneKey: fmt.Sprintf("z%d", i%8)}))
-				p := fakeapi.Pod("b", fmt.Sprintf("bound-%05d", i), podspec.DefaultSchedulerName, 100, 64)
-				p.Labels = map[string]string{"app": "b"}
-				p.Spec.NodeName = name
-				objs = append(objs, p)
-			}
-			cs := fakeapi.NewClient(objs...)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			heap0 := heapInUse()
-			sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: shards, Client: cs, Parallelism: 1, GlobalView: bc.view == "auto"})
-			if err != nil {
-				b.Fatal(err)
-			}
-			sh.cfg.Informers.Start(ctx.Done())
-			sh.WaitSynced(ctx)
-			heap := float64(heapInUse()-heap0) / (1 << 20)
-			pod := fakeapi.Pod("b", "probe", podspec.DefaultSchedulerName, 100, 64)
-			pod.Labels = map[string]string{"app": "b"}
-			if bc.spread {
-				pod.Spec.TopologySpreadConstraints = []corev1.TopologySpreadConstraint{{MaxSkew: 1, TopologyKey: zoneKey,
-					WhenUnsatisfiable: corev1.DoNotSchedule, LabelSelector: &metav1.LabelSelector{MatchLabels: pod.Labels}}}
-			}
-			b.ResetTimer()
-			for range b.N {
-				sh.mu.Lock()
-				res := sh.evaluateLocked(ctx, pod)
-				if res.node == "" {
-					sh.mu.Unlock()
-					b.Fatal(res.reason)
-				}
-				h := &heldPod{pod: pod, node: res.node, state: res.state, fw: res.fw}
-				r := sh.reserveLocked(ctx, h)
-				sh.mu.Unlock()
-				if r != nil {
-					b.Fatal(r.Error)
-				}
-				sh.release(ctx, h)
-			}
-			b.ReportMetric(heap, "heap-MB")
-		})
-	}
-}
-
-func heapInUse() uint64 {
-	var m goruntime.MemStats
-	goruntime.GC()
-	goruntime.ReadMemStats(&m)
-	return m.HeapInuse
 }

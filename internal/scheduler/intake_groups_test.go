@@ -1,16 +1,9 @@
 package scheduler
 
 import (
-	"context"
 	"slices"
 	"testing"
-	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
-	"github.com/meganode/meganode/internal/scheduler/fakeapi"
-	"github.com/meganode/meganode/internal/scheduler/podspec"
-	"github.com/meganode/meganode/internal/scheduler/schedtest"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -55,56 +48,5 @@ func TestGroupGateOneInFlightPerGroup(t *testing.T) {
 	g.release(c0, nil) // requeued: no placement, nobody waiting
 	if len(g.slots) != 1 || len(g.placements()) != 1 {
 		t.Fatalf("slots %v placements %v", g.slots, g.placements())
-	}
-}
-
-// A placement carried by a frame is assumed in the global view of a shard whose informer has
-// not seen the binding yet, and confirmed (not duplicated) when the informer delivers it.
-func TestNotePlacedGhost(t *testing.T) {
-	cs := fakeapi.NewClient(fakeapi.Node("n1", 4000, 4096, 110, nil), fakeapi.Node("n2", 4000, 4096, 110, nil))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, GlobalView: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	sh.cfg.Informers.Start(ctx.Done())
-	sh.WaitSynced(ctx)
-	p := fakeapi.Pod("default", "p", podspec.DefaultSchedulerName, 100, 64)
-	schedtest.CreatePods(t, cs, p)
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if _, ok, _ := sh.pods.GetStore().GetByKey("default/p"); ok {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("pod not in the informer store")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	sh.notePlaced(ctx, []wire.Placement{{UID: string(p.UID), Namespace: "default", Name: "p", Node: "n2"}})
-	got, err := sh.gv.cache.GetPod(p)
-	if err != nil || got.Spec.NodeName != "n2" {
-		t.Fatalf("ghost: %v %v", got, err)
-	}
-	if assumed, _ := sh.gv.cache.IsAssumedPod(p); !assumed {
-		t.Fatal("ghost not assumed")
-	}
-	// The binding arrives through the informer: the ghost is confirmed.
-	bound := p.DeepCopy()
-	bound.Spec.NodeName = "n2"
-	if _, err := cs.CoreV1().Pods("default").Update(ctx, bound, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		if assumed, _ := sh.gv.cache.IsAssumedPod(p); !assumed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("ghost never confirmed by the informer")
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if n, _ := sh.gv.cache.PodCount(); n != 1 {
-		t.Fatalf("%d pods in the global cache, want 1", n)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/relay"
+	"github.com/meganode/meganode/internal/scheduler/shard"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -44,7 +45,7 @@ type Config struct {
 	QPS            float32       // client QPS (default 5000)
 	FeasibleToFind int           // per shard: stop filtering after this many feasible nodes (0: all)
 	InFlight       int           // per collector: attempts between send and decision (default 64)
-	BindWorkers    int           // per shard: binds/evictions in flight (default 256, ShardConfig)
+	BindWorkers    int           // per shard: binds/evictions in flight (default 256, shard.Config)
 
 	// Intake is where pods come from: IntakeWatch ("" = watch) or IntakeWebhook (webhook.go,
 	// intake_webhook.go), with Webhook's options.
@@ -160,7 +161,7 @@ func ClientFor(kubeconfig string, qps float32) (kubernetes.Interface, error) {
 // queues the gRPC roles use.
 type System struct {
 	Cfg        Config
-	Shards     []*Shard
+	Shards     []*shard.Shard
 	Collectors []*collector.Collector
 	Intakes    []*Intake
 	Root       wire.FrameSink
@@ -246,7 +247,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 		eq = 0
 	}
 	for i := range cfg.Shards {
-		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
+		sh, err := shard.New(ctx, shard.Config{Index: i, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
 			Informers: factory, Collectors: collectorSinks, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq,
 			FeasibleToFind: cfg.FeasibleToFind, GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers,
 			ParallelPods: cmp.Or(cfg.ParallelPods, max(1, runtime.NumCPU()/cfg.Shards)), Scatter: max(cfg.scatterWidth(), 0)})
@@ -409,13 +410,14 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			ps = append(ps, c)
 		}
 		eq := max(cfg.EquivalenceTTL, 0)
-		sh, err := NewShard(ctx, ShardConfig{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
-			Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
+		factory := informers.NewSharedInformerFactory(cs, 0)
+		sh, err := shard.New(ctx, shard.Config{Index: rc.Index, Count: cfg.Shards, SchedulerName: cfg.SchedulerName, Client: cs,
+			Informers: factory, Collectors: ps, QueueLen: cfg.QueueLen, Parallelism: cfg.Parallelism, EquivalenceTTL: eq, FeasibleToFind: cfg.FeasibleToFind,
 			GlobalView: gview, Events: !cfg.NoEvents, BindWorkers: cfg.BindWorkers, ParallelPods: cmp.Or(cfg.ParallelPods, runtime.NumCPU()), Scatter: max(cfg.scatterWidth(), 0)})
 		if err != nil {
 			return err
 		}
-		sh.cfg.Informers.Start(ctx.Done())
+		factory.Start(ctx.Done())
 		go func() { _ = sh.Run(ctx) }()
 		sh.WaitSynced(ctx)
 		ready.Store(true)

@@ -11,7 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/scheduler/collector"
@@ -288,4 +290,80 @@ func fakeClientFor(counted bool, objs ...runtime.Object) (*fake.Clientset, *fake
 		return fakeapi.NewClientCountingBinds(objs...)
 	}
 	return fakeapi.NewClient(objs...), nil
+}
+
+// FakeAPICost is the in-process fake apiserver's cost per scheduled pod.
+type FakeAPICost struct {
+	CPUUsPerPod  float64 `json:"cpu_us_per_pod"`
+	WallUsPerPod float64 `json:"wall_us_per_pod"`
+	// Concurrency is CPU over wall time with 16 binders: how many cores the fake's work can use
+	// at once (its object tracker takes one lock per write; each informer delivers on one goroutine).
+	Concurrency float64 `json:"concurrency"`
+}
+
+// MeasureFakeAPI measures the in-process fake apiserver without any scheduling: pods listed,
+// then bound through the Binding subresource by 16 goroutines, with the informers a simulated
+// system runs (the shards' shared nodes and pods, one collector intake's pods) consuming every
+// event. The simulator's runs pay this on the same cores; it is the model's ApiUs. counted
+// measures the counting fake (fakeapi.NewClientCountingBinds) instead: no write, no event.
+func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPICost, error) {
+	objs := fakeapi.Nodes("f-node", nodes, 8000, 32<<10)
+	for i := range pods {
+		objs = append(objs, fakeapi.Pod("f", fmt.Sprintf("f-pod-%d", i), podspec.DefaultSchedulerName, 100, 64))
+	}
+	cs, ledger := fakeClientFor(counted, objs...)
+	objs = nil
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	shared := informers.NewSharedInformerFactory(cs, 0)
+	podInf := shared.Core().V1().Pods().Informer()
+	_ = shared.Core().V1().Nodes().Informer()
+	intake := informers.NewSharedInformerFactory(cs, 0)
+	_ = intake.Core().V1().Pods().Informer()
+	var bound atomic.Int64
+	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
+		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+			bound.Add(1)
+		}
+	}})
+	shared.Start(ctx.Done())
+	intake.Start(ctx.Done())
+	shared.WaitForCacheSync(ctx.Done())
+	intake.WaitForCacheSync(ctx.Done())
+	cpu0, t0 := metrics.CPUSeconds(), time.Now()
+	next := make(chan int)
+	errc := make(chan error, 16)
+	for range 16 {
+		go func() {
+			for i := range next {
+				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "f", Name: fmt.Sprintf("f-pod-%d", i)},
+					Target: corev1.ObjectReference{Kind: "Node", Name: fmt.Sprintf("f-node-%d", i%nodes)}}
+				if err := cs.CoreV1().Pods("f").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
+					select {
+					case errc <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := range pods {
+		next <- i
+	}
+	close(next)
+	done := func() bool {
+		if ledger != nil {
+			return ledger.Count() >= pods
+		}
+		return bound.Load() >= int64(pods)
+	}
+	for !done() && ctx.Err() == nil {
+		select {
+		case err := <-errc:
+			return FakeAPICost{}, err
+		case <-time.After(time.Millisecond):
+		}
+	}
+	cpu, wall := metrics.CPUSeconds()-cpu0, time.Since(t0).Seconds()
+	return FakeAPICost{CPUUsPerPod: cpu * 1e6 / float64(pods), WallUsPerPod: wall * 1e6 / float64(pods), Concurrency: cpu / wall}, nil
 }

@@ -1,4 +1,4 @@
-package scheduler
+package shard
 
 import (
 	"context"
@@ -101,7 +101,7 @@ func newFrameworkSharing(ctx context.Context, cs kubernetes.Interface, factory i
 	if err != nil {
 		return nil, err
 	}
-	// A placeholder: NewShard installs the shard's nominator (nominator.go), which holds the pods
+	// A placeholder: New installs the shard's nominator (nominator.go), which holds the pods
 	// a cross-shard preemption nominated (preempt.go). The framework's own PostFilter
 	// (DefaultPreemption) is never run: it would evict in each shard before the shards' candidates
 	// were compared; preempt.go drives the plugin's dry run and victim selection instead.

@@ -1,4 +1,4 @@
-package scheduler
+package shard
 
 import (
 	"context"
@@ -27,7 +27,7 @@ func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
 	cs := fakeapi.NewClient(objs...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	sh, err := NewShard(ctx, ShardConfig{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: time.Minute})
+	sh, err := New(ctx, Config{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: time.Minute})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package scheduler
+package shard
 
 import (
 	"context"
@@ -120,7 +120,7 @@ func (p *preemptor) pdbs() []*policyv1.PodDisruptionBudget {
 }
 
 // initPreemption gives the shard its nominator (replacing newFramework's placeholder), the
-// informer handler that feeds it, and the preemption plugin. NewShard calls it.
+// informer handler that feeds it, and the preemption plugin. New calls it.
 func (s *Shard) initPreemption(ctx context.Context) error {
 	names := map[string]bool{}
 	for _, n := range strings.Split(s.cfg.SchedulerName, ",") {

@@ -1,4 +1,4 @@
-package scheduler
+package shard
 
 import (
 	"context"
@@ -7,11 +7,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
@@ -38,14 +36,14 @@ func (o MeasureOpts) norm() MeasureOpts {
 	return o
 }
 
-// ShardCost is one shard's cost per pod: frame decode, then the framework cycle (snapshot,
+// Cost is one shard's cost per pod: frame decode, then the framework cycle (snapshot,
 // PreFilter, Filter, PreScore, Score), then Reserve and assume on the node it proposes, then the
 // winner's commit (Permit, PreBind, Bind through a fake client that only counts the Binding,
 // PostBind) — every pod is committed on the node the shard picked, so nodes fill up and change
 // generation. The *CPUUs figures are the stage times scaled by the process's CPU over the
 // workers' wall time: they include the garbage collector's work for the stage, which runs on
 // another core and which a CPU-bound run pays like any other work.
-type ShardCost struct {
+type Cost struct {
 	Nodes, Pods    int
 	Opts           MeasureOpts `json:"opts"`
 	EquivalenceTTL time.Duration
@@ -73,7 +71,7 @@ func measuredShards(ctx context.Context, nodes int, eq time.Duration, feasible i
 	factory := informers.NewSharedInformerFactory(cs, 0)
 	var shards []*Shard
 	for i := range o.Shards {
-		sh, err := NewShard(ctx, ShardConfig{Index: i, Count: o.Shards, Client: cs, Informers: factory, Parallelism: 1,
+		sh, err := New(ctx, Config{Index: i, Count: o.Shards, Client: cs, Informers: factory, Parallelism: 1,
 			EquivalenceTTL: eq, FeasibleToFind: feasible, ParallelPods: 1})
 		if err != nil {
 			return nil, owner, err
@@ -103,10 +101,10 @@ func eachWorker(o MeasureOpts, fn func(w int) error) error {
 	return nil
 }
 
-// MeasureShard times pods pods over shards of nodes nodes (Parallelism 1: per-core cost). Pod j
+// Measure times pods pods over shards of nodes nodes (Parallelism 1: per-core cost). Pod j
 // goes to shard j mod o.Shards; worker w takes the pods j ≡ w (mod o.Workers), so with Shards a
 // multiple of Workers no two workers share a shard.
-func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasible int, o MeasureOpts) (*ShardCost, error) {
+func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible int, o MeasureOpts) (*Cost, error) {
 	o = o.norm()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -175,7 +173,7 @@ func MeasureShard(ctx context.Context, nodes, pods int, eq time.Duration, feasib
 	// The workers' summed stage times cover wall×Workers; the process's CPU over that (above 1 by
 	// the garbage collector, below 1 when the workers outnumber the free cores) turns them into CPU.
 	f := cpu / (wall * float64(o.Workers))
-	c := &ShardCost{Nodes: nodes, Pods: pods, Opts: o, EquivalenceTTL: eq, FeasibleToFind: feasible,
+	c := &Cost{Nodes: nodes, Pods: pods, Opts: o, EquivalenceTTL: eq, FeasibleToFind: feasible,
 		DecodeUs: metrics.Micros(dec) / n, EvalUs: metrics.Micros(ev) / n, ReserveUs: metrics.Micros(res) / n, CommitUs: metrics.Micros(com) / n,
 		EvalCPUUs: f * metrics.Micros(dec+ev+res) / n, CommitCPUUs: f * metrics.Micros(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
 	var fn, reused int64
@@ -211,10 +209,10 @@ type BatchCost struct {
 	CommitCPUUs           float64     `json:"commit_cpu_us"` // per pod: swap + commit
 }
 
-// MeasureShardBatch times batches of batch pods on shards of nodes nodes (batch b on shard
+// MeasureBatch times batches of batch pods on shards of nodes nodes (batch b on shard
 // b mod o.Shards, worker w taking b ≡ w mod o.Workers); every slot stays reserved (as if bound),
 // so nodes fill as they would.
-func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int, o MeasureOpts) (*BatchCost, error) {
+func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int, o MeasureOpts) (*BatchCost, error) {
 	o = o.norm()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -337,80 +335,4 @@ func MeasureShardBatch(ctx context.Context, nodes, batches, batch int, eq time.D
 		c.NextCPUUs = max(fullCPU-oneCPU, 0) / float64(batch-1)
 	}
 	return c, nil
-}
-
-// FakeAPICost is the in-process fake apiserver's cost per scheduled pod.
-type FakeAPICost struct {
-	CPUUsPerPod  float64 `json:"cpu_us_per_pod"`
-	WallUsPerPod float64 `json:"wall_us_per_pod"`
-	// Concurrency is CPU over wall time with 16 binders: how many cores the fake's work can use
-	// at once (its object tracker takes one lock per write; each informer delivers on one goroutine).
-	Concurrency float64 `json:"concurrency"`
-}
-
-// MeasureFakeAPI measures the in-process fake apiserver without any scheduling: pods listed,
-// then bound through the Binding subresource by 16 goroutines, with the informers a simulated
-// system runs (the shards' shared nodes and pods, one collector intake's pods) consuming every
-// event. The simulator's runs pay this on the same cores; it is the model's ApiUs. counted
-// measures the counting fake (fakeapi.NewClientCountingBinds) instead: no write, no event.
-func MeasureFakeAPI(ctx context.Context, nodes, pods int, counted bool) (FakeAPICost, error) {
-	objs := fakeapi.Nodes("f-node", nodes, 8000, 32<<10)
-	for i := range pods {
-		objs = append(objs, fakeapi.Pod("f", fmt.Sprintf("f-pod-%d", i), podspec.DefaultSchedulerName, 100, 64))
-	}
-	cs, ledger := fakeClientFor(counted, objs...)
-	objs = nil
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	shared := informers.NewSharedInformerFactory(cs, 0)
-	podInf := shared.Core().V1().Pods().Informer()
-	_ = shared.Core().V1().Nodes().Informer()
-	intake := informers.NewSharedInformerFactory(cs, 0)
-	_ = intake.Core().V1().Pods().Informer()
-	var bound atomic.Int64
-	_, _ = podInf.AddEventHandler(cache.ResourceEventHandlerFuncs{UpdateFunc: func(_, o any) {
-		if p, ok := o.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			bound.Add(1)
-		}
-	}})
-	shared.Start(ctx.Done())
-	intake.Start(ctx.Done())
-	shared.WaitForCacheSync(ctx.Done())
-	intake.WaitForCacheSync(ctx.Done())
-	cpu0, t0 := metrics.CPUSeconds(), time.Now()
-	next := make(chan int)
-	errc := make(chan error, 16)
-	for range 16 {
-		go func() {
-			for i := range next {
-				b := &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Namespace: "f", Name: fmt.Sprintf("f-pod-%d", i)},
-					Target: corev1.ObjectReference{Kind: "Node", Name: fmt.Sprintf("f-node-%d", i%nodes)}}
-				if err := cs.CoreV1().Pods("f").Bind(ctx, b, metav1.CreateOptions{}); err != nil {
-					select {
-					case errc <- err:
-					default:
-					}
-				}
-			}
-		}()
-	}
-	for i := range pods {
-		next <- i
-	}
-	close(next)
-	done := func() bool {
-		if ledger != nil {
-			return ledger.Count() >= pods
-		}
-		return bound.Load() >= int64(pods)
-	}
-	for !done() && ctx.Err() == nil {
-		select {
-		case err := <-errc:
-			return FakeAPICost{}, err
-		case <-time.After(time.Millisecond):
-		}
-	}
-	cpu, wall := metrics.CPUSeconds()-cpu0, time.Since(t0).Seconds()
-	return FakeAPICost{CPUUsPerPod: cpu * 1e6 / float64(pods), WallUsPerPod: wall * 1e6 / float64(pods), Concurrency: cpu / wall}, nil
 }

@@ -1,4 +1,4 @@
-package scheduler
+package shard
 
 import (
 	"context"
@@ -25,15 +25,15 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// ShardConfig configures one shard.
-type ShardConfig struct {
+// Config configures one shard.
+type Config struct {
 	Index         int
 	Live          []int // live shard ids (default: 0..Count-1)
 	Count         int
 	SchedulerName string
 	Client        kubernetes.Interface
 	// Informers may be shared by several in-process shards (one watch of nodes and pods);
-	// each shard keeps only its own nodes and their pods. Start it after NewShard.
+	// each shard keeps only its own nodes and their pods. Start it after New.
 	Informers      informers.SharedInformerFactory
 	Collectors     []wire.ProposalSink // indexed by collector number
 	QueueLen       int                 // frames buffered before Send blocks (default 1024)
@@ -65,7 +65,7 @@ type ShardConfig struct {
 // Shard runs the kube-scheduler framework over its slice of the nodes: it evaluates every pod
 // the relay tree delivers, proposes its best node to the pod's collector and binds when allowed.
 type Shard struct {
-	cfg      ShardConfig
+	cfg      Config
 	fw       framework.Framework
 	cache    internalcache.Cache
 	snapshot *internalcache.Snapshot
@@ -120,9 +120,9 @@ type heldPod struct {
 
 const podNodeIndex = "meganode.spec.nodeName"
 
-// NewShard builds the framework and registers the informer handlers. Start the informer
+// New builds the framework and registers the informer handlers. Start the informer
 // factory afterwards, then call Run.
-func NewShard(ctx context.Context, cfg ShardConfig) (*Shard, error) {
+func New(ctx context.Context, cfg Config) (*Shard, error) {
 	if cfg.SchedulerName == "" {
 		cfg.SchedulerName = podspec.DefaultSchedulerName
 	}
