@@ -10,6 +10,7 @@ import (
 	"github.com/meganode/meganode/internal/cluster"
 	"github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/collector"
+	"github.com/meganode/meganode/internal/scheduler/intake"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/shard"
 )
@@ -50,8 +51,8 @@ func runScheduler(args []string) error {
 	colAddrs := fs.String("collector-addrs", "", "role shard (and role collector with --intake webhook, to forward pods to their collector): comma-separated collector addresses, by index")
 	shardAddrs := fs.String("shard-addrs", "", "role collector: comma-separated shard addresses, by index")
 	root := fs.String("root", "", "role collector: address of the root relay")
-	intake := fs.String("intake", scheduler.IntakeWatch, "how pods come in: watch (a field-selected watch on unscheduled pods) or webhook (a validating admission webhook sees each pod at creation, plus a periodic LIST); roles all and collector")
-	whAddr := fs.String("webhook-addr", "127.0.0.1:9443", "--intake webhook: where the HTTPS admission webhook listens (path "+scheduler.WebhookPath+")")
+	intakeMode := fs.String("intake", intake.ModeWatch, "how pods come in: watch (a field-selected watch on unscheduled pods) or webhook (a validating admission webhook sees each pod at creation, plus a periodic LIST); roles all and collector")
+	whAddr := fs.String("webhook-addr", "127.0.0.1:9443", "--intake webhook: where the HTTPS admission webhook listens (path "+intake.WebhookPath+")")
 	whCert := fs.String("webhook-cert", "", "--intake webhook: serving certificate (PEM); without it and --webhook-key, a CA and a certificate are generated")
 	whKey := fs.String("webhook-key", "", "--intake webhook: serving key (PEM)")
 	whCA := fs.String("webhook-ca-file", "", "--intake webhook with a generated certificate: write the CA bundle (the webhook configuration's caBundle) here (default: a new temporary directory)")
@@ -83,7 +84,7 @@ func runScheduler(args []string) error {
 	cfg := scheduler.Config{Kubeconfig: *kubeconfig, SchedulerName: *name, Shards: *shards, Collectors: *collectors, Fanout: *fanout,
 		Fraction: *fraction, Deadline: *deadline, EquivalenceTTL: eq, Parallelism: *parallelism, QueueLen: *queue,
 		DeadAfter: *deadAfter, HealthAddr: *health, QPS: float32(*qps), FeasibleToFind: ftf, InFlight: *inflight, BindWorkers: *bindWorkers,
-		Intake: *intake, Webhook: scheduler.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile},
+		Intake: *intakeMode, Webhook: intake.WebhookOptions{Addr: *whAddr, CertFile: *whCert, KeyFile: *whKey, CAFile: *whCA, ReconcileEvery: *reconcile},
 		GlobalView: *globalView, Scatter: scatterN, Batch: batchN, ParallelPods: *parallelPods}
 	if *role != "all" {
 		return scheduler.RunRole(ctx, *role, cfg, scheduler.RoleConfig{Index: *index, Listen: *listen,
@@ -98,7 +99,7 @@ func runScheduler(args []string) error {
 		return err
 	}
 	fmt.Fprintf(os.Stderr, "meganode scheduler: %d shard(s), %d relay(s) (fanout %d), %d collector(s), serving spec.schedulerName=%s, intake %s\n",
-		len(sys.Shards), sys.Relays, *fanout, len(sys.Collectors), *name, *intake)
+		len(sys.Shards), sys.Relays, *fanout, len(sys.Collectors), *name, *intakeMode)
 	for _, sh := range sys.Shards {
 		fmt.Fprintf(os.Stderr, "  shard %d: %d nodes\n", sh.Index(), sh.NodeCount())
 	}

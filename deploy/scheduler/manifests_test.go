@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meganode/meganode/deploy/manifesttest"
-	"github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/intake"
 )
 
 // load decodes every manifest of this directory (deploy/manifesttest).
@@ -174,7 +174,7 @@ func variant(t *testing.T, docs []manifesttest.Doc, skip ...string) {
 			if v, ok := f["--collectors"]; ok && v != strconv.Itoa(int(collectors.replicas)) {
 				t.Errorf("%s --collectors=%s, the collector StatefulSet has %d replicas", where, v, collectors.replicas)
 			}
-			if f["--intake"] == scheduler.IntakeWebhook {
+			if f["--intake"] == intake.ModeWebhook {
 				webhookIntake = true
 				checkWebhookCollector(t, where, w, c, f)
 			}
@@ -257,8 +257,8 @@ func checkWebhookConfiguration(t *testing.T, h *admissionregistrationv1.Validati
 			t.Errorf("%s: clientConfig.service missing", where)
 			continue
 		}
-		if path := ptr.Deref(ref.Path, ""); path != scheduler.WebhookPath {
-			t.Errorf("%s: path %q, the scheduler serves %s", where, path, scheduler.WebhookPath)
+		if path := ptr.Deref(ref.Path, ""); path != intake.WebhookPath {
+			t.Errorf("%s: path %q, the scheduler serves %s", where, path, intake.WebhookPath)
 		}
 		s := svc[ref.Name]
 		if s == nil || s.Namespace != ref.Namespace {

@@ -20,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/meganode/meganode/internal/scheduler/collector"
+	"github.com/meganode/meganode/internal/scheduler/intake"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
 	"github.com/meganode/meganode/internal/scheduler/relay"
@@ -47,10 +48,10 @@ type Config struct {
 	InFlight       int           // per collector: attempts between send and decision (default 64)
 	BindWorkers    int           // per shard: binds/evictions in flight (default 256, shard.Config)
 
-	// Intake is where pods come from: IntakeWatch ("" = watch) or IntakeWebhook (webhook.go,
+	// Intake is where pods come from: intake.ModeWatch ("" = watch) or intake.ModeWebhook (webhook.go,
 	// intake_webhook.go), with Webhook's options.
 	Intake  string
-	Webhook WebhookOptions
+	Webhook intake.WebhookOptions
 	// GlobalView: "auto" (default) evaluates pods with pod (anti-)affinity or topology spread on
 	// a per-shard view of the whole cluster and serialises them per constraint group; "off"
 	// keeps every pod on the shard's own slice (global_view.go).
@@ -163,7 +164,7 @@ type System struct {
 	Cfg        Config
 	Shards     []*shard.Shard
 	Collectors []*collector.Collector
-	Intakes    []*Intake
+	Intakes    []*intake.Intake
 	Root       wire.FrameSink
 	Relays     int
 
@@ -268,13 +269,13 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 		shardFrames[i] = sh
 	}
 	for i := range cfg.Collectors {
-		var in *Intake
+		var in *intake.Intake
 		col := collector.New(collector.Config{Index: i, Shards: shardSinks, Live: sys.Live, Fraction: cfg.Fraction, Deadline: cfg.Deadline,
 			DeadAfter: deadAfter, OnShardDead: sys.MarkDead,
 			Requeue:  func(k wire.AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
 			Finished: func(k wire.AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k wire.AttemptKey) { in.Decided(k) }})
-		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
+		in = intake.New(intake.Config{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
 			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
 			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: shardFrames, Batch: cfg.batchSize()}, col)
 		lazy[i].c = col
@@ -442,13 +443,13 @@ func RunRole(ctx context.Context, role string, cfg Config, rc RoleConfig) error 
 			frames[i] = s
 		}
 		live := wire.AllShards(len(shards))
-		var in *Intake
+		var in *intake.Intake
 		col := collector.New(collector.Config{Index: rc.Index, Shards: sinks, Live: func() []int { return live }, Fraction: cfg.Fraction,
 			Deadline: cfg.Deadline,
 			Requeue:  func(k wire.AttemptKey, d time.Duration, why string) { in.Requeue(k, d, why) },
 			Finished: func(k wire.AttemptKey, node string, bound bool) { in.Finished(k, node, bound) },
 			Decided:  func(k wire.AttemptKey) { in.Decided(k) }})
-		in = NewIntake(IntakeConfig{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
+		in = intake.New(intake.Config{Client: cs, SchedulerName: cfg.SchedulerName, Collector: rc.Index, Collectors: cfg.Collectors, Root: root,
 			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
 			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: frames, Batch: cfg.batchSize()}, col)
 		go func() { _ = in.Run(ctx) }()

@@ -2,206 +2,49 @@ package scheduler
 
 import (
 	"context"
-	"crypto/tls"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"net/http"
 	"os"
-	"path/filepath"
-	"strings"
 	"time"
 
-	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/meganode/meganode/internal/pki"
+	"github.com/meganode/meganode/internal/scheduler/intake"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// WebhookPath is where the validating admission webhook is served.
-const WebhookPath = "/intake/pods"
-
-// maxReviewBytes bounds an AdmissionReview body (kube-apiserver's own request limit is 3 MiB).
-const maxReviewBytes = 8 << 20
-
-// WebhookHandler is the intake's validating admission webhook (admission.k8s.io/v1). It never
-// refuses anything: every well-formed review is answered allowed:true at once. A CREATE of a
-// pod that is not a dry run, has no spec.nodeName and names a served spec.schedulerName is
-// handed to Take (the intake of the collector the pod hashes to, or a forward to it).
-type WebhookHandler struct {
-	Names map[string]bool // served spec.schedulerName values
-	Take  func(p *corev1.Pod)
-	m     *metrics.Counters
-}
-
-// NewWebhookHandler serves schedulerNames (comma-separated, as Config.SchedulerName).
-func NewWebhookHandler(schedulerNames string, take func(p *corev1.Pod)) *WebhookHandler {
-	names := map[string]bool{}
-	for _, n := range strings.Split(schedulerNames, ",") {
-		names[strings.TrimSpace(n)] = true
-	}
-	return &WebhookHandler{Names: names, Take: take, m: metrics.For("webhook")}
-}
-
-func (h *WebhookHandler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	t0 := time.Now()
-	h.m.Add("requests", 1)
-	if r.Method != http.MethodPost {
-		http.Error(w, "POST an admission.k8s.io/v1 AdmissionReview", http.StatusMethodNotAllowed)
-		return
-	}
-	body, err := io.ReadAll(io.LimitReader(r.Body, maxReviewBytes+1))
-	var review admissionv1.AdmissionReview
-	if err == nil && len(body) > maxReviewBytes {
-		err = errors.New("body too large")
-	}
-	if err == nil {
-		err = json.Unmarshal(body, &review)
-	}
-	if err == nil && review.Request == nil {
-		err = errors.New("no request in the AdmissionReview")
-	}
-	if err != nil {
-		h.m.Add("bad_requests", 1)
-		http.Error(w, "bad AdmissionReview: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	h.m.Add(h.take(review.Request), 1)
-	out := admissionv1.AdmissionReview{
-		TypeMeta: metav1.TypeMeta{APIVersion: admissionv1.SchemeGroupVersion.String(), Kind: "AdmissionReview"},
-		Response: &admissionv1.AdmissionResponse{UID: review.Request.UID, Allowed: true},
-	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(&out)
-	h.m.Observe("review", time.Since(t0))
-}
-
-// take returns what happened to the request (the counter it bumps).
-func (h *WebhookHandler) take(req *admissionv1.AdmissionRequest) string {
-	switch {
-	case req.DryRun != nil && *req.DryRun:
-		return "dry_run" // nothing is created: nothing to schedule
-	case req.Kind.Group != "" || req.Kind.Kind != "Pod" || req.SubResource != "":
-		return "not_pod"
-	case req.Operation != admissionv1.Create:
-		return "not_create"
-	}
-	p := &corev1.Pod{}
-	if err := json.Unmarshal(req.Object.Raw, p); err != nil {
-		return "decode_errors"
-	}
-	if p.Namespace == "" {
-		p.Namespace = req.Namespace
-	}
-	if p.Name == "" {
-		p.Name = req.Name
-	}
-	switch {
-	case p.Spec.NodeName != "":
-		return "assigned"
-	case !h.Names[p.Spec.SchedulerName]:
-		return "other_scheduler"
-	case p.UID == "" || p.Name == "":
-		// Validating admission sees the UID and the generated name; without them the pod
-		// cannot be tracked (the reconcile LIST will bring it).
-		return "no_uid"
-	}
-	if h.Take != nil {
-		h.Take(p)
-	}
-	return "offered"
-}
-
-// ServeWebhook serves h over HTTPS on addr until ctx ends. Without a certificate and key it
-// generates a CA and a serving certificate for 127.0.0.1, ::1, localhost and addr's host, and
-// writes the CA bundle to caFile (default: ca.crt in a new temporary directory). It returns the
-// listener's address and the CA bundle's path ("" with a given certificate).
-func ServeWebhook(ctx context.Context, o WebhookOptions, h http.Handler) (addr, caFile string, err error) {
-	certFile, keyFile := o.CertFile, o.KeyFile
-	if (certFile == "") != (keyFile == "") {
-		return "", "", errors.New("webhook: give both the certificate and the key, or neither")
-	}
-	if certFile == "" {
-		if certFile, keyFile, caFile, err = GenerateWebhookCert(o.Addr, o.CAFile); err != nil {
-			return "", "", err
-		}
-	}
-	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
-	if err != nil {
-		return "", "", fmt.Errorf("webhook certificate: %w", err)
-	}
-	lis, err := net.Listen("tcp", o.Addr)
-	if err != nil {
-		return "", "", err
-	}
-	mux := http.NewServeMux()
-	mux.Handle(WebhookPath, h)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second,
-		TLSConfig: &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}}
-	go func() { <-ctx.Done(); _ = srv.Close() }()
-	go func() { _ = srv.ServeTLS(lis, "", "") }()
-	return lis.Addr().String(), caFile, nil
-}
-
-// GenerateWebhookCert writes a CA and a serving certificate (127.0.0.1, ::1, localhost and the
-// host of addr) next to caFile (default: a new temporary directory) through internal/pki.
-func GenerateWebhookCert(addr, caFile string) (certFile, keyFile, ca string, err error) {
-	dir := filepath.Dir(caFile)
-	if caFile == "" {
-		if dir, err = os.MkdirTemp("", "meganode-webhook-"); err != nil {
-			return "", "", "", err
-		}
-		caFile = filepath.Join(dir, "ca.crt")
-	} else if err = os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", "", err
-	}
-	hosts := []string{"127.0.0.1", "::1", "localhost"}
-	if host, _, e := net.SplitHostPort(addr); e == nil && host != "" && host != "0.0.0.0" && host != "::" {
-		hosts = append(hosts, host)
-	}
-	c, err := pki.NewCA("meganode-webhook-ca", caFile, filepath.Join(dir, "webhook-ca.key"))
-	if err != nil {
-		return "", "", "", err
-	}
-	certFile, keyFile = filepath.Join(dir, "webhook.crt"), filepath.Join(dir, "webhook.key")
-	if err := c.Issue(pki.ServingTemplate("meganode-scheduler-webhook", hosts...), certFile, keyFile); err != nil {
-		return "", "", "", err
-	}
-	return certFile, keyFile, caFile, nil
-}
+// The admission webhook intake as the roles run it: the handler and its HTTPS server are the
+// intake's (intake/webhook_http.go); here Config picks them and role all or role collector
+// wires them to its intakes.
 
 // checkIntake validates Config.Intake.
 func (c *Config) checkIntake() error {
 	switch c.Intake {
-	case "", IntakeWatch, IntakeWebhook:
+	case "", intake.ModeWatch, intake.ModeWebhook:
 		return nil
 	}
-	return fmt.Errorf("--intake: want %s or %s, got %q", IntakeWatch, IntakeWebhook, c.Intake)
+	return fmt.Errorf("--intake: want %s or %s, got %q", intake.ModeWatch, intake.ModeWebhook, c.Intake)
 }
 
 // startWebhookAll serves the webhook for role all: every collector is in this process, so a
 // pod goes straight to the intake it hashes to.
-func startWebhookAll(ctx context.Context, cfg Config, intakes []*Intake) error {
-	if cfg.Intake != IntakeWebhook {
+func startWebhookAll(ctx context.Context, cfg Config, intakes []*intake.Intake) error {
+	if cfg.Intake != intake.ModeWebhook {
 		return nil
 	}
-	h := NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
+	h := intake.NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
 		intakes[wire.CollectorOf(p.Namespace, p.Name, len(intakes))].Offer(p)
 	})
 	return serveWebhookLogged(ctx, cfg, h)
 }
 
 func serveWebhookLogged(ctx context.Context, cfg Config, h http.Handler) error {
-	addr, ca, err := ServeWebhook(ctx, cfg.Webhook, h)
+	addr, ca, err := intake.ServeWebhook(ctx, cfg.Webhook, h)
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "meganode scheduler: admission webhook on https://%s%s", addr, WebhookPath)
+	fmt.Fprintf(os.Stderr, "meganode scheduler: admission webhook on https://%s%s", addr, intake.WebhookPath)
 	if ca != "" {
 		fmt.Fprintf(os.Stderr, " (generated certificate; CA bundle in %s)", ca)
 	}
@@ -214,8 +57,8 @@ func serveWebhookLogged(ctx context.Context, cfg Config, h http.Handler) error {
 // relays carry) over the existing gRPC Scatter stream of the peer's --listen address, which a
 // collector serves only for this. The returned FrameSink (nil in watch mode) takes the frames
 // peers forward here. A forward that fails is left to the owner's reconcile LIST.
-func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *Intake) (wire.FrameSink, error) {
-	if cfg.Intake != IntakeWebhook {
+func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *intake.Intake) (wire.FrameSink, error) {
+	if cfg.Intake != intake.ModeWebhook {
 		return nil, nil
 	}
 	peers := map[int]*wire.Client{}
@@ -234,7 +77,7 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 		peers[i] = c
 	}
 	m := metrics.For("webhook")
-	h := NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
+	h := intake.NewWebhookHandler(cfg.SchedulerName, func(p *corev1.Pod) {
 		to := wire.CollectorOf(p.Namespace, p.Name, max(cfg.Collectors, 1))
 		if to == rc.Index {
 			in.Offer(p)
@@ -265,7 +108,7 @@ func startWebhookCollector(ctx context.Context, cfg Config, rc RoleConfig, in *I
 
 // forwardedPods is a collector's FrameSink: pods a peer's webhook forwarded here.
 type forwardedPods struct {
-	in *Intake
+	in *intake.Intake
 	m  *metrics.Counters
 }
 

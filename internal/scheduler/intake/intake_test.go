@@ -1,4 +1,4 @@
-package scheduler
+package intake
 
 import (
 	"context"
@@ -23,7 +23,7 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	defer cancel()
 	root := &schedtest.CountSink{}
 	col := collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
-	in := NewIntake(IntakeConfig{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
+	in := New(Config{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
 	go func() { _ = in.Run(ctx) }()
 	for i := range 5 {
 		schedtest.CreatePods(t, cs, fakeapi.Pod("default", fmt.Sprintf("w-%d", i), podspec.DefaultSchedulerName, 10, 1))

@@ -1,4 +1,4 @@
-package scheduler
+package intake
 
 import (
 	"context"
@@ -22,8 +22,8 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// IntakeConfig configures the watch intake of one collector.
-type IntakeConfig struct {
+// Config configures the intake of one collector.
+type Config struct {
 	Client        kubernetes.Interface
 	SchedulerName string
 	Collector     int // this collector's index: it takes the pods CollectorOf maps to it
@@ -35,10 +35,10 @@ type IntakeConfig struct {
 	// they still answer within the collector's deadline instead of drifting apart (a lagging
 	// shard would lose every pod to the fastest one and its nodes would stay empty).
 	InFlight int
-	// Source is where pods come from: IntakeWatch (default, the field-selected watch) or
-	// IntakeWebhook (pods offered by the admission webhook, plus a periodic LIST: intake_webhook.go).
+	// Source is where pods come from: ModeWatch (default, the field-selected watch) or
+	// ModeWebhook (pods offered by the admission webhook, plus a periodic LIST: webhook.go).
 	Source  string
-	Webhook WebhookOptions // IntakeWebhook: reconcile period and grace
+	Webhook WebhookOptions // ModeWebhook: reconcile period and grace
 	// SerializeConstrained: at most one attempt per constraint group in flight (intake_groups.go;
 	// on with the shards' global view).
 	SerializeConstrained bool
@@ -65,7 +65,7 @@ type podState struct {
 // sends it into the relay tree. It owns the retry loop: requeued attempts come back here and
 // are re-sent with Attempt+1 from the latest object, until the pod is bound or deleted.
 type Intake struct {
-	cfg       IntakeConfig
+	cfg       Config
 	collector *collector.Collector
 	factories []informers.SharedInformerFactory
 	informers []cache.SharedIndexInformer // one field-selected watch per scheduler name
@@ -78,14 +78,14 @@ type Intake struct {
 	names     map[string]bool          // spec.schedulerName values served
 	m         *metrics.Counters
 	hist      *metrics.Counters
-	wh        *webhookStore // IntakeWebhook: the pods' latest objects (intake_webhook.go); nil with the watch
+	wh        *webhookStore // ModeWebhook: the pods' latest objects (webhook.go); nil with the watch
 	groups    *groupGate    // nil: constrained pods are not serialised
 	events    *events.Recorders
 	batcher   *batcher // nil: no batches
 }
 
-// NewIntake registers the watch; call Run to start it.
-func NewIntake(cfg IntakeConfig, collector *collector.Collector) *Intake {
+// New registers the watch; call Run to start it.
+func New(cfg Config, collector *collector.Collector) *Intake {
 	if cfg.SchedulerName == "" {
 		cfg.SchedulerName = podspec.DefaultSchedulerName
 	}
@@ -98,7 +98,7 @@ func NewIntake(cfg IntakeConfig, collector *collector.Collector) *Intake {
 	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
 		window: make(chan struct{}, cfg.InFlight), holding: map[wire.AttemptKey]bool{},
 		queue: workqueue.NewTypedDelayingQueue[string](), m: metrics.For(fmt.Sprintf("intake/%d", cfg.Collector))}
-	if cfg.Source == IntakeWebhook {
+	if cfg.Source == ModeWebhook {
 		in.wh = newWebhookStore(cfg.Webhook)
 	}
 	if cfg.SerializeConstrained {

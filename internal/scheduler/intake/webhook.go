@@ -1,4 +1,4 @@
-package scheduler
+package intake
 
 import (
 	"context"
@@ -14,11 +14,11 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// Intake sources: the mode (IntakeConfig.Source, Config.Intake) and where a pod came from (the
-// pods_from_<source> counters of each intake).
+// Intake sources: the mode (Config.Source; the scheduler's Config.Intake) and where a pod came
+// from (the pods_from_<source> counters of each intake).
 const (
-	IntakeWatch   = "watch"   // mode: a field-selected watch on unscheduled pods (intake.go)
-	IntakeWebhook = "webhook" // mode: the validating admission webhook (webhook.go) + a periodic LIST
+	ModeWatch   = "watch"   // mode: a field-selected watch on unscheduled pods (intake.go)
+	ModeWebhook = "webhook" // mode: the validating admission webhook (webhook.go) + a periodic LIST
 
 	SourceWatch     = "watch"
 	SourceWebhook   = "webhook"
