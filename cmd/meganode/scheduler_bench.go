@@ -13,6 +13,7 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/scheduler"
+	"github.com/meganode/meganode/internal/scheduler/clusterbench"
 )
 
 func runSchedulerBench(args []string) error {
@@ -28,9 +29,9 @@ func runSchedulerBench(args []string) error {
 	nodeLease := fs.Int("node-lease-seconds", 0, "KWOK node lease duration (0 = 40 s); e.g. 600 at 10K nodes keeps lease writes from saturating the apiserver on a small machine")
 	profileDir := fs.String("profile-dir", "", "meganode runs: save a CPU profile of the scheduler during the drain here (<label>.pprof)")
 	profileSec := fs.Int("profile-seconds", 15, "length of that profile")
-	workload := fs.String("workload", scheduler.WorkloadUniform, "uniform: every pod 100m CPU, 64Mi on 8 CPU/32Gi nodes | mixed: pods of 100m/1/4 CPU (64Mi/1Gi/4Gi; 70/20/10 %) on nodes half 8 CPU/32Gi, half 32 CPU/128Gi")
+	workload := fs.String("workload", clusterbench.WorkloadUniform, "uniform: every pod 100m CPU, 64Mi on 8 CPU/32Gi nodes | mixed: pods of 100m/1/4 CPU (64Mi/1Gi/4Gi; 70/20/10 %) on nodes half 8 CPU/32Gi, half 32 CPU/128Gi")
 	bindCeiling := fs.Bool("bind-ceiling", true, "after each row's drain and latency phases, measure the apiserver's bind ceiling on the same cluster: --pods Bindings of pods no scheduler serves, posted as fast as the scheduler's client allows")
-	ceilingWorkers := fs.Int("bind-ceiling-workers", scheduler.DefaultBindCeilingWorkers, "Bindings in flight in the bind ceiling phase (the meganode scheduler's --bind-workers default)")
+	ceilingWorkers := fs.Int("bind-ceiling-workers", clusterbench.DefaultBindCeilingWorkers, "Bindings in flight in the bind ceiling phase (the meganode scheduler's --bind-workers default)")
 	binDir := fs.String("bin-dir", "", "directory of kube-apiserver, kwok, meganode… (default: $MEGANODE_BIN_DIR, this executable's directory, or the repository's bin/)")
 	var extra stringList
 	fs.Var(&extra, "scheduler-arg", "extra `meganode scheduler` flag (repeatable)")
@@ -47,12 +48,12 @@ func runSchedulerBench(args []string) error {
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	o := scheduler.BenchOptions{Nodes: *nodes, Pods: *pods, Shards: shards, NoStock: *noStock, LatencyPods: *latPods, LatencyQPS: *latQPS,
+	o := clusterbench.Options{Nodes: *nodes, Pods: *pods, Shards: shards, NoStock: *noStock, LatencyPods: *latPods, LatencyQPS: *latQPS,
 		StateDir: *stateDir, SchedulerArg: extra, NodeLeaseSec: *nodeLease, ProfileDir: *profileDir, ProfileSec: *profileSec, Progress: bench.NewProgress(os.Stderr),
 		Workload: *workload, BindCeiling: *bindCeiling, BindCeilingWorkers: *ceilingWorkers, BinDir: *binDir}
 	started := time.Now()
-	rows, err := scheduler.RunBench(ctx, o)
-	scheduler.PrintBench(os.Stdout, o, rows)
+	rows, err := clusterbench.Run(ctx, o)
+	clusterbench.Print(os.Stdout, o, rows)
 	if *jsonOut != "" {
 		// The exact command line goes with the results, so a committed raw output says how it was made.
 		out := map[string]any{"command": os.Args, "command_line": shellQuote(os.Args), "started": started.UTC().Format(time.RFC3339),

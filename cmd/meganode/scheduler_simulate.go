@@ -10,10 +10,10 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/model"
 	"github.com/meganode/meganode/internal/scheduler/shard"
+	"github.com/meganode/meganode/internal/scheduler/sim"
 )
 
 // `meganode scheduler simulate`: the measured projection.
@@ -176,7 +176,7 @@ func runSchedulerSimulate(args []string) error {
 		costs[costKey(k)] = c
 	}
 	out["shard_costs"] = costs
-	hops, err := scheduler.MeasureHops(ctx)
+	hops, err := sim.MeasureHops(ctx)
 	if err != nil {
 		return err
 	}
@@ -185,10 +185,10 @@ func runSchedulerSimulate(args []string) error {
 		hops.EncodeUs, hops.FrameBytes, hops.RelayChildUs, hops.GRPCFrameUs, hops.GRPCStreamPropUs, hops.CollectorUs)
 
 	type runRow struct {
-		Label     string               `json:"label"`
-		Sim       *scheduler.SimResult `json:"sim"`
-		Predicted *model.Result        `json:"predicted,omitempty"` // with the costs measured shared, as in the run
-		ErrorPct  float64              `json:"error_pct,omitempty"`
+		Label     string        `json:"label"`
+		Sim       *sim.Result   `json:"sim"`
+		Predicted *model.Result `json:"predicted,omitempty"` // with the costs measured shared, as in the run
+		ErrorPct  float64       `json:"error_pct,omitempty"`
 		// With the costs of one shard alone on one core: what the sharing adds.
 		PredictedAlone *model.Result `json:"predicted_alone,omitempty"`
 		ErrorAlonePct  float64       `json:"error_alone_pct,omitempty"`
@@ -196,7 +196,7 @@ func runSchedulerSimulate(args []string) error {
 	}
 	var rows []runRow
 	if !*skipRuns {
-		api, err := scheduler.MeasureFakeAPI(ctx, *nodes, min(*pods, 20000), counted)
+		api, err := sim.MeasureFakeAPI(ctx, *nodes, min(*pods, 20000), counted)
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func runSchedulerSimulate(args []string) error {
 		for _, d := range dList {
 			for _, b := range bList {
 				label := fmt.Sprintf("S=%d d=%d batch=%d", *shards, d, b)
-				r, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
+				r, err := sim.Simulate(ctx, sim.Config{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 				if err != nil {
@@ -239,7 +239,7 @@ func runSchedulerSimulate(args []string) error {
 		if *refNodes > 0 {
 			fmt.Printf("== placement quality at %d nodes, %d pods: kube-scheduler's algorithm vs meganode (S=%d d=%d batch=%d)\n",
 				*refNodes, *refNodes, *shards, dList[0], bList[len(bList)-1])
-			ref, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
+			ref, err := sim.Simulate(ctx, sim.Config{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
 				EquivalenceTTL: -1, FeasibleToFind: shard.FeasibleAuto, Scatter: collector.ScatterAll, Batch: -1, ParallelPods: 1,
 				Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
@@ -247,7 +247,7 @@ func runSchedulerSimulate(args []string) error {
 			}
 			rows = append(rows, runRow{Label: "kube-scheduler's algorithm", Sim: ref, PodsPerCPU: float64(ref.Bound) / ref.CPUSeconds})
 			printRun("kube-scheduler's algorithm", ref, float64(ref.Bound)/ref.CPUSeconds)
-			mg, err := scheduler.Simulate(ctx, scheduler.SimConfig{Nodes: *refNodes, Pods: *refNodes, Shards: *shards, Fanout: 10, Parallelism: 1,
+			mg, err := sim.Simulate(ctx, sim.Config{Nodes: *refNodes, Pods: *refNodes, Shards: *shards, Fanout: 10, Parallelism: 1,
 				EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: dList[0], Batch: batchFlag(bList[len(bList)-1]),
 				ParallelPods: 1, Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
@@ -324,7 +324,7 @@ func rateText(r float64) string {
 	return fmt.Sprintf("%.0f/s", r)
 }
 
-func printRun(label string, r *scheduler.SimResult, perCPU float64) {
+func printRun(label string, r *sim.Result, perCPU float64) {
 	fmt.Printf("  %-30s %7d pods in %6.1f s = %6.0f pods/s, %6.0f pods per CPU-second (%.0f µs CPU/pod), evaluations %d, widened %d; pods per node stdev %.3f, max %d, empty nodes %d\n",
 		label, r.Bound, r.Seconds, r.PodsPerSec, perCPU, r.CPUSeconds/float64(max(r.Bound, 1))*1e6, r.Evaluations, r.Widened,
 		r.StddevPerNode, r.MaxPerNode, r.EmptyNodes)

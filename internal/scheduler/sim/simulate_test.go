@@ -1,4 +1,4 @@
-package scheduler
+package sim
 
 import (
 	"context"
@@ -12,7 +12,7 @@ import (
 // (Simulate fails when the collectors' and the ledger's counts differ), singly and in batches.
 func TestSimulateCountedBinds(t *testing.T) {
 	for _, batch := range []int{-1, 8} {
-		r, err := Simulate(context.Background(), SimConfig{Nodes: 40, Pods: 200, Shards: 4, Fanout: 2, Parallelism: 1,
+		r, err := Simulate(context.Background(), Config{Nodes: 40, Pods: 200, Shards: 4, Fanout: 2, Parallelism: 1,
 			EquivalenceTTL: time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: 2, Batch: batch, ParallelPods: 2,
 			Precreate: true, GlobalView: "off", CountedBinds: true, Timeout: time.Minute})
 		if err != nil {

@@ -1,4 +1,9 @@
-package scheduler
+// Package sim is the in-process simulator: a whole scheduler (scheduler.StartAll, every role in
+// one process) against the fake apiserver, timed stage by stage (Simulate), and the
+// microbenchmarks of the hops (MeasureHops) and of the fake apiserver itself (MeasureFakeAPI)
+// that `meganode scheduler simulate` feeds its model with beside the shard's own costs
+// (shard.Measure). It runs the whole system, so it sits above the root package.
+package sim
 
 import (
 	"context"
@@ -16,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/scheduler"
 	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
@@ -24,9 +30,9 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// SimConfig configures the in-process simulator: a fake clientset (no apiserver), the real
+// Config configures the in-process simulator: a fake clientset (no apiserver), the real
 // framework in every shard, in-process relays and collectors.
-type SimConfig struct {
+type Config struct {
 	Nodes, Pods, Shards, Fanout  int
 	Parallelism                  int           // framework parallelism per shard (1 = CPU cost per pod)
 	EquivalenceTTL               time.Duration // <0 off
@@ -45,9 +51,9 @@ type SimConfig struct {
 	GlobalView string
 }
 
-// SimResult is what one simulated run measured.
-type SimResult struct {
-	Config            SimConfig                `json:"config"`
+// Result is what one simulated run measured.
+type Result struct {
+	Config            Config                   `json:"config"`
 	Seconds           float64                  `json:"seconds"`
 	Bound             int                      `json:"bound"`
 	PodsPerSec        float64                  `json:"pods_per_sec"`
@@ -67,7 +73,7 @@ type SimResult struct {
 }
 
 // Simulate runs P pods over N fake nodes with S shards in this process and times every stage.
-func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
+func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	metrics.Reset()
 	if sc.Timeout <= 0 {
 		sc.Timeout = 10 * time.Minute
@@ -91,7 +97,7 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 	objs = nil
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	sys, err := StartAll(ctx, Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
+	sys, err := scheduler.StartAll(ctx, scheduler.Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
 		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind,
 		Scatter: sc.Scatter, Batch: sc.Batch, ParallelPods: sc.ParallelPods, GlobalView: sc.GlobalView,
 		NoEvents: true}) // events are apiserver writes, which the simulator does not model
@@ -133,7 +139,7 @@ func Simulate(ctx context.Context, sc SimConfig) (*SimResult, error) {
 		}
 	}
 	el := time.Since(began)
-	r := &SimResult{Config: sc, Seconds: el.Seconds(), Bound: int(bound.Load()), PodsPerSec: float64(bound.Load()) / el.Seconds(),
+	r := &Result{Config: sc, Seconds: el.Seconds(), Bound: int(bound.Load()), PodsPerSec: float64(bound.Load()) / el.Seconds(),
 		CPUSeconds: metrics.CPUSeconds() - cpu0, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{}}
 	var per map[string]int
 	if ledger != nil {

@@ -1,4 +1,8 @@
-package scheduler
+// Package clusterbench is `meganode scheduler bench`: the stock kube-scheduler and the meganode
+// scheduler, each on a fresh `up` cluster of KWOK nodes, timed on a drain of pre-created pods,
+// paced creation latency and the apiserver's Binding ceiling, with placement quality. It runs
+// the scheduler as a process and only borrows the scheduler's client settings (ClientFor).
+package clusterbench
 
 import (
 	"cmp"
@@ -25,10 +29,11 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
+	"github.com/meganode/meganode/internal/scheduler"
 )
 
-// BenchOptions configure the scheduler benchmark on `up` clusters (a command, not a test).
-type BenchOptions struct {
+// Options configure the scheduler benchmark on `up` clusters (a command, not a test).
+type Options struct {
 	Nodes, Pods  int
 	Shards       []int // meganode runs; the stock kube-scheduler runs first unless NoStock
 	NoStock      bool
@@ -146,8 +151,8 @@ func checkCapacity(workload string, nodes, pods int) error {
 	return nil
 }
 
-// BenchRow is one scheduler's result.
-type BenchRow struct {
+// Row is one scheduler's result.
+type Row struct {
 	Scheduler    string        `json:"scheduler"`
 	Shards       int           `json:"shards,omitempty"`
 	Pods         int           `json:"pods"`
@@ -183,8 +188,8 @@ type BenchRow struct {
 
 const benchNS = "sched-bench"
 
-// RunBench runs the stock scheduler and meganode with each shard count, one cluster each.
-func RunBench(ctx context.Context, o BenchOptions) ([]BenchRow, error) {
+// Run runs the stock scheduler and meganode with each shard count, one cluster each.
+func Run(ctx context.Context, o Options) ([]Row, error) {
 	if o.LatencyQPS <= 0 {
 		o.LatencyQPS = 100
 	}
@@ -205,7 +210,7 @@ func RunBench(ctx context.Context, o BenchOptions) ([]BenchRow, error) {
 	for _, s := range o.Shards {
 		runs = append(runs, run{cluster.SchedulerMeganode, s})
 	}
-	var rows []BenchRow
+	var rows []Row
 	for _, r := range runs {
 		row, err := benchOne(ctx, o, r.kind, r.shards)
 		if err != nil {
@@ -216,7 +221,7 @@ func RunBench(ctx context.Context, o BenchOptions) ([]BenchRow, error) {
 	return rows, nil
 }
 
-func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*BenchRow, error) {
+func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, error) {
 	prog := o.Progress
 	label := kind
 	if kind == cluster.SchedulerMeganode {
@@ -250,7 +255,7 @@ func benchOne(ctx context.Context, o BenchOptions, kind string, shards int) (*Be
 	if sched == nil {
 		return nil, fmt.Errorf("no scheduler component")
 	}
-	row := &BenchRow{Scheduler: label, Shards: shards, Pods: o.Pods, LatencyQPS: o.LatencyQPS}
+	row := &Row{Scheduler: label, Shards: shards, Pods: o.Pods, LatencyQPS: o.LatencyQPS}
 
 	// Phase 1, throughput: pause the scheduler (SIGSTOP), create every pod, resume, time the drain.
 	if err := syscall.Kill(sched.Pid, syscall.SIGSTOP); err != nil {
@@ -362,7 +367,7 @@ type ceilingResult struct {
 // It is a ceiling of the Binding path only: both schedulers also write one Scheduled Event per
 // pod (and the stock scheduler patches status on failures), which this does not. The scheduler
 // keeps running meanwhile (it ignores these pods, but its informers see them as the drain's did).
-func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o BenchOptions) (*ceilingResult, error) {
+func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options) (*ceilingResult, error) {
 	workers := cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers)
 	if err := cluster.EnsureNamespace(ctx, admin, ceilingNS); err != nil {
 		return nil, err
@@ -387,7 +392,7 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 	if targets == nil {
 		return nil, fmt.Errorf("no Ready node")
 	}
-	cs, err := ClientFor(schedKubeconfig, ceilingClientQPS)
+	cs, err := scheduler.ClientFor(schedKubeconfig, ceilingClientQPS)
 	if err != nil {
 		return nil, err
 	}
@@ -614,7 +619,7 @@ func countTrue(m map[string]bool) int {
 }
 
 // utilisation lists the nodes and pods and fills the row's placement figures (placementStats).
-func utilisation(ctx context.Context, cs kubernetes.Interface, row *BenchRow) error {
+func utilisation(ctx context.Context, cs kubernetes.Interface, row *Row) error {
 	nl, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return err
@@ -632,7 +637,7 @@ func utilisation(ctx context.Context, cs kubernetes.Interface, row *BenchRow) er
 // population standard deviation, max; EmptyNodes = nodes with none requested), pods per node
 // (mean, standard deviation, max; EmptyNodesByPods = nodes with no pod), and the pods left
 // unscheduled.
-func placementStats(nodes []corev1.Node, pods []corev1.Pod, row *BenchRow) {
+func placementStats(nodes []corev1.Node, pods []corev1.Pod, row *Row) {
 	req := map[string]int64{}
 	cnt := map[string]int{}
 	row.Unscheduled, row.EmptyNodes, row.EmptyNodesByPods, row.UtilMax, row.PodsPerNodeMax = 0, 0, 0, 0, 0
@@ -744,9 +749,9 @@ func procCPU(pid int) float64 {
 	return (ut + st) / 100 // USER_HZ
 }
 
-// PrintBench writes the table: speed (drain pods/s, the bind ceiling and the drain's share of
+// Print writes the table: speed (drain pods/s, the bind ceiling and the drain's share of
 // it, CPU, latency) and, beside it, placement quality (CPU utilisation over nodes, pods per node).
-func PrintBench(w io.Writer, o BenchOptions, rows []BenchRow) {
+func Print(w io.Writer, o Options, rows []Row) {
 	fmt.Fprintf(w, "\nscheduler benchmark, workload %s: %d pods (pre-created, then the scheduler resumed) on %d KWOK nodes; latency: %d pods created at %.0f/s\n",
 		cmp.Or(o.Workload, WorkloadUniform), o.Pods, o.Nodes, o.LatencyPods, o.LatencyQPS)
 	if o.BindCeiling {

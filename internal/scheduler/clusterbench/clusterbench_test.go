@@ -1,4 +1,4 @@
-package scheduler
+package clusterbench
 
 import (
 	"math"
@@ -154,7 +154,7 @@ func TestBenchPlacementStats(t *testing.T) {
 	done := testPod("p8", "d", "4", "1Gi") // terminated: counts nowhere
 	done.Status.Phase = corev1.PodSucceeded
 	pods = append(pods, done)
-	var row BenchRow
+	var row Row
 	row.EmptyNodes = 99 // recomputed, not added to
 	placementStats(nodes, pods, &row)
 
@@ -181,7 +181,7 @@ func TestBenchPlacementStats(t *testing.T) {
 			row.PodsPerNodeMax, row.EmptyNodesByPods, row.EmptyNodes, row.Unscheduled)
 	}
 
-	var none BenchRow
+	var none Row
 	placementStats(nil, nil, &none)
 	if none.UtilMean != 0 || none.PodsPerNodeStddev != 0 || math.IsNaN(none.UtilStddev) {
 		t.Errorf("empty: %+v", none)
