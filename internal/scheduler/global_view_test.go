@@ -20,7 +20,7 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// Cross-shard pod affinity, anti-affinity and topology spread with 3 shards (global_view.go).
+// Cross-shard pod affinity, anti-affinity and topology spread with 3 shards (shard/global_view.go).
 // MEGANODE_GLOBAL_VIEW=off runs the same tests with every pod on its shard's slice only (the
 // behaviour before the global view): they are then expected to fail (see NOTES.md).
 

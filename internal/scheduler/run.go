@@ -48,21 +48,24 @@ type Config struct {
 	InFlight       int           // per collector: attempts between send and decision (default 64)
 	BindWorkers    int           // per shard: binds/evictions in flight (default 256, shard.Config)
 
-	// Intake is where pods come from: intake.ModeWatch ("" = watch) or intake.ModeWebhook (webhook.go,
-	// intake_webhook.go), with Webhook's options.
+	// Intake is where pods come from: intake.ModeWatch ("" = watch) or intake.ModeWebhook
+	// (webhook.go, intake/webhook_http.go, intake/webhook.go), with Webhook's options.
 	Intake  string
 	Webhook intake.WebhookOptions
 	// GlobalView: "auto" (default) evaluates pods with pod (anti-)affinity or topology spread on
 	// a per-shard view of the whole cluster and serialises them per constraint group; "off"
-	// keeps every pod on the shard's own slice (global_view.go).
+	// keeps every pod on the shard's own slice (shard/global_view.go).
 	GlobalView string
-	// NoEvents: record no Scheduled/FailedScheduling events (events.go); the simulator sets it.
+	// NoEvents: record no Scheduled/FailedScheduling events (package events); the simulator
+	// sets it.
 	NoEvents bool
-	// Scatter: shards each pod is sent to (scatter.go): 0 = DefaultScatter, ScatterAll = every shard.
+	// Scatter: shards each pod is sent to (collector/scatter.go): 0 = DefaultScatter,
+	// collector.ScatterAll = every shard.
 	Scatter int
-	// Batch: pods of one equivalence class per frame (batch.go): 0 = DefaultBatch, < 0 or 1 = off.
+	// Batch: pods of one equivalence class per frame (shard/batch.go): 0 = DefaultBatch, < 0 or
+	// 1 = off.
 	Batch int
-	// ParallelPods: pods a shard evaluates at once (worker.go): 0 = the shard's share of the
+	// ParallelPods: pods a shard evaluates at once (shard/worker.go): 0 = the shard's share of the
 	// cores (role all: cores / shards, at least 1; role shard: every core).
 	ParallelPods int
 }

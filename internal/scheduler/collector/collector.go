@@ -43,7 +43,7 @@ type attempt struct {
 	key       wire.AttemptKey
 	targets   []int             // the shards the frame went to (nil: every live shard)
 	members   []wire.AttemptKey // a batch's pods (nil: one pod, key)
-	sig       uint64            // node-constraint signature (scatter.go), for the feasibility estimate
+	sig       uint64            // node-constraint signature (intake/scatter.go): feasibility estimate
 	expected  time.Time
 	first     time.Time
 	got       map[int]wire.Proposal
@@ -106,7 +106,7 @@ type Expectation struct {
 	Unsched int               // unschedulable rounds so far (backoff)
 	Targets []int             // shards the frame goes to (nil: every live shard)
 	Members []wire.AttemptKey // a batch's pods (nil: a single pod)
-	Sig     uint64            // node-constraint signature (scatter.go)
+	Sig     uint64            // node-constraint signature (intake/scatter.go)
 }
 
 // ExpectScatter registers an attempt before its frame is scattered, so that an attempt no

@@ -22,10 +22,10 @@ import (
 // (FeasibleToFind), so over a run every node is visited as with one shard; placement spread
 // is measured against kube-scheduler in `scheduler simulate` and `scheduler bench`.
 //
-// When a pod goes to every shard at once instead (needsAllShards, PickShards):
+// When a pod goes to every shard at once instead (the intake's needsAllShards, PickShards):
 //   - pod affinity/anti-affinity or explicit topology spread: the global view evaluates them and
-//     the intake serialises them per constraint group (global_view.go, intake_groups.go); their
-//     placement depends on which nodes are considered, so every shard must answer;
+//     the intake serialises them per constraint group (shard/global_view.go, intake/groups.go);
+//     their placement depends on which nodes are considered, so every shard must answer;
 //   - a pod nominated by a preemption (status.nominatedNodeName): its room is on one node, held
 //     by one shard;
 //   - a pod retried after no shard could take it (podState.wide, and every later attempt):
@@ -33,11 +33,11 @@ import (
 //     shards will likely need them again;
 //   - a pod whose node constraints few shards satisfy. The intake cannot see nodes, so the
 //     collector learns it: per node-constraint signature (node selector, required node
-//     affinity, tolerations; nodeConstraintSig), an exponentially weighted estimate f of the
-//     fraction of answering shards that had a feasible node. d sampled shards all miss with
-//     probability (1-f)^d; when that exceeds ½ the pod goes to all shards at once rather than
-//     paying a wasted round before widening. Pods without node constraints share signature 0,
-//     which learns when the cluster fills up.
+//     affinity, tolerations; the intake's nodeConstraintSig), an exponentially weighted
+//     estimate f of the fraction of answering shards that had a feasible node. d sampled shards
+//     all miss with probability (1-f)^d; when that exceeds ½ the pod goes to all shards at once
+//     rather than paying a wasted round before widening. Pods without node constraints share
+//     signature 0, which learns when the cluster fills up.
 // A sampled attempt whose d shards have no feasible node is widened: the collector requeues it
 // at once (no backoff, no FailedScheduling event) and the next attempt goes to every shard. The
 // relay tree serves only those whole-cluster attempts.

@@ -13,8 +13,9 @@ import (
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
-// The intake's half of batching (batch.go has the shard's, batch_collector.go the collector's):
-// pods of one class waiting at the same time leave as one frame of up to --batch pods.
+// The intake's half of batching (shard/batch.go has the shard's, collector/batch.go the
+// collector's): pods of one class waiting at the same time leave as one frame of up to --batch
+// pods.
 //
 // A pod is batched only on a plain first try: not constrained (its group is ""), never found
 // unschedulable, not widened, not nominated, and classable (batchClass). Pods wait in their
@@ -131,7 +132,7 @@ func (in *Intake) sendBatch(ctx context.Context, entries []batchEntry) bool {
 // of one namespace, controller, label set and scheduler name with the same node-local
 // scheduling signature (podspec.Signature). Labels are part of it because the default profile's
 // spread and affinity scoring select pods by label; the shard still checks that those plugins
-// were skipped before reusing scores (batch.go).
+// were skipped before reusing scores (shard/batch.go).
 func batchClass(p *corev1.Pod) uint64 {
 	if needsAllShards(p) || len(p.Spec.ResourceClaims) > 0 {
 		return 0

@@ -39,16 +39,16 @@ type Config struct {
 	// ModeWebhook (pods offered by the admission webhook, plus a periodic LIST: webhook.go).
 	Source  string
 	Webhook WebhookOptions // ModeWebhook: reconcile period and grace
-	// SerializeConstrained: at most one attempt per constraint group in flight (intake_groups.go;
+	// SerializeConstrained: at most one attempt per constraint group in flight (groups.go;
 	// on with the shards' global view).
 	SerializeConstrained bool
-	// Events: record a FailedScheduling event for every attempt that found no node (events.go).
+	// Events: record a FailedScheduling event for every attempt that found no node (package events).
 	Events bool
-	// Scatter: send each pod to this many shards picked by the collector (scatter.go) straight
-	// through ShardSinks; ScatterAll or 0: every shard, through Root.
+	// Scatter: send each pod to this many shards picked by the collector (collector/scatter.go)
+	// straight through ShardSinks; collector.ScatterAll or 0: every shard, through Root.
 	Scatter    int
 	ShardSinks map[int]wire.FrameSink
-	// Batch: at most this many pods of one equivalence class per frame (intake_batch.go); ≤ 1: off.
+	// Batch: at most this many pods of one equivalence class per frame (batch.go); ≤ 1: off.
 	Batch int
 }
 
@@ -57,7 +57,7 @@ type podState struct {
 	inflight bool
 	unsched  int
 	seen     time.Time
-	wide     bool // sent to every shard from now on (no sampled shard had room: scatter.go)
+	wide     bool // sent to every shard from now on (no sampled shard had room: collector/scatter.go)
 }
 
 // Intake watches unscheduled pods with spec.schedulerName (a field-selected watch:
@@ -397,6 +397,6 @@ func (in *Intake) Finished(key wire.AttemptKey, node string, bound bool) {
 		in.m.Add("bound", 1)
 	}
 	if in.wh != nil {
-		in.webhookFinished(key, bound) // no watch tells this intake the pod left: see intake_webhook.go
+		in.webhookFinished(key, bound) // no watch tells this intake the pod left: see webhook.go
 	}
 }

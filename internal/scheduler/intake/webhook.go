@@ -18,7 +18,7 @@ import (
 // from (the pods_from_<source> counters of each intake).
 const (
 	ModeWatch   = "watch"   // mode: a field-selected watch on unscheduled pods (intake.go)
-	ModeWebhook = "webhook" // mode: the validating admission webhook (webhook.go) + a periodic LIST
+	ModeWebhook = "webhook" // mode: the admission webhook (webhook_http.go) + a periodic LIST
 
 	SourceWatch     = "watch"
 	SourceWebhook   = "webhook"

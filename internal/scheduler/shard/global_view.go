@@ -32,7 +32,7 @@ import (
 //
 // What a shard cannot see: pods other shards have reserved but not yet bound. The collector's
 // intake closes that window for pods with constraints of their own: it keeps at most one attempt
-// per constraint group in flight (intake_groups.go) and sends the next pod of the group only once
+// per constraint group in flight (intake/groups.go) and sends the next pod of the group only once
 // the previous one is bound, with the latest placements in the frame header, which shards whose
 // informer has not delivered the binding yet assume in their global cache ("ghosts", confirmed
 // by the informer or dropped after ghostTTL).

@@ -45,10 +45,11 @@ import (
 //     violating ones first, exactly as in kube-scheduler (PodDisruptionBudgets come from the
 //     plugin's PDB lister). Evaluator.SelectCandidate picks the shard's best candidate
 //     (pickOneNodeForPreemption). The proposal carries it: node, cost, victims.
-//  2. Global choice, in the collector (decide → cheapestPreemption): only when no shard has a
-//     feasible node. PreemptionCost encodes pickOneNodeForPreemption's criteria in order, so the
-//     cheapest of the shards' bests is the candidate kube-scheduler would have picked had it seen
-//     them all (ties at random). That shard gets Decision{Allow, Preempt}; the others deny.
+//  2. Global choice, in the collector (collector/preempt.go: decide → cheapestPreemption): only
+//     when no shard has a feasible node. wire.PreemptionCost encodes pickOneNodeForPreemption's
+//     criteria in order, so the cheapest of the shards' bests is the candidate kube-scheduler
+//     would have picked had it seen them all (ties at random). That shard gets
+//     Decision{Allow, Preempt}; the others deny.
 //  3. Eviction, in the chosen shard (preempt): under the shard lock it recomputes the victims on
 //     that node from the current snapshot (the proposal may be stale; if the pod now fits without
 //     evicting anything it reports a conflict and the pod is simply retried), nominates the pod
@@ -66,6 +67,7 @@ import (
 // Why the plugin's pieces and not RunPostFilterPlugins: PostFilter would evict at once in every
 // shard that has a candidate, before anyone compared them.
 
+// preemptionCost is the cost of evicting v (wire.PreemptionCost: kube-scheduler's criteria).
 func preemptionCost(v *extenderv1.Victims) wire.PreemptionCost {
 	c := wire.PreemptionCost{PDBViolations: v.NumPDBViolations, HighestPriority: math.MinInt32, Victims: len(v.Pods)}
 	for _, p := range v.Pods {

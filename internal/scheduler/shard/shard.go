@@ -51,7 +51,7 @@ type Config struct {
 	// GlobalView: also keep every node and bound pod for pods with cross-node constraints
 	// (global_view.go). Off in the zero value; Config turns it on by default.
 	GlobalView bool
-	// Events: record a Scheduled event for every pod this shard binds (events.go).
+	// Events: record a Scheduled event for every pod this shard binds (package events).
 	Events bool
 	// ParallelPods: pods evaluated at once (worker.go), each by a worker with its own framework
 	// instance and snapshot; a conflict between them is caught at Reserve. Default 1.

@@ -19,9 +19,9 @@ type Header struct {
 	Collector int    `json:"collector"` // index of the collector that gathers the proposals
 	SentNanos int64  `json:"sent"`      // unix nanos when intake sent it (stage timing)
 	// Placed: the latest placements of constrained pods, for the shards' global views
-	// (global_view.go, intake_groups.go); only on frames of constrained pods.
+	// (shard/global_view.go, intake/groups.go); only on frames of constrained pods.
 	Placed []Placement `json:"placed,omitempty"`
-	// Batch: the pods of one equivalence class carried by this frame (batch.go). UID is then
+	// Batch: the pods of one equivalence class carried by this frame (shard/batch.go). UID is then
 	// BatchKeyPrefix + the first member's UID, Attempt the first member's attempt, Name the
 	// first member's name; the body holds every member's pod, each prefixed by its uvarint length.
 	Batch []BatchMember `json:"batch,omitempty"`

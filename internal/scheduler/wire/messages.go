@@ -14,7 +14,7 @@ type Proposal struct {
 	Score    int64      `json:"score"`
 	Feasible bool       `json:"feasible"`
 	Reason   string     `json:"reason,omitempty"` // why nothing fits (first plugin message)
-	// Preemption: nothing fits, but evicting these lower-priority pods would (preempt.go).
+	// Preemption: nothing fits, but evicting these lower-priority pods would (shard/preempt.go).
 	Preemption *PreemptionCandidate `json:"preemption,omitempty"`
 	// PreemptWait: no new preemption for this pod this round, from any shard: the victims of its
 	// earlier preemption are still terminating, or a node of this shard fits it after all.
