@@ -40,7 +40,7 @@ test-go: build
 	MEGANODE_DIFF_OPS=$(DIFF_OPS) $(GO) test -count=1 -timeout 40m ./...
 	# The scheduler's parallel pods, batches and scatter under the race detector (a shard's workers
 	# must never double-book a node).
-	$(GO) test -race -count=1 -timeout 10m -run 'TestParallelPods|TestBatch|TestScatter|TestCollectorWidens|TestPickShards' ./internal/scheduler/
+	$(GO) test -race -count=1 -timeout 10m -run 'TestParallelPods|TestBatch|TestScatter|TestCollectorWidens|TestPickShards' ./internal/scheduler/...
 
 # Kubernetes' own storage integration tests against meganode-store: `make test` runs the
 # k8s.io/kubernetes/test/integration/etcd part; this adds the apiserver list/watch subset.
