@@ -48,9 +48,11 @@ func TestPickShardsPrefersIdleShards(t *testing.T) {
 		c.ExpectScatter(Expectation{Key: wire.AttemptKey{UID: fmt.Sprint(i)}, Targets: tg})
 	}
 	lo, hi := 1<<30, 0
+	c.mu.Lock() // the attempts' no-answer timers (300 ms) write the counts under c.mu
 	for s := range 16 {
 		lo, hi = min(lo, c.sc.outstanding[s]), max(hi, c.sc.outstanding[s])
 	}
+	c.mu.Unlock()
 	// 800 placements over 16 shards: 50 each; random picks would spread ~±15.
 	if hi-lo > 4 {
 		t.Errorf("outstanding per shard from %d to %d: power of two choices should keep them within a few", lo, hi)
