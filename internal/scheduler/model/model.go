@@ -106,6 +106,9 @@ type Input struct {
 	ProposalUs   float64 `json:"proposal_us"` // collector CPU per proposal received
 	DecisionUs   float64 `json:"decision_us"` // collector CPU per decision (one per attempt)
 	CommitUs     float64 `json:"commit_us"`   // winning shard's CPU per pod committed
+	// ReleaseUs is an answering shard's CPU per pod (or batch slot) it proposed and did not win:
+	// Unreserve and forget the assumed pod or placeholder (0: not modelled).
+	ReleaseUs float64 `json:"release_us"`
 	// ApiUs is CPU per bound pod of the in-process fake apiserver (Binding + watch fan-out). It
 	// only exists with a shared pool (Cores > 0); with dedicated cores the apiserver is outside
 	// the scheduler's cores and modelled only by BindPerSec and BindLatencyUs.
@@ -239,7 +242,7 @@ func (in Input) Validate() error {
 	}
 	for _, f := range []field{{"encode_us", in.EncodeUs}, {"hop_us", in.HopUs}, {"eval_us", in.EvalUs},
 		{"batch_first_us", in.BatchFirstUs}, {"batch_next_us", in.BatchNextUs}, {"proposal_us", in.ProposalUs},
-		{"decision_us", in.DecisionUs}, {"commit_us", in.CommitUs}, {"api_us", in.ApiUs}, {"bind_per_sec", in.BindPerSec},
+		{"decision_us", in.DecisionUs}, {"commit_us", in.CommitUs}, {"release_us", in.ReleaseUs}, {"api_us", in.ApiUs}, {"bind_per_sec", in.BindPerSec},
 		{"bind_latency_us", in.BindLatencyUs}, {"hop_latency_us", in.HopLatencyUs}, {"cv", in.CV}, {"stall_us", in.StallUs}} {
 		if !(f.v >= 0) || math.IsInf(f.v, 0) {
 			errs = append(errs, fmt.Errorf("%s %v: want a finite value ≥ 0", f.name, f.v))

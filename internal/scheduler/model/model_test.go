@@ -436,3 +436,17 @@ func bench1M(b *testing.B, in Input) {
 	b.ReportMetric(r.PodsPerSec, "sim-pods/s")
 	b.ReportMetric(float64(r.Events), "events")
 }
+
+// Losers release what they proposed: with d = 2 every pod is released by the one answering shard
+// that did not win it, so on a shared pool the release adds P·ReleaseUs of CPU, and a batch's
+// loser releases every slot it did not win.
+func TestLosersRelease(t *testing.T) {
+	for _, batch := range []int{1, 32} {
+		in := quiet(20000)
+		in.Scatter, in.Shards, in.D, in.Cores, in.Batch, in.BatchNextUs = ScatterSampled, 16, 2, 2, batch, 5
+		base := stage(t, Run(in), "cpu pool").BusySeconds
+		in.ReleaseUs = 50
+		got := stage(t, Run(in), "cpu pool").BusySeconds
+		within(t, "release CPU (s)", got-base, float64(in.Pods)*in.ReleaseUs/1e6, 0.05)
+	}
+}

@@ -15,6 +15,7 @@ const (
 	kPropose              // collector: handle n proposals
 	kDecide               // collector: decide an attempt
 	kCommit               // shard: commit the n pods it won
+	kRelease              // shard: release the n pods or slots it proposed and did not win
 	kAPI                  // pool only: the fake apiserver's work for n bound pods
 )
 
@@ -25,6 +26,7 @@ const (
 	mFrameShard                   // frame reaches shard aux
 	mProposal                     // n proposals of an attempt reach its collector
 	mCommit                       // decision reaches winning shard aux: commit n pods
+	mRelease                      // decision reaches losing shard aux: release n pods or slots
 	mAPI                          // n pods passed the bind rate limit (pool with ApiUs)
 	mLeaves                       // aggregated all-frame reaches its first shard: book all shards
 )
@@ -319,6 +321,7 @@ func (m *sim) done(j job) {
 		m.decide(j.att)
 	case kCommit:
 		m.bind(j)
+	case kRelease: // nothing follows: the shard's core was busy, which is the point
 	case kAPI:
 		m.finish(int(j.n), m.now+m.in.BindLatencyUs, j.t0)
 	}
@@ -342,6 +345,9 @@ func (m *sim) arrive(j job) {
 	case mCommit:
 		m.submit(job{kind: kCommit, st: int32(m.firstShard) + j.aux, att: -1, n: j.n, aux: j.aux, t0: j.t0,
 			dur: m.noise.service(float64(j.n) * m.in.CommitUs)})
+	case mRelease:
+		m.submit(job{kind: kRelease, st: int32(m.firstShard) + j.aux, att: -1, n: j.n, aux: j.aux,
+			dur: m.noise.service(float64(j.n) * m.in.ReleaseUs)})
 	case mLeaves:
 		m.leaves(j.att)
 	case mAPI:
@@ -465,6 +471,21 @@ func (m *sim) decide(id int32) {
 		}
 		m.at(m.now+m.in.HopLatencyUs, evArrive, job{kind: mCommit, att: -1, n: int32(k - i), aux: p[i], t0: a.t0})
 		i = k
+	}
+	// Every answering shard held what it proposed (a pod, or a slot per pod of a batch) and
+	// releases what it did not win. (The aggregated all-shards path keeps no answer list.)
+	if m.in.ReleaseUs > 0 && !a.anyShard {
+		for _, s := range a.answers {
+			won := 0
+			for _, w := range p {
+				if w == s {
+					won++
+				}
+			}
+			if lost := int(a.pods) - won; lost > 0 {
+				m.at(m.now+m.in.HopLatencyUs, evArrive, job{kind: mRelease, att: -1, n: int32(lost), aux: s})
+			}
+		}
 	}
 	m.picks = p
 	c := a.coll
