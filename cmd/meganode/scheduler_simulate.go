@@ -21,8 +21,9 @@ import (
 //  1. Costs, measured here: shards of the target size (1M/S nodes, the real framework and
 //     default plugins) per pod evaluated alone and per pod of a batch, under two conditions —
 //     one shard on one core ("alone": a dedicated core keeps the shard's nodes in its caches)
-//     and --cost-interleave shards evaluated in turn on all of this machine's cores ("shared":
-//     the caches and counters are shared as when many shards share a host); the hops; the
+//     and --cost-interleave shards, each evaluating on its own goroutine, on all of this
+//     machine's cores ("shared": caches and counters shared as when many shards share a host,
+//     scheduled by the Go runtime as a run's shards are); the hops; the
 //     in-process fake apiserver's cost per pod. The in-process runs' costs are measured
 //     shared, with the runs' own shard count on the runs' cores: the conditions of the run.
 //  2. Runs, in process on this machine: N nodes, N pods, S shards, for each --scatter and
@@ -61,7 +62,7 @@ func runSchedulerSimulate(args []string) error {
 	batches := fs.String("batch-list", "1,32", "in-process runs: --batch values (1: off)")
 	refNodes := fs.Int("reference-nodes", 20000, "kube-scheduler's algorithm (1 shard, scatter all, no batch, one pod at a time) on this many nodes and pods, and meganode's first mode at the same size, for placement quality (0: skip)")
 	stagePods := fs.Int("stage-pods", 1000, "pods timed per shard-cost measurement")
-	interleave := fs.Int("cost-interleave", 16, "projection: also measure the target-size costs with this many shards evaluated in turn on all of this machine's cores (shards sharing a host's caches; 0: alone only)")
+	interleave := fs.Int("cost-interleave", 16, "projection: also measure the target-size costs with this many shards, each on its own goroutine, sharing this machine's cores (shards sharing a host's caches; 0: alone only)")
 	tNodes := fs.Int("target-nodes", 1_000_000, "projection: nodes")
 	tPods := fs.Int("target-pods", 1_000_000, "projection: pods")
 	tShards := fs.String("target-shards", "256,1024", "projection: shard counts")
@@ -73,22 +74,12 @@ func runSchedulerSimulate(args []string) error {
 	binds := fs.String("binds", "counted", "in-process runs: counted (Bindings recorded, no object write or watch event: the scheduler's own cost) or api (the fake apiserver writes each pod and every informer receives it: ≈2.7 ms CPU per pod, the runs' bottleneck past a few shards)")
 	skipRuns := fs.Bool("skip-runs", false, "costs and projection only (no in-process runs, no validation)")
 	jsonOut := fs.String("json", "", "write every measurement, run, prediction and projection as JSON here")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole command here")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the in-process runs (and their cost measurements) here")
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
 	ctx, stop := signalContext()
 	defer stop()
-	if *cpuProfile != "" {
-		f, err := os.Create(*cpuProfile)
-		if err != nil {
-			return err
-		}
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return err
-		}
-		defer pprof.StopCPUProfile()
-	}
 	var dList, bList, sList, tdList, kList []int
 	for _, l := range []struct {
 		flag string
@@ -131,8 +122,8 @@ func runSchedulerSimulate(args []string) error {
 		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s), %s: one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f) + commit %.0f µs; in CPU %.0f + %.0f µs\n",
 			n, shardsN, d, what, conditionText(single.Opts), single.DecodeUs+single.EvalUs+single.ReserveUs, single.DecodeUs, single.EvalUs,
 			single.ReserveUs, single.CommitUs, single.EvalCPUUs, single.CommitCPUUs)
-		fmt.Printf("      batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod); in CPU first %.0f, next %.0f, commit %.0f µs/pod\n",
-			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.FirstCPUUs, bc.NextCPUUs, bc.CommitCPUUs)
+		fmt.Printf("      batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod); in CPU first %.0f, next %.0f, commit %.0f µs/pod, release %.0f µs/slot\n",
+			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.FirstCPUUs, bc.NextCPUUs, bc.CommitCPUUs, bc.ReleaseCPUUs)
 		return &shardCosts{Nodes: n, Shared: o.Shards > 1, Single: single, Batch: bc}, nil
 	}
 	fmt.Printf("== costs measured here (real framework and default plugins, kube-scheduler's sampling rule per shard)\n")
@@ -145,15 +136,9 @@ func runSchedulerSimulate(args []string) error {
 		return fmt.Sprintf("%d nodes/S=%d/d=%d/%s", k.nodes, k.shards, k.d, conditionText(k.o))
 	}
 	alone := shard.MeasureOpts{Shards: 1, Workers: 1}
-	runShared := shard.MeasureOpts{Shards: *shards, Workers: runtime.NumCPU()}
-	targetShared := shard.MeasureOpts{Shards: *interleave, Workers: runtime.NumCPU()}
-	runNeed := func(d int, o shard.MeasureOpts) need { return need{*nodes / max(*shards, 1), *shards, d, o} }
-	var needs []need
-	if !*skipRuns {
-		for _, d := range dList {
-			needs = append(needs, runNeed(d, runShared), runNeed(d, alone))
-		}
-	}
+	runShared := shard.MeasureOpts{Shards: *shards, Workers: *shards}
+	targetShared := shard.MeasureOpts{Shards: *interleave, Workers: *interleave}
+	var needs []need // the runs' own costs are measured just before each run (below)
 	conditions := []shard.MeasureOpts{alone}
 	if *interleave > 1 {
 		conditions = append(conditions, targetShared)
@@ -187,6 +172,7 @@ func runSchedulerSimulate(args []string) error {
 	type runRow struct {
 		Label     string        `json:"label"`
 		Sim       *sim.Result   `json:"sim"`
+		Costs     []*shardCosts `json:"costs,omitempty"`     // shared, alone: measured just before the run
 		Predicted *model.Result `json:"predicted,omitempty"` // with the costs measured shared, as in the run
 		ErrorPct  float64       `json:"error_pct,omitempty"`
 		// With the costs of one shard alone on one core: what the sharing adds.
@@ -204,10 +190,31 @@ func runSchedulerSimulate(args []string) error {
 		fmt.Printf("  in-process fake apiserver (--binds %s): %.0f µs CPU per pod, %.0f µs wall with 16 binders: it uses %.2f cores\n",
 			*binds, api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
 		apiConc := max(1, int(math.Round(api.Concurrency)))
+		if *cpuProfile != "" { // the runs (and the costs measured before each), not the target sizes' costs
+			f, err := os.Create(*cpuProfile)
+			if err != nil {
+				return err
+			}
+			if err := pprof.StartCPUProfile(f); err != nil {
+				return err
+			}
+			defer pprof.StopCPUProfile()
+		}
 		fmt.Printf("== in-process runs: %d nodes, %d pods (pre-created), %d shards, %d cores shared by everything\n", *nodes, *pods, *shards, runtime.NumCPU())
 		for _, d := range dList {
 			for _, b := range bList {
 				label := fmt.Sprintf("S=%d d=%d batch=%d", *shards, d, b)
+				// The run's costs, measured just before it: this machine's speed drifts over a
+				// command this long, and the validation compares like with like.
+				fmt.Printf("  %s: its costs\n", label)
+				sharedCost, err := measure(*nodes/max(*shards, 1), *shards, d, runShared)
+				if err != nil {
+					return err
+				}
+				aloneCost, err := measure(*nodes/max(*shards, 1), *shards, d, alone)
+				if err != nil {
+					return err
+				}
 				r, err := sim.Simulate(ctx, sim.Config{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
@@ -219,15 +226,14 @@ func runSchedulerSimulate(args []string) error {
 						Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
 						EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
 						BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
-						CommitUs: commitCost(sc, b), ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
+						CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs, ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
 					if d >= *shards {
 						in.Scatter = model.ScatterAll
 					}
 					return model.Run(in)
 				}
-				p := predict(costs[costKey(runNeed(d, runShared))])
-				pa := predict(costs[costKey(runNeed(d, alone))])
-				row := runRow{Label: label, Sim: r, Predicted: &p, ErrorPct: 100 * (p.Seconds - r.Seconds) / r.Seconds,
+				p, pa := predict(sharedCost), predict(aloneCost)
+				row := runRow{Label: label, Sim: r, Costs: []*shardCosts{sharedCost, aloneCost}, Predicted: &p, ErrorPct: 100 * (p.Seconds - r.Seconds) / r.Seconds,
 					PredictedAlone: &pa, ErrorAlonePct: 100 * (pa.Seconds - r.Seconds) / r.Seconds,
 					PodsPerCPU: float64(r.Bound) / r.CPUSeconds}
 				rows = append(rows, row)
@@ -280,7 +286,7 @@ func runSchedulerSimulate(args []string) error {
 							Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
 							EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
 							BatchFirstUs: sc.Batch.FirstCPUUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextCPUUs,
-							ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b),
+							ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs,
 							BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
 						r := model.Run(in)
 						projs = append(projs, proj{Shards: s, D: d, K: k, Batch: b, Costs: conditionText(o), Result: r})
@@ -307,7 +313,7 @@ func conditionText(o shard.MeasureOpts) string {
 	if o.Shards <= 1 {
 		return "alone (1 shard, 1 core)"
 	}
-	return fmt.Sprintf("shared (%d shards, %d cores)", o.Shards, o.Workers)
+	return fmt.Sprintf("shared (%d shards on %d cores)", o.Shards, runtime.NumCPU())
 }
 
 func batchFlag(b int) int {

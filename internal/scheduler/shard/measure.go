@@ -21,13 +21,15 @@ import (
 //
 // Alone (Shards 1, Workers 1) is one shard on one core: its nodes stay in that core's caches.
 // A run with S shards on C cores is not that: every core switches between shards whose node
-// tables evict each other, and the cores share counters and memory. Shards S and Workers C
+// tables evict each other, and the cores share counters and memory. Shards S and Workers S
 // reproduce it without the rest of the system: S shards of the given size are built (nodes
-// owned by hash, as in a run), and C goroutines evaluate pods in turn on shard 0, 1, …, S−1.
-// The per-pod cost is then the cost a run of S shards on C cores pays per evaluation.
+// owned by hash, as in a run), each evaluating its share of the pods on its own goroutine, all
+// on this process's cores as a run's shard goroutines are. The per-pod cost is then what a
+// shard of a run of S shards on these cores pays per evaluation; the rest of a run (intake,
+// relays, collector, the queueing between them) is the model's to predict.
 type MeasureOpts struct {
-	Shards  int // shards of `nodes` nodes each, evaluated in turn (default 1)
-	Workers int // goroutines evaluating at once, each on its own shards (default 1; at most Shards)
+	Shards  int // shards of `nodes` nodes each (default 1)
+	Workers int // goroutines evaluating at once (default 1; at most Shards); worker w takes shards w, w+Workers, …
 }
 
 func (o MeasureOpts) norm() MeasureOpts {
@@ -40,9 +42,11 @@ func (o MeasureOpts) norm() MeasureOpts {
 // PreFilter, Filter, PreScore, Score), then Reserve and assume on the node it proposes, then the
 // winner's commit (Permit, PreBind, Bind through a fake client that only counts the Binding,
 // PostBind) — every pod is committed on the node the shard picked, so nodes fill up and change
-// generation. The *CPUUs figures are the stage times scaled by the process's CPU over the
-// workers' wall time: they include the garbage collector's work for the stage, which runs on
-// another core and which a CPU-bound run pays like any other work.
+// generation. The *CPUUs figures are the process's CPU in two phases: every pod evaluated and
+// reserved, then every pod committed; each phase's CPU (the garbage collector's work included,
+// which a CPU-bound run pays like any other work) over its pods. Timing each phase whole keeps
+// the figures right when the workers outnumber the cores: a stage's wall time then includes
+// waiting for a core.
 type Cost struct {
 	Nodes, Pods    int
 	Opts           MeasureOpts `json:"opts"`
@@ -124,8 +128,13 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 		frames = append(frames, f)
 	}
 	type stageTimes struct{ dec, ev, res, com time.Duration }
+	type reserved struct {
+		sh *Shard
+		h  *heldPod
+	}
 	per := make([]stageTimes, o.Workers)
-	cpu0, w0 := metrics.CPUSeconds(), time.Now()
+	held := make([][]reserved, o.Workers)
+	cpu0 := metrics.CPUSeconds()
 	err = eachWorker(o, func(w int) error {
 		t := &per[w]
 		for j := w; j < len(frames); j += o.Workers {
@@ -147,35 +156,43 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 				sh.mu.Unlock()
 				return fmt.Errorf("pod %s unschedulable: %s", pod.Name, r0.reason)
 			}
-			held := &heldPod{pod: pod, node: r0.node, hdr: h, state: r0.state}
-			r := sh.reserveLocked(ctx, held)
+			hp := &heldPod{pod: pod, node: r0.node, hdr: h, state: r0.state}
+			r := sh.reserveLocked(ctx, hp)
 			sh.mu.Unlock()
 			if r != nil {
 				return fmt.Errorf("reserve: %s", r.Error)
 			}
-			t3 := time.Now()
-			if cr := sh.commit(ctx, held); !cr.Bound {
-				return fmt.Errorf("commit: %s", cr.Error)
-			}
-			t.dec, t.ev, t.res, t.com = t.dec+t1.Sub(t0), t.ev+t2.Sub(t1), t.res+t3.Sub(t2), t.com+time.Since(t3)
+			held[w] = append(held[w], reserved{sh, hp})
+			t.dec, t.ev, t.res = t.dec+t1.Sub(t0), t.ev+t2.Sub(t1), t.res+time.Since(t2)
 		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	cpu, wall := metrics.CPUSeconds()-cpu0, time.Since(w0).Seconds()
+	cpu1 := metrics.CPUSeconds()
+	err = eachWorker(o, func(w int) error {
+		for _, x := range held[w] {
+			t0 := time.Now()
+			if cr := x.sh.commit(ctx, x.h); !cr.Bound {
+				return fmt.Errorf("commit: %s", cr.Error)
+			}
+			per[w].com += time.Since(t0)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	cpu2 := metrics.CPUSeconds()
 	var dec, ev, res, com time.Duration
 	for _, t := range per {
 		dec, ev, res, com = dec+t.dec, ev+t.ev, res+t.res, com+t.com
 	}
 	n := float64(pods)
-	// The workers' summed stage times cover wall×Workers; the process's CPU over that (above 1 by
-	// the garbage collector, below 1 when the workers outnumber the free cores) turns them into CPU.
-	f := cpu / (wall * float64(o.Workers))
 	c := &Cost{Nodes: nodes, Pods: pods, Opts: o, EquivalenceTTL: eq, FeasibleToFind: feasible,
 		DecodeUs: metrics.Micros(dec) / n, EvalUs: metrics.Micros(ev) / n, ReserveUs: metrics.Micros(res) / n, CommitUs: metrics.Micros(com) / n,
-		EvalCPUUs: f * metrics.Micros(dec+ev+res) / n, CommitCPUUs: f * metrics.Micros(com) / n, CPUUsPerPod: cpu * 1e6 / n, Stages: map[string]float64{}}
+		EvalCPUUs: (cpu1 - cpu0) * 1e6 / n, CommitCPUUs: (cpu2 - cpu1) * 1e6 / n, CPUUsPerPod: (cpu2 - cpu0) * 1e6 / n, Stages: map[string]float64{}}
 	var fn, reused int64
 	for i := range shards {
 		fn += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_nodes")
@@ -194,9 +211,9 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 // BatchCost is one shard's cost for a batch of equivalent pods (Parallelism 1, one worker):
 // one full cycle for the first pod, then one Filter+Score of one node per further pod; then
 // the winner's decision with every slot won: each placeholder swapped for its pod and the pod
-// committed (the Binding only counted). The *CPUUs figures are the process's CPU over the
-// measured phase, shared between plan and decision by their wall times: they include the
-// garbage collector's work and the commits running beside the plan.
+// committed (the Binding only counted); or the loser's, every slot released. The *CPUUs
+// figures are the process's CPU per phase (every batch planned, then every batch decided),
+// the garbage collector's work included.
 type BatchCost struct {
 	Nodes, Batch, Batches int
 	Opts                  MeasureOpts `json:"opts"`
@@ -206,11 +223,12 @@ type BatchCost struct {
 	CPUUsPerPod           float64     `json:"cpu_us_per_pod"`
 	FirstCPUUs            float64     `json:"first_cpu_us"`
 	NextCPUUs             float64     `json:"next_cpu_us"`
-	CommitCPUUs           float64     `json:"commit_cpu_us"` // per pod: swap + commit
+	CommitCPUUs           float64     `json:"commit_cpu_us"`  // per pod: swap + commit
+	ReleaseCPUUs          float64     `json:"release_cpu_us"` // per slot a loser releases: Unreserve + forget
 }
 
 // MeasureBatch times batches of batch pods on shards of nodes nodes (batch b on shard
-// b mod o.Shards, worker w taking b ≡ w mod o.Workers); every slot stays reserved (as if bound),
+// b mod o.Shards, worker w taking b ≡ w mod o.Workers); won slots stay reserved (as if bound),
 // so nodes fill as they would.
 func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int, o MeasureOpts) (*BatchCost, error) {
 	o = o.norm()
@@ -220,7 +238,10 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 	if err != nil {
 		return nil, err
 	}
-	frame := func(b, size int) ([]byte, error) {
+	bound0 := make([]int64, len(shards)) // each shard's bound pods so far (worker w writes only its shards')
+	var seq atomic.Int64
+	frame := func(size int) ([]byte, error) {
+		b := seq.Add(1) // every batch's pods are new pods
 		h := wire.Header{Namespace: "m", Name: fmt.Sprintf("m-%d-0", b)}
 		var pods [][]byte
 		for i := range size {
@@ -237,99 +258,120 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 		h.UID = wire.BatchKeyPrefix + h.Batch[0].UID
 		return wire.EncodeBatchFrame(h, pods)
 	}
-	// batchOnce plans batch b of size pods on its shard, decides it with every slot won and waits
-	// until the shard has bound them; it returns the plan's and the decision's wall times.
-	var seq atomic.Int64
-	batchOnce := func(b, size int) (plan, decide time.Duration, err error) {
-		idx := b % len(shards)
-		sh := shards[idx]
-		f, err := frame(int(seq.Add(1)), size) // every batch's pods are new pods
-
+	type planned struct {
+		sh *Shard
+		hb *heldBatch
+	}
+	// plan decodes a batch frame of size pods and plans it on sh.
+	plan := func(sh *Shard, size int) (*heldBatch, error) {
+		f, err := frame(size)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
-		t0 := time.Now()
 		h, body, err := wire.SplitFrame(f)
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		bodies, err := wire.SplitBatch(body, len(h.Batch))
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		rep, err := wire.DecodePod(bodies[0])
 		if err != nil {
-			return 0, 0, err
+			return nil, err
 		}
 		hb := &heldBatch{hdr: h, pods: bodies, rep: rep}
 		if r := sh.planBatch(ctx, sh.workers[0], hb); len(hb.slots) < size {
-			return 0, 0, fmt.Errorf("batch %d: %d of %d placed: %s", b, len(hb.slots), size, r)
+			return nil, fmt.Errorf("batch %s: %d of %d placed: %s", h.Name, len(hb.slots), size, r)
 		}
-		t1 := time.Now()
-		// Only this worker decides on this shard (o.norm), so its bound counter is ours to wait on.
-		name := fmt.Sprintf("shard/%d", idx)
-		want := metrics.Counter(name, "bound") + int64(size)
-		assign := make([]int, size)
-		for i := range assign {
-			assign[i] = i
-		}
-		if err := sh.decideBatch(ctx, wire.Decision{Key: h.Key(), Allow: true, Assign: assign, Collector: -1}, hb); err != nil {
-			return 0, 0, err
-		}
-		giveUp := time.Now().Add(time.Minute) // a slot refused at the swap is never bound
-		for metrics.Counter(name, "bound") < want {
-			if ctx.Err() != nil {
-				return 0, 0, ctx.Err()
-			}
-			if time.Now().After(giveUp) {
-				return 0, 0, fmt.Errorf("batch %d: %d of %d pods bound after a minute", b, metrics.Counter(name, "bound")-want+int64(size), size)
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
-		return t1.Sub(t0), time.Since(t1), nil
+		return hb, nil
 	}
-	// run plans and decides `batches` batches of size pods; it returns the plan's wall and CPU
-	// per batch and the decision's CPU per pod.
-	run := func(size int) (wallUs, planCPUUs, commitCPUUs float64, err error) {
-		plans, decides := make([]time.Duration, o.Workers), make([]time.Duration, o.Workers)
+	// run plans `batches` batches of size pods, then decides them: every slot won (and waits
+	// until the shards have bound them) or, with !win, every slot released. It returns the
+	// plan's wall and CPU per batch and the decision's CPU per pod.
+	run := func(size int, win bool) (wallUs, planCPUUs, decideCPUUs float64, err error) {
+		walls := make([]time.Duration, o.Workers)
+		held := make([][]planned, o.Workers)
 		cpu0 := metrics.CPUSeconds()
 		err = eachWorker(o, func(w int) error {
 			for b := w; b < batches; b += o.Workers {
-				p, d, err := batchOnce(b, size)
+				sh := shards[b%len(shards)]
+				t0 := time.Now()
+				hb, err := plan(sh, size)
 				if err != nil {
 					return err
 				}
-				plans[w], decides[w] = plans[w]+p, decides[w]+d
+				walls[w] += time.Since(t0)
+				held[w] = append(held[w], planned{sh, hb})
 			}
 			return nil
 		})
 		if err != nil {
 			return 0, 0, 0, err
 		}
-		cpu := metrics.CPUSeconds() - cpu0
-		var plan, decide time.Duration
-		for w := range o.Workers {
-			plan, decide = plan+plans[w], decide+decides[w]
+		cpu1 := metrics.CPUSeconds()
+		err = eachWorker(o, func(w int) error {
+			// Only this worker decides on its shards (o.norm), so their bound counters are its to wait on.
+			want := map[int]int64{}
+			for _, p := range held[w] {
+				assign := []int{}
+				if win {
+					assign = make([]int, size)
+					for i := range assign {
+						assign[i] = i
+					}
+					want[p.sh.cfg.Index] += int64(size)
+				}
+				if err := p.sh.decideBatch(ctx, wire.Decision{Key: p.hb.hdr.Key(), Allow: win, Assign: assign, Collector: -1}, p.hb); err != nil {
+					return err
+				}
+			}
+			giveUp := time.Now().Add(time.Minute) // a slot refused at the swap is never bound
+			for idx, n := range want {
+				name := fmt.Sprintf("shard/%d", idx)
+				for metrics.Counter(name, "bound") < bound0[idx]+n {
+					if ctx.Err() != nil {
+						return ctx.Err()
+					}
+					if time.Now().After(giveUp) {
+						return fmt.Errorf("shard %d: %d of %d pods bound after a minute", idx, metrics.Counter(name, "bound")-bound0[idx], n)
+					}
+					time.Sleep(50 * time.Microsecond)
+				}
+				bound0[idx] += n
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, 0, 0, err
 		}
-		share := float64(plan) / float64(max(plan+decide, 1))
+		cpu2 := metrics.CPUSeconds()
+		var wall time.Duration
+		for _, d := range walls {
+			wall += d
+		}
 		n := float64(batches)
-		return metrics.Micros(plan) / n, share * cpu * 1e6 / n, (1 - share) * cpu * 1e6 / (n * float64(size)), nil
+		return metrics.Micros(wall) / n, (cpu1 - cpu0) * 1e6 / n, (cpu2 - cpu1) * 1e6 / (n * float64(size)), nil
 	}
-	if _, _, _, err := run(1); err != nil { // warm-up: first cycles build caches and equivalence classes
+	if _, _, _, err := run(1, true); err != nil { // warm-up: first cycles build caches and equivalence classes
 		return nil, err
 	}
 	batches *= 4 // single pods are cheap: time more of them
-	one, oneCPU, _, err := run(1)
+	one, oneCPU, _, err := run(1, true)
 	batches /= 4
 	if err != nil {
 		return nil, err
 	}
-	full, fullCPU, commitCPU, err := run(batch)
+	full, fullCPU, commitCPU, err := run(batch, true)
+	if err != nil {
+		return nil, err
+	}
+	_, _, releaseCPU, err := run(batch, false)
 	if err != nil {
 		return nil, err
 	}
 	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, Opts: o, FirstUs: one, PerPodUs: full / float64(batch),
-		CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU}
+		CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU, ReleaseCPUUs: releaseCPU}
 	if batch > 1 {
 		c.NextUs = max(full-one, 0) / float64(batch-1)
 		c.NextCPUUs = max(fullCPU-oneCPU, 0) / float64(batch-1)
