@@ -40,6 +40,10 @@ func TestCollectorWidensSampledAttempt(t *testing.T) {
 // Power of two choices: shards with outstanding attempts are avoided.
 func TestPickShardsPrefersIdleShards(t *testing.T) {
 	c, _, _ := newTestCollector(16, 1, time.Second)
+	// No attempt may time out while the counts are built: a no-answer timer firing part-way
+	// (a slow or -race run takes longer than 300 ms here) empties some shards' counts and not
+	// others', which is not what is under test (it failed ≈8 % of runs that way).
+	c.cfg.NoAnswerTimeout = time.Hour
 	for i := range 400 {
 		tg := c.PickShards(2, 0)
 		if len(tg) != 2 || tg[0] == tg[1] {
@@ -48,13 +52,15 @@ func TestPickShardsPrefersIdleShards(t *testing.T) {
 		c.ExpectScatter(Expectation{Key: wire.AttemptKey{UID: fmt.Sprint(i)}, Targets: tg})
 	}
 	lo, hi := 1<<30, 0
-	c.mu.Lock() // the attempts' no-answer timers (300 ms) write the counts under c.mu
+	c.mu.Lock() // the attempts' timers write the counts under c.mu
 	for s := range 16 {
 		lo, hi = min(lo, c.sc.outstanding[s]), max(hi, c.sc.outstanding[s])
 	}
 	c.mu.Unlock()
-	// 800 placements over 16 shards: 50 each; random picks would spread ~±15.
-	if hi-lo > 4 {
+	// 800 placements over 16 shards: 50 each. Random picks spread them with a standard deviation
+	// of ≈6.8 per shard, a range of ≈24 between the emptiest and the fullest; two choices kept the
+	// range at 0–6 in 300 runs (above 4 in 3 % of them, which made a bound of 4 a flaky test).
+	if hi-lo > 10 {
 		t.Errorf("outstanding per shard from %d to %d: power of two choices should keep them within a few", lo, hi)
 	}
 	if got := c.PickShards(16, 0); got != nil {
