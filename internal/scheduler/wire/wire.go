@@ -66,7 +66,9 @@ type Node struct {
 
 type grpcServer struct{ n Node }
 
-func (s *grpcServer) scatter(stream grpc.ServerStream) error {
+// receive hands every message of a client stream to handle until the client closes it (then
+// answers with an empty message) or handle fails.
+func receive(stream grpc.ServerStream, handle func(ctx context.Context, b []byte) error) error {
 	ctx := stream.Context()
 	for {
 		var b []byte
@@ -76,13 +78,19 @@ func (s *grpcServer) scatter(stream grpc.ServerStream) error {
 			}
 			return err
 		}
-		if s.n.Frames == nil {
-			return fmt.Errorf("this process takes no frames")
-		}
-		if err := s.n.Frames.Send(ctx, b); err != nil {
+		if err := handle(ctx, b); err != nil {
 			return err
 		}
 	}
+}
+
+func (s *grpcServer) scatter(stream grpc.ServerStream) error {
+	return receive(stream, func(ctx context.Context, b []byte) error {
+		if s.n.Frames == nil {
+			return fmt.Errorf("this process takes no frames")
+		}
+		return s.n.Frames.Send(ctx, b)
+	})
 }
 
 // control is one message on the Control stream: exactly one of the fields is set.
@@ -93,15 +101,7 @@ type control struct {
 }
 
 func (s *grpcServer) control(stream grpc.ServerStream) error {
-	ctx := stream.Context()
-	for {
-		var b []byte
-		if err := stream.RecvMsg(&b); err != nil {
-			if err == io.EOF {
-				return stream.SendMsg(&empty{})
-			}
-			return err
-		}
+	return receive(stream, func(ctx context.Context, b []byte) error {
 		var m control
 		if err := json.Unmarshal(b, &m); err != nil {
 			return err
@@ -117,10 +117,11 @@ func (s *grpcServer) control(stream grpc.ServerStream) error {
 		default:
 			metrics.For("wire").Add("misrouted_control", 1)
 		}
-		if err != nil {
+		if err != nil { // a sink's refusal is counted, not fatal to the stream
 			metrics.For("wire").Add("control_errors", 1)
 		}
-	}
+		return nil
+	})
 }
 
 func unary[T any](call func(context.Context, T) error) func(any, context.Context, func(any) error, grpc.UnaryServerInterceptor) (any, error) {
