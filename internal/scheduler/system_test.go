@@ -265,11 +265,7 @@ func TestSystemFakeKilledShardTakenOver(t *testing.T) {
 // requeues the pod, a later attempt binds it, nothing is dropped or bound twice.
 func TestSystemFakeBindFailuresRequeued(t *testing.T) {
 	metrics.Reset()
-	var objs []runtime.Object
-	for i := range 6 {
-		objs = append(objs, fakeapi.Node(fmt.Sprintf("f-%d", i), 4000, 8192, 110, nil))
-	}
-	cs := fakeapi.NewClient(objs...)
+	cs := fakeapi.NewClient(fakeapi.Nodes("f", 6, 4000, 8192)...)
 	var failed atomic.Int64
 	cs.PrependReactor("create", "pods", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		if a.GetSubresource() == "binding" && failed.Add(1) <= 20 {

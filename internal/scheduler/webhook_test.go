@@ -15,7 +15,6 @@ import (
 	admissionv1 "k8s.io/api/admission/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/intake"
@@ -64,11 +63,7 @@ func (p *poster) post(t *testing.T, pod *corev1.Pod) {
 // before it is stored is still bound; an unschedulable pod deleted is dropped by the LIST.
 func TestWebhookIntakeSystem(t *testing.T) {
 	metrics.Reset()
-	var objs []runtime.Object
-	for i := range 6 {
-		objs = append(objs, fakeapi.Node(fmt.Sprintf("wn-%d", i), 1000, 4096, 110, nil))
-	}
-	cs := fakeapi.NewClient(objs...)
+	cs := fakeapi.NewClient(fakeapi.Nodes("wn", 6, 1000, 4096)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	addr, caFile := freeAddr(t), filepath.Join(t.TempDir(), "pki", "ca.crt")
@@ -137,11 +132,7 @@ func TestWebhookIntakeSystem(t *testing.T) {
 // collector 0, which forwards the ones that hash to collector 1 over gRPC.
 func TestWebhookForwardsBetweenCollectors(t *testing.T) {
 	metrics.Reset()
-	var objs []runtime.Object
-	for i := range 4 {
-		objs = append(objs, fakeapi.Node(fmt.Sprintf("fn-%d", i), 4000, 8192, 110, nil))
-	}
-	cs := fakeapi.NewClient(objs...)
+	cs := fakeapi.NewClient(fakeapi.Nodes("fn", 4, 4000, 8192)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	dir := t.TempDir()

@@ -22,7 +22,7 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &schedtest.CountSink{}
-	col := collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := handDecidedCollector()
 	in := New(Config{Client: cs, Collectors: 1, Root: root, InFlight: 2}, col)
 	go func() { _ = in.Run(ctx) }()
 	for i := range 5 {
@@ -60,4 +60,10 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 	if metrics.Counter("intake/0", "resent") != 1 {
 		t.Fatalf("resent %d, want 1", metrics.Counter("intake/0", "resent"))
 	}
+}
+
+// handDecidedCollector is the intake's collector in tests that decide attempts by hand: one
+// live shard, no decision sinks, no attempt timing out on its own.
+func handDecidedCollector() *collector.Collector {
+	return collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
 }

@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	k8stesting "k8s.io/client-go/testing"
 
-	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
 	"github.com/meganode/meganode/internal/scheduler/podspec"
@@ -121,7 +120,7 @@ func TestWebhookIntakeConfirmsGone(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	root := &schedtest.CountSink{}
-	col := collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := handDecidedCollector()
 	in := New(Config{Client: cs, Collectors: 1, Root: root, Source: ModeWebhook,
 		Webhook: WebhookOptions{ReconcileEvery: time.Hour, ConfirmGrace: 500 * time.Millisecond}}, col)
 	go func() { _ = in.Run(ctx) }()
@@ -169,7 +168,7 @@ func TestWebhookReconcileIgnoresPodsBoundDuringList(t *testing.T) {
 		<-release
 		return true, &corev1.PodList{Items: []corev1.Pod{*pod}}, nil // the snapshot before the bind
 	})
-	col := collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+	col := handDecidedCollector()
 	in := New(Config{Client: cs, Collectors: 1, Root: &schedtest.CountSink{}, Source: ModeWebhook}, col)
 	in.Offer(pod)
 	done := make(chan error)

@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
@@ -20,11 +19,7 @@ import (
 // received a pod is filtered again (and a full node is then found infeasible).
 func TestEquivalenceReuseFollowsNodeGeneration(t *testing.T) {
 	metrics.Reset()
-	var objs []runtime.Object
-	for i := range 10 {
-		objs = append(objs, fakeapi.Node(fmt.Sprintf("e-%d", i), 1000, 4096, 110, nil))
-	}
-	cs := fakeapi.NewClient(objs...)
+	cs := fakeapi.NewClient(fakeapi.Nodes("e", 10, 1000, 4096)...)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	sh, err := New(ctx, Config{Index: 0, Count: 1, Client: cs, Parallelism: 1, EquivalenceTTL: time.Minute})
