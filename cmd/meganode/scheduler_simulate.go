@@ -61,7 +61,8 @@ func runSchedulerSimulate(args []string) error {
 	scatters := fs.String("scatter-list", "2,4", "in-process runs: --scatter values")
 	batches := fs.String("batch-list", "1,32", "in-process runs: --batch values (1: off)")
 	refNodes := fs.Int("reference-nodes", 20000, "kube-scheduler's algorithm (1 shard, scatter all, no batch, one pod at a time) on this many nodes and pods, and meganode's first mode at the same size, for placement quality (0: skip)")
-	stagePods := fs.Int("stage-pods", 1000, "pods timed per shard-cost measurement")
+	stagePods := fs.Int("stage-pods", 1000, "pods timed per shard-cost measurement round")
+	rounds := fs.Int("cost-rounds", 3, "rounds per shard-cost measurement (the median round is used)")
 	interleave := fs.Int("cost-interleave", 16, "projection: also measure the target-size costs with this many shards, each on its own goroutine, sharing this machine's cores (shards sharing a host's caches; 0: alone only)")
 	tNodes := fs.Int("target-nodes", 1_000_000, "projection: nodes")
 	tPods := fs.Int("target-pods", 1_000_000, "projection: pods")
@@ -135,9 +136,9 @@ func runSchedulerSimulate(args []string) error {
 	costKey := func(k need) string {
 		return fmt.Sprintf("%d nodes/S=%d/d=%d/%s", k.nodes, k.shards, k.d, conditionText(k.o))
 	}
-	alone := shard.MeasureOpts{Shards: 1, Workers: 1}
-	runShared := shard.MeasureOpts{Shards: *shards, Workers: *shards}
-	targetShared := shard.MeasureOpts{Shards: *interleave, Workers: *interleave}
+	alone := shard.MeasureOpts{Shards: 1, Workers: 1, Rounds: *rounds}
+	runShared := shard.MeasureOpts{Shards: *shards, Workers: *shards, Rounds: *rounds}
+	targetShared := shard.MeasureOpts{Shards: *interleave, Workers: *interleave, Rounds: *rounds}
 	var needs []need // the runs' own costs are measured just before each run (below)
 	conditions := []shard.MeasureOpts{alone}
 	if *interleave > 1 {
@@ -161,6 +162,23 @@ func runSchedulerSimulate(args []string) error {
 		costs[costKey(k)] = c
 	}
 	out["shard_costs"] = costs
+	// The collector's own CPU per pod (watch, bookkeeping, pod and frame encoding, pick,
+	// registration), per mode: the model's EncodeUs.
+	intakeCosts := map[string]*sim.IntakeCost{}
+	intakeCost := func(s, d, b int) (float64, error) {
+		k := fmt.Sprintf("S=%d/d=%d/batch=%d", s, d, b)
+		if c := intakeCosts[k]; c != nil {
+			return c.CPUUsPerPod, nil
+		}
+		c, err := sim.MeasureIntake(ctx, 20000, s, d, b)
+		if err != nil {
+			return 0, err
+		}
+		intakeCosts[k] = c
+		fmt.Printf("  intake, S=%d d=%d batch=%d: %.1f µs CPU per pod (%d frames for %d pods)\n", s, d, b, c.CPUUsPerPod, c.Frames, c.Pods)
+		return c.CPUUsPerPod, nil
+	}
+	out["intake_costs"] = intakeCosts
 	hops, err := sim.MeasureHops(ctx)
 	if err != nil {
 		return err
@@ -215,6 +233,10 @@ func runSchedulerSimulate(args []string) error {
 				if err != nil {
 					return err
 				}
+				encodeUs, err := intakeCost(*shards, d, b)
+				if err != nil {
+					return err
+				}
 				r, err := sim.Simulate(ctx, sim.Config{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
@@ -224,7 +246,7 @@ func runSchedulerSimulate(args []string) error {
 				predict := func(sc *shardCosts) model.Result {
 					in := model.Input{Pods: *pods, Shards: *shards, Workers: 1, Collectors: 1,
 						Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-						EncodeUs: hops.EncodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
+						EncodeUs: encodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
 						BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
 						CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs, ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
 					if d >= *shards {
@@ -240,6 +262,8 @@ func runSchedulerSimulate(args []string) error {
 				printRun(row.Label, r, row.PodsPerCPU)
 				fmt.Printf("      model with the shared costs predicted %.1f s (measured %.1f s): error %+.1f %%; with the alone costs %.1f s: %+.1f %%\n",
 					p.Seconds, r.Seconds, row.ErrorPct, pa.Seconds, row.ErrorAlonePct)
+				fmt.Printf("      frames sent %d (re-sent %d), model %d; shard evaluations %d, model %d; CPU %.1f s, model's busy %s\n",
+					r.Frames, r.Resent, p.Attempts, r.Evaluations, p.Evaluations, r.CPUSeconds, busyText(p))
 			}
 		}
 		if *refNodes > 0 {
@@ -282,9 +306,13 @@ func runSchedulerSimulate(args []string) error {
 				sc := costs[costKey(need{*tNodes / s, s, d, o})]
 				for _, k := range kList {
 					for _, b := range bList {
+						encodeUs, err := intakeCost(s, d, b)
+						if err != nil {
+							return err
+						}
 						in := model.Input{Pods: *tPods, Shards: s, Workers: k, Collectors: *tCollectors,
 							Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-							EncodeUs: hops.EncodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
+							EncodeUs: encodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
 							BatchFirstUs: sc.Batch.FirstCPUUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextCPUUs,
 							ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs,
 							BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
@@ -314,6 +342,18 @@ func conditionText(o shard.MeasureOpts) string {
 		return "alone (1 shard, 1 core)"
 	}
 	return fmt.Sprintf("shared (%d shards on %d cores)", o.Shards, runtime.NumCPU())
+}
+
+// busyText is the model's CPU-seconds per stage.
+func busyText(r model.Result) string {
+	t := ""
+	for _, st := range r.Stages {
+		if t != "" {
+			t += ", "
+		}
+		t += fmt.Sprintf("%s %.1f s", st.Name, st.BusySeconds)
+	}
+	return t
 }
 
 func batchFlag(b int) int {

@@ -1,8 +1,10 @@
 package shard
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,11 +32,17 @@ import (
 type MeasureOpts struct {
 	Shards  int // shards of `nodes` nodes each (default 1)
 	Workers int // goroutines evaluating at once (default 1; at most Shards); worker w takes shards w, w+Workers, …
+	// Rounds: the measurement is repeated this many times on the same shards (new pods each
+	// round) and the median round is reported (default 1). With 16 goroutines on 2 cores one
+	// round's CPU per pod varies by a third from one round to the next (a garbage-collector
+	// cycle more or less, the other shards' caches), so one round cannot validate a model to 25 %.
+	Rounds int
 }
 
 func (o MeasureOpts) norm() MeasureOpts {
 	o.Shards = max(o.Shards, 1)
 	o.Workers = min(max(o.Workers, 1), o.Shards)
+	o.Rounds = max(o.Rounds, 1)
 	return o
 }
 
@@ -62,6 +70,7 @@ type Cost struct {
 	CPUUsPerPod  float64 `json:"cpu_us_per_pod"`
 	FilterReused float64 `json:"filter_reused"`
 	Stages       map[string]float64
+	RoundsCPUUs  []float64 `json:"rounds_cpu_us,omitempty"` // every round's CPUUsPerPod (the median round is reported)
 }
 
 // measuredShards are o.Shards synced shards of nodes big fake nodes each (Parallelism 1, one
@@ -107,7 +116,8 @@ func eachWorker(o MeasureOpts, fn func(w int) error) error {
 
 // Measure times pods pods over shards of nodes nodes (Parallelism 1: per-core cost). Pod j
 // goes to shard j mod o.Shards; worker w takes the pods j ≡ w (mod o.Workers), so with Shards a
-// multiple of Workers no two workers share a shard.
+// multiple of Workers no two workers share a shard. With o.Rounds > 1 it does so o.Rounds times
+// (new pods each round, the earlier ones left bound) and returns the round of median CPU.
 func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible int, o MeasureOpts) (*Cost, error) {
 	o = o.norm()
 	ctx, cancel := context.WithCancel(ctx)
@@ -116,10 +126,29 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 	if err != nil {
 		return nil, err
 	}
+	var rounds []*Cost
+	for round := range o.Rounds {
+		c, err := measureRound(ctx, shards, owner, round, pods, o)
+		if err != nil {
+			return nil, err
+		}
+		c.Nodes, c.EquivalenceTTL, c.FeasibleToFind = nodes, eq, feasible
+		rounds = append(rounds, c)
+	}
+	slices.SortFunc(rounds, func(a, b *Cost) int { return cmp.Compare(a.CPUUsPerPod, b.CPUUsPerPod) })
+	c := rounds[len(rounds)/2]
+	for _, r := range rounds {
+		c.RoundsCPUUs = append(c.RoundsCPUUs, r.CPUUsPerPod)
+	}
+	return c, nil
+}
+
+// measureRound is one round of Measure: pods new pods evaluated and reserved, then committed.
+func measureRound(ctx context.Context, shards []*Shard, owner metav1.OwnerReference, round, pods int, o MeasureOpts) (*Cost, error) {
 	var frames [][]byte
 	for i := range pods {
-		p := fakeapi.Pod("m", fmt.Sprintf("m-pod-%d", i), podspec.DefaultSchedulerName, 50, 64)
-		p.UID = types.UID(fmt.Sprintf("m-uid-%d", i))
+		p := fakeapi.Pod("m", fmt.Sprintf("m-pod-%d-%d", round, i), podspec.DefaultSchedulerName, 50, 64)
+		p.UID = types.UID(fmt.Sprintf("m-uid-%d-%d", round, i))
 		p.OwnerReferences = []metav1.OwnerReference{owner}
 		f, err := wire.EncodeFrame(wire.Header{UID: string(p.UID), Namespace: "m", Name: p.Name}, p)
 		if err != nil {
@@ -134,8 +163,13 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 	}
 	per := make([]stageTimes, o.Workers)
 	held := make([][]reserved, o.Workers)
+	var fn0, reused0 int64
+	for i := range shards {
+		fn0 += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_nodes")
+		reused0 += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_reused")
+	}
 	cpu0 := metrics.CPUSeconds()
-	err = eachWorker(o, func(w int) error {
+	err := eachWorker(o, func(w int) error {
 		t := &per[w]
 		for j := w; j < len(frames); j += o.Workers {
 			sh := shards[j%len(shards)]
@@ -190,7 +224,7 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 		dec, ev, res, com = dec+t.dec, ev+t.ev, res+t.res, com+t.com
 	}
 	n := float64(pods)
-	c := &Cost{Nodes: nodes, Pods: pods, Opts: o, EquivalenceTTL: eq, FeasibleToFind: feasible,
+	c := &Cost{Pods: pods, Opts: o,
 		DecodeUs: metrics.Micros(dec) / n, EvalUs: metrics.Micros(ev) / n, ReserveUs: metrics.Micros(res) / n, CommitUs: metrics.Micros(com) / n,
 		EvalCPUUs: (cpu1 - cpu0) * 1e6 / n, CommitCPUUs: (cpu2 - cpu1) * 1e6 / n, CPUUsPerPod: (cpu2 - cpu0) * 1e6 / n, Stages: map[string]float64{}}
 	var fn, reused int64
@@ -198,8 +232,8 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 		fn += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_nodes")
 		reused += metrics.Counter(fmt.Sprintf("shard/%d", i), "filter_reused")
 	}
-	if fn > 0 {
-		c.FilterReused = float64(reused) / float64(fn)
+	if fn > fn0 {
+		c.FilterReused = float64(reused-reused0) / float64(fn-fn0)
 	}
 	m := metrics.For("shard/0")
 	for _, k := range []string{"snapshot", "prefilter", "filter", "score"} {
@@ -223,13 +257,15 @@ type BatchCost struct {
 	CPUUsPerPod           float64     `json:"cpu_us_per_pod"`
 	FirstCPUUs            float64     `json:"first_cpu_us"`
 	NextCPUUs             float64     `json:"next_cpu_us"`
-	CommitCPUUs           float64     `json:"commit_cpu_us"`  // per pod: swap + commit
-	ReleaseCPUUs          float64     `json:"release_cpu_us"` // per slot a loser releases: Unreserve + forget
+	CommitCPUUs           float64     `json:"commit_cpu_us"`           // per pod: swap + commit
+	ReleaseCPUUs          float64     `json:"release_cpu_us"`          // per slot a loser releases: Unreserve + forget
+	RoundsCPUUs           []float64   `json:"rounds_cpu_us,omitempty"` // every round's CPUUsPerPod (the median round is reported)
 }
 
 // MeasureBatch times batches of batch pods on shards of nodes nodes (batch b on shard
 // b mod o.Shards, worker w taking b ≡ w mod o.Workers); won slots stay reserved (as if bound),
-// so nodes fill as they would.
+// so nodes fill as they would. With o.Rounds > 1 it does so o.Rounds times on the same shards
+// and returns the round of median CPU per pod.
 func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Duration, feasible int, o MeasureOpts) (*BatchCost, error) {
 	o = o.norm()
 	ctx, cancel := context.WithCancel(ctx)
@@ -356,25 +392,34 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 	if _, _, _, err := run(1, true); err != nil { // warm-up: first cycles build caches and equivalence classes
 		return nil, err
 	}
-	batches *= 4 // single pods are cheap: time more of them
-	one, oneCPU, _, err := run(1, true)
-	batches /= 4
-	if err != nil {
-		return nil, err
+	var rounds []*BatchCost
+	for range o.Rounds {
+		batches *= 4 // single pods are cheap: time more of them
+		one, oneCPU, _, err := run(1, true)
+		batches /= 4
+		if err != nil {
+			return nil, err
+		}
+		full, fullCPU, commitCPU, err := run(batch, true)
+		if err != nil {
+			return nil, err
+		}
+		_, _, releaseCPU, err := run(batch, false)
+		if err != nil {
+			return nil, err
+		}
+		c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, Opts: o, FirstUs: one, PerPodUs: full / float64(batch),
+			CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU, ReleaseCPUUs: releaseCPU}
+		if batch > 1 {
+			c.NextUs = max(full-one, 0) / float64(batch-1)
+			c.NextCPUUs = max(fullCPU-oneCPU, 0) / float64(batch-1)
+		}
+		rounds = append(rounds, c)
 	}
-	full, fullCPU, commitCPU, err := run(batch, true)
-	if err != nil {
-		return nil, err
-	}
-	_, _, releaseCPU, err := run(batch, false)
-	if err != nil {
-		return nil, err
-	}
-	c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, Opts: o, FirstUs: one, PerPodUs: full / float64(batch),
-		CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU, ReleaseCPUUs: releaseCPU}
-	if batch > 1 {
-		c.NextUs = max(full-one, 0) / float64(batch-1)
-		c.NextCPUUs = max(fullCPU-oneCPU, 0) / float64(batch-1)
+	slices.SortFunc(rounds, func(a, b *BatchCost) int { return cmp.Compare(a.CPUUsPerPod, b.CPUUsPerPod) })
+	c := rounds[len(rounds)/2]
+	for _, r := range rounds {
+		c.RoundsCPUUs = append(c.RoundsCPUUs, r.CPUUsPerPod)
 	}
 	return c, nil
 }

@@ -33,7 +33,7 @@ func TestMeasureShardCosts(t *testing.T) {
 // share of the pods and of the batches, and each one is bound on the shard that planned it.
 func TestMeasureShardsInterleaved(t *testing.T) {
 	ctx := context.Background()
-	o := MeasureOpts{Shards: 4, Workers: 2}
+	o := MeasureOpts{Shards: 4, Workers: 2, Rounds: 1}
 	c, err := Measure(ctx, 25, 40, time.Second, 0, o)
 	if err != nil {
 		t.Fatal(err)
@@ -65,5 +65,33 @@ func TestMeasureShardsInterleaved(t *testing.T) {
 	}
 	if bound != 72 {
 		t.Fatalf("bound %d pods in all, want 72", bound)
+	}
+}
+
+// With rounds, every round measures new pods on the same shards and the median round is the
+// one reported.
+func TestMeasureRoundsReportTheMedian(t *testing.T) {
+	ctx := context.Background()
+	o := MeasureOpts{Shards: 2, Workers: 2, Rounds: 3}
+	c, err := Measure(ctx, 25, 10, time.Second, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.RoundsCPUUs) != 3 || c.RoundsCPUUs[1] != c.CPUUsPerPod {
+		t.Fatalf("rounds %v, reported %.1f", c.RoundsCPUUs, c.CPUUsPerPod)
+	}
+	var bound int64
+	for i := range o.Shards {
+		bound += metrics.Counter(fmt.Sprintf("shard/%d", i), "bound")
+	}
+	if bound != 30 {
+		t.Fatalf("%d pods bound over 3 rounds of 10, want 30", bound)
+	}
+	b, err := MeasureBatch(ctx, 25, 4, 4, time.Second, 0, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(b.RoundsCPUUs) != 3 || b.RoundsCPUUs[1] != b.CPUUsPerPod {
+		t.Fatalf("batch rounds %v, reported %.1f", b.RoundsCPUUs, b.CPUUsPerPod)
 	}
 }

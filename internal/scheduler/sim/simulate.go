@@ -53,23 +53,27 @@ type Config struct {
 
 // Result is what one simulated run measured.
 type Result struct {
-	Config            Config                   `json:"config"`
-	Seconds           float64                  `json:"seconds"`
-	Bound             int                      `json:"bound"`
-	PodsPerSec        float64                  `json:"pods_per_sec"`
-	Conflicts         int64                    `json:"conflicts"`
-	Unschedulable     int64                    `json:"unschedulable"`
-	FilterReused      float64                  `json:"filter_reused_fraction"`
-	Stages            map[string]bench.Latency `json:"stages"`    // per pod per shard (µs), shard 0
-	Collector         map[string]bench.Latency `json:"collector"` // gather, schedule
-	CPUSeconds        float64                  `json:"cpu_seconds"`
-	EmptyNodes        int                      `json:"empty_nodes"`
-	Widened           int64                    `json:"widened"`
-	Decided           int64                    `json:"decided"`     // attempts decided (a batch is one)
-	Evaluations       int64                    `json:"evaluations"` // shard evaluations (a batch is one)
-	ParallelConflicts int64                    `json:"parallel_conflicts"`
-	MaxPerNode        int                      `json:"max_pods_per_node"`
-	StddevPerNode     float64                  `json:"stddev_pods_per_node"`
+	Config        Config                   `json:"config"`
+	Seconds       float64                  `json:"seconds"`
+	Bound         int                      `json:"bound"`
+	PodsPerSec    float64                  `json:"pods_per_sec"`
+	Conflicts     int64                    `json:"conflicts"`
+	Unschedulable int64                    `json:"unschedulable"`
+	FilterReused  float64                  `json:"filter_reused_fraction"`
+	Stages        map[string]bench.Latency `json:"stages"`    // per pod per shard (µs), shard 0
+	Collector     map[string]bench.Latency `json:"collector"` // gather, schedule
+	CPUSeconds    float64                  `json:"cpu_seconds"`
+	EmptyNodes    int                      `json:"empty_nodes"`
+	Widened       int64                    `json:"widened"`
+	Decided       int64                    `json:"decided"`     // attempts decided (a batch is one)
+	Evaluations   int64                    `json:"evaluations"` // shard evaluations (a batch is one)
+	// Frames the intakes sent (a batch is one frame, however many shards it went to) and how
+	// many of them were re-sends (a later attempt: a pod or a batch's rest that was not placed).
+	Frames            int64   `json:"frames"`
+	Resent            int64   `json:"resent"`
+	ParallelConflicts int64   `json:"parallel_conflicts"`
+	MaxPerNode        int     `json:"max_pods_per_node"`
+	StddevPerNode     float64 `json:"stddev_pods_per_node"`
 }
 
 // Simulate runs P pods over N fake nodes with S shards in this process and times every stage.
@@ -82,12 +86,7 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	// A ReplicaSet-like run: one owner, identical requests (what equivalence classes target).
 	ctrl := true
 	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
-	simPod := func(i int) *corev1.Pod {
-		p := fakeapi.Pod("sim", fmt.Sprintf("sim-pod-%d", i), podspec.DefaultSchedulerName, 100, 64)
-		p.OwnerReferences = []metav1.OwnerReference{owner}
-		p.Labels = map[string]string{"app": "sim"}
-		return p
-	}
+	simPod := func(i int) *corev1.Pod { return runPod(owner, i) }
 	if sc.Precreate {
 		for i := range sc.Pods {
 			objs = append(objs, simPod(i))
@@ -170,6 +169,8 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 		r.Unschedulable += metrics.Counter(fmt.Sprintf("collector/%d", i), "unschedulable")
 		r.Widened += metrics.Counter(fmt.Sprintf("collector/%d", i), "widened")
 		r.Decided += metrics.Counter(fmt.Sprintf("collector/%d", i), "decided")
+		r.Frames += metrics.Counter(fmt.Sprintf("intake/%d", i), "scattered_all") + metrics.Counter(fmt.Sprintf("intake/%d", i), "scattered_sampled")
+		r.Resent += metrics.Counter(fmt.Sprintf("intake/%d", i), "resent")
 	}
 	for i := range sys.Shards {
 		r.Evaluations += metrics.Counter(fmt.Sprintf("shard/%d", i), "evaluated")
@@ -185,6 +186,14 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	r.Collector["gather"] = metrics.For("collector/0").Hist("gather")
 	r.Collector["schedule"] = metrics.For("intake/0").Hist("schedule")
 	return r, nil
+}
+
+// runPod is pod i of a run: one ReplicaSet's pods (100m CPU, 64Mi), all of one equivalence class.
+func runPod(owner metav1.OwnerReference, i int) *corev1.Pod {
+	p := fakeapi.Pod("sim", fmt.Sprintf("sim-pod-%d", i), podspec.DefaultSchedulerName, 100, 64)
+	p.OwnerReferences = []metav1.OwnerReference{owner}
+	p.Labels = map[string]string{"app": "sim"}
+	return p
 }
 
 // HopCosts are microbenchmarks of the scatter and gather hops on this machine.
