@@ -22,6 +22,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	eventsv1 "k8s.io/api/events/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -183,7 +184,14 @@ type Row struct {
 	BindCeilingErrors  int     `json:"bind_ceiling_errors,omitempty"` // Bindings that failed (after retries)
 	BindCeilingRetries int     `json:"bind_ceiling_retries,omitempty"`
 	OfCeiling          float64 `json:"of_ceiling,omitempty"`
-	SchedulerName      string  `json:"-"`
+	// The same with each Binding followed by the pod's Scheduled Event (events.k8s.io/v1, as
+	// both schedulers write one per bound pod): the apiserver's ceiling for scheduled pods.
+	// OfEventCeiling = PodsPerSec / BindEventCeilingPerSec.
+	BindEventCeilingPerSec  float64 `json:"bind_event_ceiling_per_sec,omitempty"`
+	BindEventCeilingSeconds float64 `json:"bind_event_ceiling_seconds,omitempty"`
+	BindEventCeilingErrors  int     `json:"bind_event_ceiling_errors,omitempty"`
+	OfEventCeiling          float64 `json:"of_event_ceiling,omitempty"`
+	SchedulerName           string  `json:"-"`
 }
 
 const benchNS = "sched-bench"
@@ -324,7 +332,7 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	if o.BindCeiling {
 		prog.Printf("   bind ceiling: creating %d pods no scheduler serves, then posting their Bindings (%d in flight)",
 			o.Pods, cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers))
-		c, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o)
+		c, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, false)
 		if err != nil {
 			return nil, fmt.Errorf("bind ceiling: %w", err)
 		}
@@ -335,6 +343,17 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 		}
 		prog.Printf("   bind ceiling: %d Bindings in %.2fs = %.0f binds/s (%d failed, %d retried); the drain ran at %.0f%% of it",
 			c.Binds, c.Seconds, c.PerSec, c.Errors, c.Retries, row.OfCeiling*100)
+		prog.Printf("   bind+event ceiling: %d more pods, each Binding followed by its Scheduled Event", o.Pods)
+		e, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, true)
+		if err != nil {
+			return nil, fmt.Errorf("bind+event ceiling: %w", err)
+		}
+		row.BindEventCeilingPerSec, row.BindEventCeilingSeconds, row.BindEventCeilingErrors = e.PerSec, e.Seconds, e.Errors
+		if e.PerSec > 0 {
+			row.OfEventCeiling = row.PodsPerSec / e.PerSec
+		}
+		prog.Printf("   bind+event ceiling: %d pods in %.2fs = %.0f pods/s (%d failed, %d retried); the drain ran at %.0f%% of it",
+			e.Binds, e.Seconds, e.PerSec, e.Errors, e.Retries, row.OfEventCeiling*100)
 	}
 	return row, nil
 }
@@ -364,16 +383,23 @@ type ceilingResult struct {
 // scheduler's kubeconfig, so the requests fall in the scheduler's API priority and fairness flow.
 // The time runs from the first Binding sent to the last one answered OK.
 //
-// It is a ceiling of the Binding path only: both schedulers also write one Scheduled Event per
-// pod (and the stock scheduler patches status on failures), which this does not. The scheduler
-// keeps running meanwhile (it ignores these pods, but its informers see them as the drain's did).
-func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options) (*ceilingResult, error) {
+// Without events it is a ceiling of the Binding path only; both schedulers also write one
+// Scheduled Event per pod (and the stock scheduler patches status on failures), so with events
+// each Binding is followed by that Event (events.k8s.io/v1, the fields kube-scheduler's recorder
+// fills) from the same worker: the apiserver's ceiling for scheduled pods. Each phase uses pods of
+// its own. The scheduler keeps running meanwhile (it ignores these pods, but its informers see
+// them as the drain's did).
+func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options, withEvents bool) (*ceilingResult, error) {
 	workers := cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers)
 	if err := cluster.EnsureNamespace(ctx, admin, ceilingNS); err != nil {
 		return nil, err
 	}
+	prefix := "ceiling"
+	if withEvents {
+		prefix = "ceiling-ev"
+	}
 	pods, err := createBenchPods(ctx, admin, ceilingNS, o.Pods, func(i int) *corev1.Pod {
-		p := benchPod(o.Workload, ceilingNS, fmt.Sprintf("ceiling-%06d", i), "ceiling", i)
+		p := benchPod(o.Workload, ceilingNS, fmt.Sprintf("%s-%06d", prefix, i), prefix, i)
 		p.Spec.SchedulerName = CeilingSchedulerName
 		return p
 	})
@@ -428,6 +454,9 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 					retries.Add(1)
 					time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond)
 				}
+				if err == nil && withEvents {
+					err = postScheduledEvent(ctx, cs, p, targets[i])
+				}
 				if err != nil {
 					errs.Add(1)
 					mu.Lock()
@@ -460,6 +489,25 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 		return r, ctx.Err()
 	}
 	return r, nil
+}
+
+// postScheduledEvent writes the Normal/Scheduled event of pod p bound to node, as
+// kube-scheduler's events.k8s.io/v1 recorder writes it (one Create; name <pod>.<hex nanos>).
+func postScheduledEvent(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, node string) error {
+	now := time.Now()
+	ev := &eventsv1.Event{
+		ObjectMeta:          metav1.ObjectMeta{Namespace: p.Namespace, Name: fmt.Sprintf("%s.%x", p.Name, now.UnixNano())},
+		EventTime:           metav1.NewMicroTime(now),
+		ReportingController: CeilingSchedulerName,
+		ReportingInstance:   CeilingSchedulerName + "-bench",
+		Action:              "Binding",
+		Reason:              "Scheduled",
+		Regarding:           corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: p.Namespace, Name: p.Name, UID: p.UID},
+		Note:                fmt.Sprintf("Successfully assigned %s/%s to %s", p.Namespace, p.Name, node),
+		Type:                corev1.EventTypeNormal,
+	}
+	_, err := cs.EventsV1().Events(p.Namespace).Create(ctx, ev, metav1.CreateOptions{})
+	return err
 }
 
 // assignRoundRobin decides a node for each pod: round-robin over the Ready nodes (in name order),
@@ -755,20 +803,23 @@ func Print(w io.Writer, o Options, rows []Row) {
 	fmt.Fprintf(w, "\nscheduler benchmark, workload %s: %d pods (pre-created, then the scheduler resumed) on %d KWOK nodes; latency: %d pods created at %.0f/s\n",
 		cmp.Or(o.Workload, WorkloadUniform), o.Pods, o.Nodes, o.LatencyPods, o.LatencyQPS)
 	if o.BindCeiling {
-		fmt.Fprintf(w, "bind ceiling: %d Bindings of pods no scheduler serves, %d in flight, client QPS %d (as the meganode scheduler's)\n",
+		fmt.Fprintf(w, "bind ceiling: %d Bindings of pods no scheduler serves, %d in flight, client QPS %d (as the meganode scheduler's); +ev: each Binding followed by its Scheduled Event, as both schedulers write\n",
 			o.Pods, cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers), ceilingClientQPS)
 	}
-	fmt.Fprintf(w, "%-16s %8s %8s %8s %8s %10s %8s %8s %9s %8s %8s %6s %7s %7s %6s\n", "scheduler", "pods/s", "drain s", "ceiling/s", "of ceil",
+	fmt.Fprintf(w, "%-16s %8s %8s %8s %8s %10s %8s %10s %8s %8s %9s %8s %8s %6s %7s %7s %6s\n", "scheduler", "pods/s", "drain s", "ceiling/s", "of ceil", "+ev ceil/s", "of +ev",
 		"CPU ms/pod", "p50 ms", "p99 ms", "util mean", "util sd", "util max", "empty", "ppn sd", "ppn max", "unsch")
 	for _, r := range rows {
-		ceil, of, p50, p99 := "-", "-", "-", "-"
+		ceil, of, evCeil, evOf, p50, p99 := "-", "-", "-", "-", "-", "-"
 		if r.BindCeilingPerSec > 0 {
 			ceil, of = fmt.Sprintf("%.0f", r.BindCeilingPerSec), fmt.Sprintf("%.1f%%", r.OfCeiling*100)
+		}
+		if r.BindEventCeilingPerSec > 0 {
+			evCeil, evOf = fmt.Sprintf("%.0f", r.BindEventCeilingPerSec), fmt.Sprintf("%.1f%%", r.OfEventCeiling*100)
 		}
 		if r.Latency.Count > 0 {
 			p50, p99 = fmt.Sprintf("%.1f", r.Latency.P50Us/1e3), fmt.Sprintf("%.1f", r.Latency.P99Us/1e3)
 		}
-		fmt.Fprintf(w, "%-16s %8.0f %8.2f %9s %8s %10.2f %8s %8s %9.4f %8.4f %8.4f %6d %7.2f %7d %6d\n", r.Scheduler, r.PodsPerSec, r.DrainSeconds, ceil, of,
+		fmt.Fprintf(w, "%-16s %8.0f %8.2f %9s %8s %10s %8s %10.2f %8s %8s %9.4f %8.4f %8.4f %6d %7.2f %7d %6d\n", r.Scheduler, r.PodsPerSec, r.DrainSeconds, ceil, of, evCeil, evOf,
 			r.CPUMsPerPod, p50, p99, r.UtilMean, r.UtilStddev, r.UtilMax, r.EmptyNodesByPods,
 			r.PodsPerNodeStddev, r.PodsPerNodeMax, r.Unscheduled)
 	}
