@@ -385,8 +385,11 @@ type ceilingResult struct {
 //
 // Without events it is a ceiling of the Binding path only; both schedulers also write one
 // Scheduled Event per pod (and the stock scheduler patches status on failures), so with events
-// each Binding is followed by that Event (events.k8s.io/v1, the fields kube-scheduler's recorder
-// fills) from the same worker: the apiserver's ceiling for scheduled pods. Each phase uses pods of
+// each Binding that succeeded is followed by that Event (events.k8s.io/v1, the fields
+// kube-scheduler's recorder fills), written on a goroutine of its own as client-go's events
+// broadcaster writes each event (tools/events: one goroutine per event, so the events compete
+// with the Bindings for the apiserver but do not hold a worker back). The time is, as for the
+// drain, first Binding to last Binding; the phase then waits for the events to finish. Each phase uses pods of
 // its own. The scheduler keeps running meanwhile (it ignores these pods, but its informers see
 // them as the drain's did).
 func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options, withEvents bool) (*ceilingResult, error) {
@@ -422,7 +425,8 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 	if err != nil {
 		return nil, err
 	}
-	var next, binds, errs, retries atomic.Int64
+	var next, binds, errs, retries, evErrs atomic.Int64
+	var evWG sync.WaitGroup // the events still being written
 	var mu sync.Mutex
 	var last time.Time
 	var firstErr error
@@ -454,8 +458,14 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 					retries.Add(1)
 					time.Sleep(time.Duration(attempt+1) * 50 * time.Millisecond)
 				}
-				if err == nil && withEvents {
-					err = postScheduledEvent(ctx, cs, p, targets[i])
+				if err == nil && withEvents { // written on its own goroutine, as the events library does
+					evWG.Add(1)
+					go func() {
+						defer evWG.Done()
+						if postScheduledEvent(ctx, cs, p, targets[i]) != nil {
+							evErrs.Add(1)
+						}
+					}()
 				}
 				if err != nil {
 					errs.Add(1)
@@ -477,7 +487,8 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 		}()
 	}
 	wg.Wait()
-	r := &ceilingResult{Binds: int(binds.Load()), Errors: int(errs.Load()), Retries: int(retries.Load())}
+	evWG.Wait() // the last events are written after the last Binding, as a scheduler's are
+	r := &ceilingResult{Binds: int(binds.Load()), Errors: int(errs.Load()) + int(evErrs.Load()), Retries: int(retries.Load())}
 	if r.Binds > 0 {
 		r.Seconds = last.Sub(t0).Seconds()
 		r.PerSec = float64(r.Binds) / r.Seconds
