@@ -135,12 +135,19 @@ func Measure(ctx context.Context, nodes, pods int, eq time.Duration, feasible in
 		c.Nodes, c.EquivalenceTTL, c.FeasibleToFind = nodes, eq, feasible
 		rounds = append(rounds, c)
 	}
-	slices.SortFunc(rounds, func(a, b *Cost) int { return cmp.Compare(a.CPUUsPerPod, b.CPUUsPerPod) })
-	c := rounds[len(rounds)/2]
-	for _, r := range rounds {
-		c.RoundsCPUUs = append(c.RoundsCPUUs, r.CPUUsPerPod)
-	}
+	c, all := medianRound(rounds, func(c *Cost) float64 { return c.CPUUsPerPod })
+	c.RoundsCPUUs = all
 	return c, nil
+}
+
+// medianRound sorts rounds by cpu and returns the median one and every round's cpu, lowest first.
+func medianRound[T any](rounds []T, cpu func(T) float64) (T, []float64) {
+	slices.SortFunc(rounds, func(a, b T) int { return cmp.Compare(cpu(a), cpu(b)) })
+	all := make([]float64, len(rounds))
+	for i, r := range rounds {
+		all[i] = cpu(r)
+	}
+	return rounds[len(rounds)/2], all
 }
 
 // measureRound is one round of Measure: pods new pods evaluated and reserved, then committed.
@@ -416,10 +423,7 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 		}
 		rounds = append(rounds, c)
 	}
-	slices.SortFunc(rounds, func(a, b *BatchCost) int { return cmp.Compare(a.CPUUsPerPod, b.CPUUsPerPod) })
-	c := rounds[len(rounds)/2]
-	for _, r := range rounds {
-		c.RoundsCPUUs = append(c.RoundsCPUUs, r.CPUUsPerPod)
-	}
+	c, all := medianRound(rounds, func(c *BatchCost) float64 { return c.CPUUsPerPod })
+	c.RoundsCPUUs = all
 	return c, nil
 }
