@@ -332,6 +332,26 @@ func (g *diffGen) next() dop {
 		default: // delete
 			return dop{Kind: "txn", Txn: &pb.TxnRequest{Compare: cmp, Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b(k), PrevKv: g.r.Intn(2) == 0}}}}, Failure: get}}
 		}
+	case x < 700: // a txn whose branch deletes a key that does not exist, around other ops
+		missing := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b("/registry/nope/" + strconv.Itoa(g.r.Intn(3))), PrevKv: g.r.Intn(2) == 0}}}
+		var keys []string
+		ops := g.ops(1, &keys)
+		at := g.r.Intn(len(ops) + 1)
+		ops = append(ops[:at], append([]*pb.RequestOp{missing}, ops[at:]...)...)
+		t := &pb.TxnRequest{}
+		if g.r.Intn(2) == 0 {
+			t.Compare = []*pb.Compare{g.compare()}
+		}
+		if g.r.Intn(2) == 0 {
+			t.Success = ops
+		} else {
+			t.Failure = ops
+		}
+		if g.r.Intn(4) == 0 { // nested
+			t = &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: t}}}, Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: t}}}}
+		}
+		stripIgnores(t, g)
+		return dop{Kind: "txn", Txn: t}
 	case x < 860:
 		keys := append([]string(nil), diffKeys...)
 		g.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
@@ -490,9 +510,9 @@ func canonTxn(req *pb.TxnRequest, r *pb.TxnResponse) cTxn {
 	return c
 }
 
-// canonOpResp is one response inside a txn. Headers of responses inside a txn are not compared:
-// etcd fills them inconsistently (0 for nested txns, the pre-write revision for a delete that
-// deleted nothing) and clients read only the outer header.
+// canonOpResp is one response inside a txn, its header revision included: etcd gives a put the
+// txn's new revision, a delete or range the new one only once something in the txn changed (the
+// current one before), and a nested txn an empty header (revision 0).
 func canonOpResp(op *pb.RequestOp, resp *pb.ResponseOp) any {
 	switch x := resp.Response.(type) {
 	case *pb.ResponseOp_ResponseRange:
@@ -500,22 +520,18 @@ func canonOpResp(op *pb.RequestOp, resp *pb.ResponseOp) any {
 		if op != nil && op.GetRequestRange() != nil {
 			req = op.GetRequestRange()
 		}
-		c := canonRange(req, x.ResponseRange)
-		c.Rev = 0
-		return map[string]any{"range": c}
+		return map[string]any{"range": canonRange(req, x.ResponseRange)}
 	case *pb.ResponseOp_ResponsePut:
-		return map[string]any{"put": cPut{Prev: prevStr(x.ResponsePut.PrevKv)}}
+		return map[string]any{"put": cPut{Rev: hdrRev(x.ResponsePut.Header), Prev: prevStr(x.ResponsePut.PrevKv)}}
 	case *pb.ResponseOp_ResponseDeleteRange:
 		d := x.ResponseDeleteRange
-		return map[string]any{"delete": cDel{Deleted: d.Deleted, Prev: ckvs(d.PrevKvs)}}
+		return map[string]any{"delete": cDel{Rev: hdrRev(d.Header), Deleted: d.Deleted, Prev: ckvs(d.PrevKvs)}}
 	case *pb.ResponseOp_ResponseTxn:
 		req := &pb.TxnRequest{}
 		if op != nil && op.GetRequestTxn() != nil {
 			req = op.GetRequestTxn()
 		}
-		c := canonTxn(req, x.ResponseTxn)
-		c.Rev = 0
-		return map[string]any{"txn": c}
+		return map[string]any{"txn": canonTxn(req, x.ResponseTxn)}
 	}
 	return fmt.Sprintf("<unknown response %T>", resp.Response)
 }

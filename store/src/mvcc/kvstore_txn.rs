@@ -90,7 +90,7 @@ impl Store {
                     Some(PbTxnOpRequest::RequestTxn(t)) => {
                         let ok = eval_compares(locked, &t.compare, rev);
                         let responses = self.exec_reads(locked, if ok { &t.success } else { &t.failure }, rev);
-                        PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(rev), succeeded: ok, responses })
+                        PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: nested_header(), succeeded: ok, responses })
                     }
                     // Writes never reach the read-only path.
                     _ => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
@@ -153,8 +153,11 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                         prevs.push((k, p));
                     }
                 }
+                // etcd: the revision the txn will have once it ends if anything
+                // changed so far (this delete included), else the current one.
+                let rev = if b.events.is_empty() { b.rev - 1 } else { b.rev };
                 PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse {
-                    header: header(b.rev),
+                    header: header(rev),
                     deleted: prevs.len() as i64,
                     prev_kvs: if d.prev_kv { prevs.iter().map(|(k, v)| to_kv(k, v, false)).collect() } else { Vec::new() },
                 })
@@ -164,13 +167,19 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                 // txn, not after the writes that precede it.
                 let ok = eval_compares(locked, &t.compare, b.rev - 1);
                 let responses = exec_writes(locked, if ok { &t.success } else { &t.failure }, b);
-                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(b.rev), succeeded: ok, responses })
+                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: nested_header(), succeeded: ok, responses })
             }
             None => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
         };
         out.push(PbResponseOp { response: Some(resp) });
     }
     out
+}
+
+/// The header of a txn response nested in another: etcd allocates it empty
+/// and fills in only the outermost one, so it is present with revision 0.
+fn nested_header() -> Option<etcd_client::proto::PbResponseHeader> {
+    Some(Default::default())
 }
 
 /// A range through write guards (the store's range works on any guard kind).
@@ -330,4 +339,67 @@ fn txn_writes(req: &PbTxnRequest) -> bool {
         Some(PbTxnOpRequest::RequestTxn(t)) => txn_writes(t),
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_client::proto::{PbDeleteRequest, PbPutRequest, PbRangeRequest};
+
+    fn put(k: &str) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestPut(PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() })) }
+    }
+    fn del(k: &str) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestDeleteRange(PbDeleteRequest { key: k.into(), ..Default::default() })) }
+    }
+    fn get(k: &str) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestRange(PbRangeRequest { key: k.into(), ..Default::default() })) }
+    }
+    fn nested(ops: Vec<PbTxnRequestOp>) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestTxn(PbTxnRequest { success: ops, ..Default::default() })) }
+    }
+
+    /// The header revision of each response, in order; nested txns flattened
+    /// after their own entry.
+    fn revs(resps: &[PbResponseOp], out: &mut Vec<i64>) {
+        for r in resps {
+            match r.response.as_ref().unwrap() {
+                PbTxnOpResponse::ResponseRange(x) => out.push(x.header.as_ref().unwrap().revision),
+                PbTxnOpResponse::ResponsePut(x) => out.push(x.header.as_ref().unwrap().revision),
+                PbTxnOpResponse::ResponseDeleteRange(x) => out.push(x.header.as_ref().unwrap().revision),
+                PbTxnOpResponse::ResponseTxn(x) => {
+                    // Present, but empty: etcd fills only the outer header.
+                    assert_eq!(x.header, Some(Default::default()));
+                    out.push(0);
+                    revs(&x.responses, out);
+                }
+            }
+        }
+    }
+
+    fn run(s: &Store, ops: Vec<PbTxnRequestOp>) -> (i64, Vec<i64>) {
+        let resp = s.txn(&PbTxnRequest { success: ops, ..Default::default() }).unwrap();
+        let mut out = Vec::new();
+        revs(&resp.responses, &mut out);
+        (resp.header.unwrap().revision, out)
+    }
+
+    /// etcd's storeTxnWrite: a put answers the txn's new revision; a delete or
+    /// range answers it only once something changed, else the current one; a
+    /// nested txn's header stays empty; the outer header is the result.
+    #[test]
+    fn inner_headers_carry_etcds_revisions() {
+        let s = Store::new();
+        s.put(&PbPutRequest { key: b"a".to_vec(), value: b"1".to_vec(), ..Default::default() }).unwrap();
+        assert_eq!(s.current_rev(), 2);
+        // Nothing changes: every inner header is the current revision, no bump.
+        assert_eq!(run(&s, vec![del("missing"), get("a")]), (2, vec![2, 2]));
+        assert_eq!(s.current_rev(), 2);
+        assert_eq!(run(&s, vec![nested(vec![del("missing"), get("a")])]), (2, vec![0, 2, 2]));
+        // A delete of a missing key before a write: current; after it: the new revision.
+        assert_eq!(run(&s, vec![get("a"), del("missing"), put("b"), del("missing2"), get("b")]), (3, vec![2, 2, 3, 3, 3]));
+        // A delete that deletes answers the new revision, and so does what follows.
+        assert_eq!(run(&s, vec![del("missing"), del("a"), get("a")]), (4, vec![3, 4, 4]));
+        assert_eq!(run(&s, vec![nested(vec![del("missing"), put("c")]), del("missing")]), (5, vec![0, 4, 5, 5]));
+    }
 }
