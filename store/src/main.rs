@@ -4,7 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use etcd_client::proto::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
+use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
 use meganode_store::server::{self, cluster, kv, lease, maintenance, metrics, watch, Ctx};
 use meganode_store::{wal, Store};
@@ -56,7 +56,7 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         })
     });
     builder
-        .add_service(PbKvServer::new(kv::KvService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(kv::KvRouter::new(ctx.clone(), limit))
         .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))

@@ -268,6 +268,43 @@ func (g *diffGen) txn(depth int, keys *[]string) *pb.TxnRequest {
 	return t
 }
 
+// deepTxn nests 2 to 140 levels of txn, each level with a few ops of its own beside the nested
+// one; deep enough ones run out of etcd's shared op budget somewhere on the way down.
+func (g *diffGen) deepTxn() *pb.TxnRequest {
+	depth := 2 + g.r.Intn(139)
+	var inner *pb.TxnRequest
+	for i := 0; i < depth; i++ {
+		t := &pb.TxnRequest{}
+		if g.r.Intn(4) == 0 {
+			t.Compare = []*pb.Compare{g.compare()}
+		}
+		for j := g.r.Intn(2); j > 0; j-- {
+			switch g.r.Intn(3) {
+			case 0:
+				t.Success = append(t.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: g.rangeReq(true)}})
+			case 1:
+				t.Success = append(t.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b(g.key())}}})
+			default:
+				t.Failure = append(t.Failure, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: g.rangeReq(true)}})
+			}
+		}
+		if i == depth-1 && g.r.Intn(3) == 0 {
+			t.Success = append(t.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: b(g.key()), Value: b(g.val())}}})
+		}
+		if inner != nil {
+			// One branch only: in both, every level would double the request.
+			op := &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}
+			if g.r.Intn(4) == 0 {
+				t.Failure = append(t.Failure, op)
+			} else {
+				t.Success = append(t.Success, op)
+			}
+		}
+		inner = t
+	}
+	return inner
+}
+
 func hasNested(t *pb.TxnRequest) bool {
 	for _, op := range append(append([]*pb.RequestOp(nil), t.Success...), t.Failure...) {
 		if op.GetRequestTxn() != nil {
@@ -352,6 +389,8 @@ func (g *diffGen) next() dop {
 		}
 		stripIgnores(t, g)
 		return dop{Kind: "txn", Txn: t}
+	case x < 705: // a deep nest: etcd shares its 128-op budget down the levels
+		return dop{Kind: "txn", Txn: g.deepTxn()}
 	case x < 860:
 		keys := append([]string(nil), diffKeys...)
 		g.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })

@@ -4,9 +4,18 @@ package e2e
 // binary with the same assertions.
 
 import (
+	"bytes"
+	"context"
+	"encoding/binary"
+	"os"
+	"strings"
 	"testing"
+	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 const (
@@ -91,3 +100,173 @@ func TestTxnInnerHeaders(t *testing.T) {
 }
 
 // nestTxn is `depth` levels of txn, each the only op of its parent's success branch; the innermost
+// holds leaf (or nothing).
+func nestTxn(depth int, leaf *pb.RequestOp) *pb.TxnRequest {
+	t := &pb.TxnRequest{}
+	if leaf != nil {
+		t.Success = []*pb.RequestOp{leaf}
+	}
+	for i := 1; i < depth; i++ {
+		t = &pb.TxnRequest{Success: []*pb.RequestOp{txnOp(t)}}
+	}
+	return t
+}
+
+func txnDepth(r *pb.TxnResponse) int {
+	d := 1
+	for len(r.Responses) == 1 && r.Responses[0].GetResponseTxn() != nil {
+		r = r.Responses[0].GetResponseTxn()
+		d++
+	}
+	return d
+}
+
+// TestTxnNesting: etcd shares its 128-op budget down the nesting (a level's nested txns get what
+// it leaves), so one op per level nests 128 deep, 129 with an empty innermost txn.
+func TestTxnNesting(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target, p string) {
+		ctx := ctxT(t)
+		for _, depth := range []int{50, 90, 128} {
+			r, err := tg.KV.Txn(ctx, nestTxn(depth, putOp(p+"deep", "v")))
+			if err != nil {
+				t.Errorf("nest of %d: %v", depth, err)
+				continue
+			}
+			if d := txnDepth(r); d != depth {
+				t.Errorf("nest of %d: response nests %d deep", depth, d)
+			}
+		}
+		_, err := tg.KV.Txn(ctx, nestTxn(129, getOp(p+"deep")))
+		wantErr(t, "nest of 129 with a range", err, codes.InvalidArgument, errTooManyOps)
+		_, err = tg.KV.Txn(ctx, nestTxn(129, nil))
+		must(t, "nest of 129, the innermost empty", err)
+		_, err = tg.KV.Txn(ctx, nestTxn(130, nil))
+		wantErr(t, "nest of 130", err, codes.InvalidArgument, errTooManyOps)
+		_, err = tg.KV.Txn(ctx, nestTxn(1000, nil))
+		wantErr(t, "nest of 1000", err, codes.InvalidArgument, errTooManyOps)
+		// Siblings spend the budget: 100 ranges and a nested txn leave it 27.
+		with := func(n int) *pb.TxnRequest {
+			var ops, inner []*pb.RequestOp
+			for i := 0; i < 100; i++ {
+				ops = append(ops, getOp(p+"k"))
+			}
+			for i := 0; i < n; i++ {
+				inner = append(inner, getOp(p+"n"))
+			}
+			return &pb.TxnRequest{Success: append(ops, txnOp(&pb.TxnRequest{Failure: inner}))}
+		}
+		_, err = tg.KV.Txn(ctx, with(27))
+		must(t, "100 ops and a nested txn of 27", err)
+		_, err = tg.KV.Txn(ctx, with(28))
+		wantErr(t, "100 ops and a nested txn of 28", err, codes.InvalidArgument, errTooManyOps)
+		// Errors come depth first: an empty key before the deep nest.
+		deep := nestTxn(200, nil)
+		deep.Success = append([]*pb.RequestOp{getOp("")}, deep.Success...)
+		_, err = tg.KV.Txn(ctx, deep)
+		wantErr(t, "empty key before a deep nest", err, codes.InvalidArgument, "etcdserver: key is not provided")
+	})
+}
+
+// deepTxnBytes is the wire form of nestTxn(depth, getOp(key)), written outside in with the lengths
+// measured first: linear, where the Go marshaller takes seconds at 10,000 levels and grows
+// quadratically.
+func deepTxnBytes(depth int, key string) []byte {
+	vl := func(n int) int { return len(binary.AppendUvarint(nil, uint64(n))) }
+	rng, _ := (&pb.RangeRequest{Key: b(key)}).Marshal()
+	leafOp := 1 + vl(len(rng)) + len(rng)
+	txnLen := []int{1 + vl(leafOp) + leafOp}
+	opLen := []int{leafOp}
+	for i := 1; i < depth; i++ {
+		op := 1 + vl(txnLen[i-1]) + txnLen[i-1]
+		opLen = append(opLen, op)
+		txnLen = append(txnLen, 1+vl(op)+op)
+	}
+	out := make([]byte, 0, txnLen[depth-1])
+	for i := depth - 1; i >= 1; i-- {
+		out = binary.AppendUvarint(append(out, 2<<3|2), uint64(opLen[i]))
+		out = binary.AppendUvarint(append(out, 4<<3|2), uint64(txnLen[i-1]))
+	}
+	out = binary.AppendUvarint(append(out, 2<<3|2), uint64(leafOp))
+	out = binary.AppendUvarint(append(out, 1<<3|2), uint64(len(rng)))
+	return append(out, rng...)
+}
+
+// rawCodec sends a request that is already encoded and decodes the response as usual.
+type rawCodec struct{}
+
+func (rawCodec) Name() string { return "proto" }
+func (rawCodec) Marshal(v any) ([]byte, error) {
+	if r, ok := v.(*[]byte); ok {
+		return *r, nil
+	}
+	return v.(interface{ Marshal() ([]byte, error) }).Marshal()
+}
+func (rawCodec) Unmarshal(data []byte, v any) error {
+	return v.(interface{ Unmarshal([]byte) error }).Unmarshal(data)
+}
+
+// TestVeryDeepTxn: nests far deeper than any stack, just under and just over gRPC's limit, must
+// not crash the store. etcd refuses them too (too many operations, or the message size) but
+// takes minutes to decode them, so only the store runs this.
+func TestVeryDeepTxn(t *testing.T) {
+	if os.Getenv("MEGANODE_E2E_ONLY") == kindEtcd {
+		t.Skip("etcd needs minutes for these")
+	}
+	tg := sharedTarget(t, kindMeganode)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const grpcLimit = 1536*1024 + 512*1024
+	small, _ := nestTxn(50, getOp("k")).Marshal()
+	if !bytes.Equal(deepTxnBytes(50, "k"), small) {
+		t.Fatalf("deepTxnBytes differs from the marshalled nest")
+	}
+	for _, depth := range []int{10_000, 250_000, 300_000} {
+		req := deepTxnBytes(depth, "k")
+		start := time.Now()
+		var resp pb.TxnResponse
+		err := tg.Cli.ActiveConnection().Invoke(ctx, "/etcdserverpb.KV/Txn", &req, &resp, grpc.ForceCodec(rawCodec{}))
+		if n := len(req); n > grpcLimit {
+			wantErr(t, "nest over the gRPC limit", err, codes.ResourceExhausted, grpcTooLarge(n, 1536*1024))
+		} else {
+			wantErr(t, "deep nest", err, codes.InvalidArgument, errTooManyOps)
+		}
+		t.Logf("nest of %d (%d bytes): %v in %v", depth, len(req), status.Code(err), time.Since(start).Round(time.Millisecond))
+		_, err = tg.KV.Put(ctx, &pb.PutRequest{Key: b("/e2e/verydeep/alive"), Value: b("ok")})
+		must(t, "put after a deep nest", err)
+	}
+}
+
+// TestChecksBeforeSizeLimits: etcd checks a request before it is proposed, and applies the
+// proposal limit (--max-request-bytes) only to proposals: read-only txns are not proposed.
+func TestChecksBeforeSizeLimits(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target, p string) {
+		ctx := ctxT(t)
+		big := make([]byte, 1600*1024)
+		_, err := tg.KV.Put(ctx, &pb.PutRequest{Value: big})
+		wantErr(t, "1.6 MiB put without a key", err, codes.InvalidArgument, "etcdserver: key is not provided")
+		_, err = tg.KV.Put(ctx, &pb.PutRequest{Key: b(p + "k"), Value: big, IgnoreValue: true})
+		wantErr(t, "1.6 MiB put with ignore_value", err, codes.InvalidArgument, "etcdserver: value is provided")
+		_, err = tg.KV.DeleteRange(ctx, &pb.DeleteRangeRequest{RangeEnd: big})
+		wantErr(t, "1.6 MiB delete without a key", err, codes.InvalidArgument, "etcdserver: key is not provided")
+		bigKey := p + strings.Repeat("k", 1600*1024)
+		r, err := tg.KV.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{getOp(bigKey)}})
+		must(t, "1.6 MiB read-only txn", err)
+		if !r.Succeeded || len(r.Responses) != 1 {
+			t.Errorf("1.6 MiB read-only txn: %v", r)
+		}
+		var ops []*pb.RequestOp
+		for i := 0; i < 129; i++ {
+			ops = append(ops, getOp(p+"k"))
+		}
+		ops[0] = putOp(bigKey, "v")
+		_, err = tg.KV.Txn(ctx, &pb.TxnRequest{Success: ops})
+		wantErr(t, "1.6 MiB txn of 129 ops", err, codes.InvalidArgument, errTooManyOps)
+		halfKey := p + strings.Repeat("h", 800*1024)
+		_, err = tg.KV.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{putOp(halfKey, "v"), putOp(halfKey, "w")}})
+		wantErr(t, "1.6 MiB txn with a duplicate key", err, codes.InvalidArgument, "etcdserver: duplicate key given in txn request")
+		_, err = tg.KV.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{txnOp(&pb.TxnRequest{Success: []*pb.RequestOp{getOp(bigKey)}})}})
+		wantErr(t, "1.6 MiB txn with a nested read-only txn (a proposal)", err, codes.InvalidArgument, tooLarge)
+		_, err = tg.KV.Txn(ctx, &pb.TxnRequest{Success: []*pb.RequestOp{putOp(p+"small", "v"), getOp(bigKey)}})
+		wantErr(t, "1.6 MiB txn with a put", err, codes.InvalidArgument, tooLarge)
+	})
+}

@@ -24,6 +24,11 @@ impl Store {
         check_txn(req)?;
         check_intervals(&req.success)?;
         check_intervals(&req.failure)?;
+        self.txn_checked(req)
+    }
+
+    /// Runs a txn that passed `check_txn` and `check_txn_intervals`.
+    pub fn txn_checked(&self, req: &PbTxnRequest) -> Result<PbTxnResponse> {
         let mut ranges = Vec::new();
         collect_ranges(req, &mut ranges);
         if !txn_writes(req) {
@@ -244,8 +249,18 @@ fn compare_one(c: &PbCompare, v: Option<&Version>) -> bool {
     }
 }
 
-fn check_txn(req: &PbTxnRequest) -> Result<()> {
-    if req.compare.len() > MAX_TXN_OPS || req.success.len() > MAX_TXN_OPS || req.failure.len() > MAX_TXN_OPS {
+/// etcd's static checks, depth first in request order. The op limit is a
+/// budget shared down the nesting: a txn may have at most `budget` compares,
+/// success or failure ops, and its nested txns get what it leaves. As every
+/// level with a nested txn spends at least one, no check ever goes below
+/// MAX_TXN_OPS + 2 levels: deeper nests fail on the way down.
+pub fn check_txn(req: &PbTxnRequest) -> Result<()> {
+    check_txn_budget(req, MAX_TXN_OPS as i64)
+}
+
+fn check_txn_budget(req: &PbTxnRequest, budget: i64) -> Result<()> {
+    let opc = req.compare.len().max(req.success.len()).max(req.failure.len()) as i64;
+    if opc > budget {
         return Err(StoreError::TooManyOps);
     }
     if req.compare.iter().any(|c| c.key.is_empty()) {
@@ -256,12 +271,20 @@ fn check_txn(req: &PbTxnRequest) -> Result<()> {
             Some(PbTxnOpRequest::RequestRange(r)) => super::kvstore::check_range(r)?,
             Some(PbTxnOpRequest::RequestPut(p)) => check_put(p)?,
             Some(PbTxnOpRequest::RequestDeleteRange(d)) if d.key.is_empty() => return Err(StoreError::EmptyKey),
-            Some(PbTxnOpRequest::RequestTxn(t)) => check_txn(t)?,
+            Some(PbTxnOpRequest::RequestTxn(t)) => check_txn_budget(t, budget - opc)?,
             // An empty RequestOp: etcd answers "key not found".
             None => return Err(StoreError::KeyNotFound),
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// etcd's rule against a put twice to one key, or a put into a delete range,
+/// on one execution path (after `check_txn`, as etcd orders them).
+pub fn check_txn_intervals(req: &PbTxnRequest) -> Result<()> {
+    check_intervals(&req.success)?;
+    check_intervals(&req.failure)?;
     Ok(())
 }
 
@@ -333,6 +356,13 @@ fn collect_ranges<'a>(req: &'a PbTxnRequest, out: &mut Vec<KeyRange<'a>>) {
     }
 }
 
+/// etcd's IsTxnReadonly: only ranges at the top level (a nested txn counts as
+/// a write even if it only reads). Read-only txns are not raft proposals, so
+/// the proposal size limit does not apply to them.
+pub fn txn_is_read_only(req: &PbTxnRequest) -> bool {
+    req.success.iter().chain(req.failure.iter()).all(|op| matches!(op.request, Some(PbTxnOpRequest::RequestRange(_))))
+}
+
 fn txn_writes(req: &PbTxnRequest) -> bool {
     req.success.iter().chain(req.failure.iter()).any(|op| match &op.request {
         Some(PbTxnOpRequest::RequestPut(_)) | Some(PbTxnOpRequest::RequestDeleteRange(_)) => true,
@@ -382,6 +412,43 @@ mod tests {
         let mut out = Vec::new();
         revs(&resp.responses, &mut out);
         (resp.header.unwrap().revision, out)
+    }
+
+    /// `depth` levels of txn, each the only op of its parent's success branch,
+    /// the innermost holding `leaf` (or nothing).
+    fn nest(depth: usize, leaf: Option<PbTxnRequestOp>) -> PbTxnRequest {
+        let mut t = PbTxnRequest { success: leaf.into_iter().collect(), ..Default::default() };
+        for _ in 1..depth {
+            t = PbTxnRequest { success: vec![PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestTxn(t)) }], ..Default::default() };
+        }
+        t
+    }
+
+    /// etcd's checkTxnRequest passes what a level leaves of the 128-op budget
+    /// down to its nested txns: one op per level reaches 128 levels, 129 with
+    /// an empty innermost txn.
+    #[test]
+    fn op_budget_is_shared_down_the_nesting() {
+        assert_eq!(check_txn(&nest(128, Some(get("k")))), Ok(()));
+        assert_eq!(check_txn(&nest(129, Some(get("k")))), Err(StoreError::TooManyOps));
+        assert_eq!(check_txn(&nest(129, None)), Ok(()));
+        assert_eq!(check_txn(&nest(130, None)), Err(StoreError::TooManyOps));
+        // Siblings spend the budget too: 101 ops leave 27 to the nested txn.
+        let with = |n: usize| {
+            let mut ops: Vec<PbTxnRequestOp> = (0..100).map(|i| get(&format!("k{i}"))).collect();
+            ops.push(nested((0..n).map(|i| get(&format!("n{i}"))).collect()));
+            PbTxnRequest { success: ops, ..Default::default() }
+        };
+        assert_eq!(check_txn(&with(27)), Ok(()));
+        assert_eq!(check_txn(&with(28)), Err(StoreError::TooManyOps));
+        // Errors come depth first in request order: the empty key before the deep nest.
+        let mut t = nest(200, None);
+        t.success.insert(0, get(""));
+        assert_eq!(check_txn(&t), Err(StoreError::EmptyKey));
+        // And the 128-level nest runs.
+        let s = Store::new();
+        let resp = s.txn(&nest(128, Some(put("deep")))).unwrap();
+        assert_eq!(resp.header.unwrap().revision, 2);
     }
 
     /// etcd's storeTxnWrite: a put answers the txn's new revision; a delete or
