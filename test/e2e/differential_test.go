@@ -404,7 +404,16 @@ func (g *diffGen) next() dop {
 		}
 		return dop{Kind: "txn", Txn: t}
 	case x < 875:
-		return dop{Kind: "compact", Compact: &pb.CompactionRequest{Revision: g.rev(true), Physical: g.r.Intn(3) == 0}}
+		rev := g.rev(true)
+		switch g.r.Intn(8) {
+		case 0: // 0: accepted once on a store never compacted, then ErrCompacted
+			rev = 0
+		case 1: // negative
+			rev = -1 - g.r.Int63n(2)
+		case 2: // the last compaction again
+			rev = g.compactRev
+		}
+		return dop{Kind: "compact", Compact: &pb.CompactionRequest{Revision: rev, Physical: g.r.Intn(3) == 0}}
 	case x < 905:
 		ttls := []int64{60, 300, 3600}
 		return dop{Kind: "grant", Grant: &pb.LeaseGrantRequest{ID: g.lease(), TTL: ttls[g.r.Intn(len(ttls))]}}

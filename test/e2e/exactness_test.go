@@ -20,6 +20,8 @@ import (
 
 const (
 	errTooManyOps = "etcdserver: too many operations in txn request"
+	errCompacted  = "etcdserver: mvcc: required revision has been compacted"
+	errFutureRev  = "etcdserver: mvcc: required revision is a future revision"
 )
 
 // innerRevs lists the header revision of every response inside a txn, depth first; -1 for a nil header.
@@ -234,6 +236,70 @@ func TestVeryDeepTxn(t *testing.T) {
 		_, err = tg.KV.Put(ctx, &pb.PutRequest{Key: b("/e2e/verydeep/alive"), Value: b("ok")})
 		must(t, "put after a deep nest", err)
 	}
+}
+
+// TestCompactionRevisions: etcd's compaction point starts at -1, so Compact(0) is accepted once on
+// a store never compacted; at or below the point ErrCompacted, above the current revision
+// ErrFutureRev. HashKV reports the point.
+func TestCompactionRevisions(t *testing.T) {
+	forEachDedicated(t, serverOpts{}, func(t *testing.T, tg *target) {
+		ctx := ctxT(t)
+		h, err := tg.Maint.HashKV(ctx, &pb.HashKVRequest{})
+		must(t, "hashkv", err)
+		if h.CompactRevision != -1 || h.HashRevision != 1 || h.Header.Revision != 1 {
+			t.Errorf("hashkv of a fresh store: compact %d, hash revision %d, header %d; want -1, 1, 1", h.CompactRevision, h.HashRevision, h.Header.Revision)
+		}
+		h, err = tg.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: -3})
+		must(t, "hashkv at -3", err)
+		if h.HashRevision != -3 {
+			t.Errorf("hashkv at -3: hash revision %d", h.HashRevision)
+		}
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: -1})
+		wantErr(t, "compact -1", err, codes.OutOfRange, errCompacted)
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 2})
+		wantErr(t, "compact 2 at revision 1", err, codes.OutOfRange, errFutureRev)
+		c, err := tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 0, Physical: true})
+		must(t, "compact 0 on a store never compacted", err)
+		if c.Header.Revision != 1 {
+			t.Errorf("compact 0: header revision %d", c.Header.Revision)
+		}
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 0})
+		wantErr(t, "compact 0 again", err, codes.OutOfRange, errCompacted)
+		// etcd answers a HashKV at a compaction revision from the hash it kept then, with the
+		// compaction point before it; 0 is looked up before it stands for the current revision.
+		hashKV := func(what string, rev, wantCompact, wantHashRev int64) {
+			t.Helper()
+			h, err := tg.Maint.HashKV(ctx, &pb.HashKVRequest{Revision: rev})
+			must(t, what, err)
+			if h.CompactRevision != wantCompact || h.HashRevision != wantHashRev {
+				t.Errorf("%s: compact revision %d, hash revision %d; want %d, %d", what, h.CompactRevision, h.HashRevision, wantCompact, wantHashRev)
+			}
+		}
+		hashKV("hashkv 0 after compact 0", 0, -1, 0)
+		hashKV("hashkv 1 after compact 0", 1, 0, 1)
+		for i := 0; i < 3; i++ {
+			_, err = tg.KV.Put(ctx, &pb.PutRequest{Key: b("k"), Value: b("v")})
+			must(t, "put", err)
+		}
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 3, Physical: true})
+		must(t, "compact 3", err)
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 3})
+		wantErr(t, "compact 3 again", err, codes.OutOfRange, errCompacted)
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 2})
+		wantErr(t, "compact 2 after 3", err, codes.OutOfRange, errCompacted)
+		_, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 5})
+		wantErr(t, "compact 5 at revision 4", err, codes.OutOfRange, errFutureRev)
+		hashKV("hashkv 3 after compact 3", 3, 0, 3)
+		hashKV("hashkv 4 after compact 3", 4, 3, 4)
+		c, err = tg.KV.Compact(ctx, &pb.CompactionRequest{Revision: 4, Physical: true})
+		must(t, "compact 4", err)
+		if c.Header.Revision != 4 {
+			t.Errorf("compact 4: header revision %d", c.Header.Revision)
+		}
+		hashKV("hashkv 3 after compact 4", 3, 0, 3)
+		hashKV("hashkv 4 after compact 4", 4, 3, 4)
+		hashKV("hashkv 0 after compact 4", 0, -1, 0)
+	})
 }
 
 // TestChecksBeforeSizeLimits: etcd checks a request before it is proposed, and applies the

@@ -50,7 +50,20 @@ impl PbMaintenanceService for MaintenanceService {
     }
 
     async fn hash_kv(&self, r: Request<PbHashKvRequest>) -> Result<Response<PbHashKvResponse>, Status> {
-        let rev = self.0.store.check_rev(r.get_ref().revision)?;
+        // etcd first looks for the hash it kept at a compaction of exactly this
+        // revision (0 included) and answers with the compaction point of then.
+        // Otherwise it checks only positive revisions, reads 0 as the current
+        // one and hashes a negative one as it is (nothing is at or below it).
+        let asked = r.get_ref().revision;
+        if let Some(prev) = self.0.store.compaction_before(asked) {
+            return Ok(Response::new(PbHashKvResponse {
+                header: self.0.header(self.0.store.current_rev()),
+                hash: self.0.store.hash_kv(asked),
+                compact_revision: prev,
+                hash_revision: asked,
+            }));
+        }
+        let rev = if asked < 0 { asked } else { self.0.store.check_rev(asked)? };
         Ok(Response::new(PbHashKvResponse {
             header: self.0.header(self.0.store.current_rev()),
             hash: self.0.store.hash_kv(rev),
