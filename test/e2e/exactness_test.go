@@ -7,6 +7,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/binary"
+	"io"
 	"os"
 	"strings"
 	"testing"
@@ -299,6 +300,66 @@ func TestCompactionRevisions(t *testing.T) {
 		hashKV("hashkv 3 after compact 4", 3, 0, 3)
 		hashKV("hashkv 4 after compact 4", 4, 3, 4)
 		hashKV("hashkv 0 after compact 4", 0, -1, 0)
+	})
+}
+
+// TestMaintenanceAnswers: the fields etcd sets, and leaves unset, on Maintenance and Cluster answers.
+func TestMaintenanceAnswers(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target, p string) {
+		ctx := ctxT(t)
+		d, err := tg.Maint.Defragment(ctx, &pb.DefragmentRequest{})
+		must(t, "defragment", err)
+		if d.Header != nil {
+			t.Errorf("defragment: header %v (etcd: none)", d.Header)
+		}
+		st, err := tg.Maint.Status(ctx, &pb.StatusRequest{})
+		must(t, "status", err)
+		if st.DowngradeInfo == nil || st.DowngradeInfo.Enabled || st.DowngradeInfo.TargetVersion != "" {
+			t.Errorf("status downgrade info %v (etcd: present, not enabled)", st.DowngradeInfo)
+		}
+		if st.StorageVersion != "3.6.0" {
+			t.Errorf("status storage version %q", st.StorageVersion)
+		}
+		me := st.Header.MemberId
+		ml, err := tg.Maint.MoveLeader(ctx, &pb.MoveLeaderRequest{TargetID: me})
+		if err != nil {
+			t.Errorf("move leader to the member itself: %v", err)
+		} else if ml.Header != nil {
+			t.Errorf("move leader: header %v (etcd: none)", ml.Header)
+		}
+		_, err = tg.Maint.MoveLeader(ctx, &pb.MoveLeaderRequest{TargetID: me + 2})
+		wantErr(t, "move leader to an unknown member", err, codes.FailedPrecondition, "etcdserver: bad leader transferee")
+		_, err = tg.Maint.MoveLeader(ctx, &pb.MoveLeaderRequest{})
+		wantErr(t, "move leader to 0", err, codes.FailedPrecondition, "etcdserver: bad leader transferee")
+		// the official client's call
+		if _, err = tg.Cli.MoveLeader(ctx, me); err != nil {
+			t.Errorf("clientv3 move leader: %v", err)
+		}
+
+		mem, err := tg.Cluster.MemberList(ctx, &pb.MemberListRequest{})
+		must(t, "member list", err)
+		if mem.Header.Revision != 0 || mem.Header.MemberId != me || mem.Header.ClusterId == 0 || mem.Header.RaftTerm == 0 {
+			t.Errorf("member list header %v (etcd: cluster, member and term; revision 0)", mem.Header)
+		}
+
+		al, err := tg.Maint.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET})
+		must(t, "alarm get", err)
+		if al.Header == nil || al.Header.Revision == 0 || al.Header.MemberId != me {
+			t.Errorf("alarm header %v", al.Header)
+		}
+
+		ss, err := tg.Maint.Snapshot(ctx, &pb.SnapshotRequest{})
+		must(t, "snapshot", err)
+		for {
+			r, err := ss.Recv()
+			if err == io.EOF {
+				break
+			}
+			must(t, "snapshot chunk", err)
+			if r.Header != nil {
+				t.Fatalf("snapshot chunk header %v (etcd: none)", r.Header)
+			}
+		}
 	})
 }
 
