@@ -1,7 +1,8 @@
 package e2e
 
-// Responses that must be etcd's to the field. Each runs against embedded etcd and the store
-// binary with the same assertions.
+// Responses that must be etcd's to the field: inner Txn headers, how deep Txns nest, compaction
+// revisions, the Maintenance and Cluster answers, gRPC health, and the order of etcd's checks
+// and size limits. Each runs against embedded etcd and the store binary with the same assertions.
 
 import (
 	"bytes"
@@ -16,6 +17,7 @@ import (
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
+	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 	"google.golang.org/grpc/status"
 )
 
@@ -359,6 +361,37 @@ func TestMaintenanceAnswers(t *testing.T) {
 			if r.Header != nil {
 				t.Fatalf("snapshot chunk header %v (etcd: none)", r.Header)
 			}
+		}
+	})
+}
+
+// TestHealthService: grpc-go's health server as etcd registers it: "" is SERVING, any other name unknown.
+func TestHealthService(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target, p string) {
+		ctx := ctxT(t)
+		hc := healthpb.NewHealthClient(tg.Cli.ActiveConnection())
+		r, err := hc.Check(ctx, &healthpb.HealthCheckRequest{})
+		must(t, "health check", err)
+		if r.Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health: %v", r.Status)
+		}
+		_, err = hc.Check(ctx, &healthpb.HealthCheckRequest{Service: "etcdserverpb.KV"})
+		wantErr(t, "health check of a named service", err, codes.NotFound, "unknown service")
+		l, err := hc.List(ctx, &healthpb.HealthListRequest{})
+		must(t, "health list", err)
+		if len(l.Statuses) != 1 || l.Statuses[""] == nil || l.Statuses[""].Status != healthpb.HealthCheckResponse_SERVING {
+			t.Errorf("health list: %v", l.Statuses)
+		}
+		for svc, want := range map[string]healthpb.HealthCheckResponse_ServingStatus{"": healthpb.HealthCheckResponse_SERVING, "x": healthpb.HealthCheckResponse_SERVICE_UNKNOWN} {
+			wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			w, err := hc.Watch(wctx, &healthpb.HealthCheckRequest{Service: svc})
+			must(t, "health watch", err)
+			r, err := w.Recv()
+			must(t, "health watch recv", err)
+			if r.Status != want {
+				t.Errorf("health watch %q: %v, want %v", svc, r.Status, want)
+			}
+			cancel()
 		}
 	})
 }

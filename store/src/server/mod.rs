@@ -1,5 +1,6 @@
 //! gRPC services over the store. Each file is one etcd service.
 pub mod cluster;
+pub mod health;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
