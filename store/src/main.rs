@@ -4,9 +4,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use etcd_client::proto::{PbClusterServer, PbKvServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
+use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
-use meganode_store::server::{self, cluster, kv, lease, maintenance, metrics, watch, Ctx};
+use meganode_store::server::{self, cluster, health, kv, lease, maintenance, metrics, watch, Ctx};
 use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
@@ -56,11 +56,12 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         })
     });
     builder
-        .add_service(PbKvServer::new(kv::KvService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(kv::KvRouter::new(ctx.clone(), limit))
         .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbClusterServer::new(cluster::ClusterService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(health::HealthRouter::default())
         .serve_with_incoming(incoming)
         .await
         .map_err(|e| format!("serve {url}: {e}"))

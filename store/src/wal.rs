@@ -703,7 +703,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     let lock = lock_file(dir)?;
     let mut rep = RecoveryReport::default();
     let mut floor = 0i64;
-    let mut compacted = 0i64;
+    let mut compacted = crate::mvcc::kvstore::NEVER_COMPACTED;
     let meta_path = dir.join("meta.wal");
     if meta_path.exists() {
         let r = read_log(&meta_path)?;
@@ -929,6 +929,35 @@ mod tests {
         fs::write(&p, &mid).unwrap();
         let e = read_log(&p).err().unwrap();
         assert!(e.contains("offset 0"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A store never compacted comes back never compacted (etcd keeps -1 until
+    /// its first compaction); a compaction at 0 comes back as 0.
+    #[test]
+    fn compaction_point_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("mgn-wal-compact-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let dur = Durability::new(Mode::Fsync, &[]);
+        {
+            let store = Store::new();
+            let (log, rep, _lock) = open(&dir, dur.clone(), &store, None).unwrap();
+            assert_eq!((rep.compacted, store.compacted_rev()), (-1, -1));
+            drop(log);
+        }
+        {
+            let store = Store::new();
+            let (log, rep, _lock) = open(&dir, dur.clone(), &store, None).unwrap();
+            assert_eq!((rep.compacted, store.compacted_rev()), (-1, -1));
+            store.set_sink(log.clone());
+            assert_eq!(store.compact(0), Ok(store.current_rev()));
+        }
+        {
+            let store = Store::new();
+            let (_log, rep, _lock) = open(&dir, dur.clone(), &store, None).unwrap();
+            assert_eq!((rep.compacted, store.compacted_rev()), (0, 0));
+            assert_eq!(store.compact(0), Err(crate::errors::StoreError::Compacted));
+        }
         fs::remove_dir_all(&dir).unwrap();
     }
 

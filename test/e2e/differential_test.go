@@ -268,6 +268,43 @@ func (g *diffGen) txn(depth int, keys *[]string) *pb.TxnRequest {
 	return t
 }
 
+// deepTxn nests 2 to 140 levels of txn, each level with a few ops of its own beside the nested
+// one; deep enough ones run out of etcd's shared op budget somewhere on the way down.
+func (g *diffGen) deepTxn() *pb.TxnRequest {
+	depth := 2 + g.r.Intn(139)
+	var inner *pb.TxnRequest
+	for i := 0; i < depth; i++ {
+		t := &pb.TxnRequest{}
+		if g.r.Intn(4) == 0 {
+			t.Compare = []*pb.Compare{g.compare()}
+		}
+		for j := g.r.Intn(2); j > 0; j-- {
+			switch g.r.Intn(3) {
+			case 0:
+				t.Success = append(t.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: g.rangeReq(true)}})
+			case 1:
+				t.Success = append(t.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b(g.key())}}})
+			default:
+				t.Failure = append(t.Failure, &pb.RequestOp{Request: &pb.RequestOp_RequestRange{RequestRange: g.rangeReq(true)}})
+			}
+		}
+		if i == depth-1 && g.r.Intn(3) == 0 {
+			t.Success = append(t.Success, &pb.RequestOp{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: b(g.key()), Value: b(g.val())}}})
+		}
+		if inner != nil {
+			// One branch only: in both, every level would double the request.
+			op := &pb.RequestOp{Request: &pb.RequestOp_RequestTxn{RequestTxn: inner}}
+			if g.r.Intn(4) == 0 {
+				t.Failure = append(t.Failure, op)
+			} else {
+				t.Success = append(t.Success, op)
+			}
+		}
+		inner = t
+	}
+	return inner
+}
+
 func hasNested(t *pb.TxnRequest) bool {
 	for _, op := range append(append([]*pb.RequestOp(nil), t.Success...), t.Failure...) {
 		if op.GetRequestTxn() != nil {
@@ -332,6 +369,28 @@ func (g *diffGen) next() dop {
 		default: // delete
 			return dop{Kind: "txn", Txn: &pb.TxnRequest{Compare: cmp, Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b(k), PrevKv: g.r.Intn(2) == 0}}}}, Failure: get}}
 		}
+	case x < 700: // a txn whose branch deletes a key that does not exist, around other ops
+		missing := &pb.RequestOp{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b("/registry/nope/" + strconv.Itoa(g.r.Intn(3))), PrevKv: g.r.Intn(2) == 0}}}
+		var keys []string
+		ops := g.ops(1, &keys)
+		at := g.r.Intn(len(ops) + 1)
+		ops = append(ops[:at], append([]*pb.RequestOp{missing}, ops[at:]...)...)
+		t := &pb.TxnRequest{}
+		if g.r.Intn(2) == 0 {
+			t.Compare = []*pb.Compare{g.compare()}
+		}
+		if g.r.Intn(2) == 0 {
+			t.Success = ops
+		} else {
+			t.Failure = ops
+		}
+		if g.r.Intn(4) == 0 { // nested
+			t = &pb.TxnRequest{Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: t}}}, Failure: []*pb.RequestOp{{Request: &pb.RequestOp_RequestTxn{RequestTxn: t}}}}
+		}
+		stripIgnores(t, g)
+		return dop{Kind: "txn", Txn: t}
+	case x < 705: // a deep nest: etcd shares its 128-op budget down the levels
+		return dop{Kind: "txn", Txn: g.deepTxn()}
 	case x < 860:
 		keys := append([]string(nil), diffKeys...)
 		g.r.Shuffle(len(keys), func(i, j int) { keys[i], keys[j] = keys[j], keys[i] })
@@ -345,7 +404,16 @@ func (g *diffGen) next() dop {
 		}
 		return dop{Kind: "txn", Txn: t}
 	case x < 875:
-		return dop{Kind: "compact", Compact: &pb.CompactionRequest{Revision: g.rev(true), Physical: g.r.Intn(3) == 0}}
+		rev := g.rev(true)
+		switch g.r.Intn(8) {
+		case 0: // 0: accepted once on a store never compacted, then ErrCompacted
+			rev = 0
+		case 1: // negative
+			rev = -1 - g.r.Int63n(2)
+		case 2: // the last compaction again
+			rev = g.compactRev
+		}
+		return dop{Kind: "compact", Compact: &pb.CompactionRequest{Revision: rev, Physical: g.r.Intn(3) == 0}}
 	case x < 905:
 		ttls := []int64{60, 300, 3600}
 		return dop{Kind: "grant", Grant: &pb.LeaseGrantRequest{ID: g.lease(), TTL: ttls[g.r.Intn(len(ttls))]}}
@@ -490,9 +558,9 @@ func canonTxn(req *pb.TxnRequest, r *pb.TxnResponse) cTxn {
 	return c
 }
 
-// canonOpResp is one response inside a txn. Headers of responses inside a txn are not compared:
-// etcd fills them inconsistently (0 for nested txns, the pre-write revision for a delete that
-// deleted nothing) and clients read only the outer header.
+// canonOpResp is one response inside a txn, its header revision included: etcd gives a put the
+// txn's new revision, a delete or range the new one only once something in the txn changed (the
+// current one before), and a nested txn an empty header (revision 0).
 func canonOpResp(op *pb.RequestOp, resp *pb.ResponseOp) any {
 	switch x := resp.Response.(type) {
 	case *pb.ResponseOp_ResponseRange:
@@ -500,22 +568,18 @@ func canonOpResp(op *pb.RequestOp, resp *pb.ResponseOp) any {
 		if op != nil && op.GetRequestRange() != nil {
 			req = op.GetRequestRange()
 		}
-		c := canonRange(req, x.ResponseRange)
-		c.Rev = 0
-		return map[string]any{"range": c}
+		return map[string]any{"range": canonRange(req, x.ResponseRange)}
 	case *pb.ResponseOp_ResponsePut:
-		return map[string]any{"put": cPut{Prev: prevStr(x.ResponsePut.PrevKv)}}
+		return map[string]any{"put": cPut{Rev: hdrRev(x.ResponsePut.Header), Prev: prevStr(x.ResponsePut.PrevKv)}}
 	case *pb.ResponseOp_ResponseDeleteRange:
 		d := x.ResponseDeleteRange
-		return map[string]any{"delete": cDel{Deleted: d.Deleted, Prev: ckvs(d.PrevKvs)}}
+		return map[string]any{"delete": cDel{Rev: hdrRev(d.Header), Deleted: d.Deleted, Prev: ckvs(d.PrevKvs)}}
 	case *pb.ResponseOp_ResponseTxn:
 		req := &pb.TxnRequest{}
 		if op != nil && op.GetRequestTxn() != nil {
 			req = op.GetRequestTxn()
 		}
-		c := canonTxn(req, x.ResponseTxn)
-		c.Rev = 0
-		return map[string]any{"txn": c}
+		return map[string]any{"txn": canonTxn(req, x.ResponseTxn)}
 	}
 	return fmt.Sprintf("<unknown response %T>", resp.Response)
 }

@@ -51,6 +51,10 @@ pub trait CommitSink: Send + Sync {
     fn compacted(&self, rev: i64);
 }
 
+/// The compaction revision of a store never compacted, as etcd's (so that
+/// Compact(0) is accepted once and HashKV reports -1).
+pub const NEVER_COMPACTED: i64 = -1;
+
 pub struct Store {
     table: RwLock<ShardTable>,
     seq: Mutex<()>,
@@ -60,7 +64,14 @@ pub struct Store {
     pub hub: WatchHub,
     sink: RwLock<Option<Arc<dyn CommitSink>>>,
     volatile: RwLock<Option<Volatile>>,
+    /// The last compactions as (revision, the compaction before it), for
+    /// HashKV: etcd keeps a hash per compaction and answers a HashKV at that
+    /// revision from it, with the compaction point it had then.
+    compactions: Mutex<std::collections::VecDeque<(i64, i64)>>,
 }
+
+/// How many compactions etcd keeps a hash of (its hashStorageMaxSize).
+const COMPACTIONS_KEPT: usize = 10;
 
 /// Key areas whose history before a restart is gone (memory-only prefixes):
 /// reads and watches that need it are answered as if compacted, so clients
@@ -210,11 +221,12 @@ impl Store {
             table: RwLock::new(ShardTable { by_prefix: HashMap::new(), all: vec![fallback] }),
             seq: Mutex::new(()),
             rev: AtomicI64::new(1),
-            compacted: AtomicI64::new(0),
+            compacted: AtomicI64::new(NEVER_COMPACTED),
             leases: LeaseTable::new(),
             hub: WatchHub::new(100_000, 1),
             sink: RwLock::new(None),
             volatile: RwLock::new(None),
+            compactions: Mutex::new(std::collections::VecDeque::new()),
         }
     }
 
@@ -227,6 +239,7 @@ impl Store {
         self.rev.load(Ordering::Acquire)
     }
 
+    /// The last compaction revision, NEVER_COMPACTED (-1) before the first.
     pub fn compacted_rev(&self) -> i64 {
         self.compacted.load(Ordering::Acquire)
     }
@@ -575,7 +588,10 @@ impl Store {
     }
 
     /// Compacts history at `rev`: reads below it fail, the versions they would
-    /// need are freed, and deleted keys leave the index.
+    /// need are freed, and deleted keys leave the index. etcd's rule: any
+    /// revision above the last compaction (-1 before the first, so 0 is
+    /// accepted once) up to the current one; at or below it ErrCompacted,
+    /// above the current revision ErrFutureRev.
     pub fn compact(&self, rev: i64) -> Result<i64> {
         {
             let _g = self.seq.lock();
@@ -586,6 +602,12 @@ impl Store {
             if rev > cur {
                 return Err(StoreError::FutureRev);
             }
+            let mut kept = self.compactions.lock();
+            kept.push_back((rev, self.compacted_rev()));
+            if kept.len() > COMPACTIONS_KEPT {
+                kept.pop_front();
+            }
+            drop(kept);
             self.compacted.store(rev, Ordering::Release);
             if let Some(s) = self.sink.read().as_ref() {
                 s.compacted(rev);
@@ -597,6 +619,12 @@ impl Store {
         self.hub.trim_below(rev);
         release_free_memory();
         Ok(self.current_rev())
+    }
+
+    /// The compaction point before the compaction at `rev`, if it is one of
+    /// the last COMPACTIONS_KEPT compactions since start.
+    pub fn compaction_before(&self, rev: i64) -> Option<i64> {
+        self.compactions.lock().iter().find(|(r, _)| *r == rev).map(|(_, prev)| *prev)
     }
 
     /// Compacts recovered history without the checks and logging of the RPC.
@@ -689,4 +717,38 @@ pub fn resolve_put(data: &ShardData, req: &PbPutRequest, value: Bytes) -> (Bytes
     let value = if req.ignore_value { prev.map(|p| p.value.clone()).unwrap_or_default() } else { value };
     let lease = if req.ignore_lease { prev.map_or(0, |p| p.lease) } else { req.lease };
     (value, lease)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(s: &Store, k: &str) {
+        s.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
+    }
+
+    /// etcd's kvstore updateCompactRev: at or below the last compaction (-1
+    /// on a store never compacted) ErrCompacted, above the current revision
+    /// ErrFutureRev, anything between is accepted.
+    #[test]
+    fn compaction_revisions_answer_as_etcds() {
+        let s = Store::new();
+        assert_eq!(s.compacted_rev(), -1);
+        assert_eq!(s.compact(-1), Err(StoreError::Compacted));
+        assert_eq!(s.compact(2), Err(StoreError::FutureRev));
+        assert_eq!(s.compact(0), Ok(1));
+        assert_eq!(s.compacted_rev(), 0);
+        assert_eq!(s.compact(0), Err(StoreError::Compacted));
+        assert_eq!(s.compact(1), Ok(1));
+        assert_eq!(s.compact(1), Err(StoreError::Compacted));
+        put(&s, "a");
+        put(&s, "a");
+        assert_eq!(s.compact(4), Err(StoreError::FutureRev));
+        assert_eq!(s.compact(3), Ok(3));
+        assert_eq!(s.compact(2), Err(StoreError::Compacted));
+        assert_eq!(s.compacted_rev(), 3);
+        // What HashKV at a compaction revision reports as etcd does.
+        assert_eq!((s.compaction_before(0), s.compaction_before(1), s.compaction_before(3)), (Some(-1), Some(0), Some(1)));
+        assert_eq!(s.compaction_before(2), None);
+    }
 }

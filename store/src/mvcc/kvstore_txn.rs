@@ -24,6 +24,11 @@ impl Store {
         check_txn(req)?;
         check_intervals(&req.success)?;
         check_intervals(&req.failure)?;
+        self.txn_checked(req)
+    }
+
+    /// Runs a txn that passed `check_txn` and `check_txn_intervals`.
+    pub fn txn_checked(&self, req: &PbTxnRequest) -> Result<PbTxnResponse> {
         let mut ranges = Vec::new();
         collect_ranges(req, &mut ranges);
         if !txn_writes(req) {
@@ -90,7 +95,7 @@ impl Store {
                     Some(PbTxnOpRequest::RequestTxn(t)) => {
                         let ok = eval_compares(locked, &t.compare, rev);
                         let responses = self.exec_reads(locked, if ok { &t.success } else { &t.failure }, rev);
-                        PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(rev), succeeded: ok, responses })
+                        PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: nested_header(), succeeded: ok, responses })
                     }
                     // Writes never reach the read-only path.
                     _ => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
@@ -153,8 +158,11 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                         prevs.push((k, p));
                     }
                 }
+                // etcd: the revision the txn will have once it ends if anything
+                // changed so far (this delete included), else the current one.
+                let rev = if b.events.is_empty() { b.rev - 1 } else { b.rev };
                 PbTxnOpResponse::ResponseDeleteRange(PbDeleteResponse {
-                    header: header(b.rev),
+                    header: header(rev),
                     deleted: prevs.len() as i64,
                     prev_kvs: if d.prev_kv { prevs.iter().map(|(k, v)| to_kv(k, v, false)).collect() } else { Vec::new() },
                 })
@@ -164,13 +172,19 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                 // txn, not after the writes that precede it.
                 let ok = eval_compares(locked, &t.compare, b.rev - 1);
                 let responses = exec_writes(locked, if ok { &t.success } else { &t.failure }, b);
-                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: header(b.rev), succeeded: ok, responses })
+                PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: nested_header(), succeeded: ok, responses })
             }
             None => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
         };
         out.push(PbResponseOp { response: Some(resp) });
     }
     out
+}
+
+/// The header of a txn response nested in another: etcd allocates it empty
+/// and fills in only the outermost one, so it is present with revision 0.
+fn nested_header() -> Option<etcd_client::proto::PbResponseHeader> {
+    Some(Default::default())
 }
 
 /// A range through write guards (the store's range works on any guard kind).
@@ -235,8 +249,18 @@ fn compare_one(c: &PbCompare, v: Option<&Version>) -> bool {
     }
 }
 
-fn check_txn(req: &PbTxnRequest) -> Result<()> {
-    if req.compare.len() > MAX_TXN_OPS || req.success.len() > MAX_TXN_OPS || req.failure.len() > MAX_TXN_OPS {
+/// etcd's static checks, depth first in request order. The op limit is a
+/// budget shared down the nesting: a txn may have at most `budget` compares,
+/// success or failure ops, and its nested txns get what it leaves. As every
+/// level with a nested txn spends at least one, no check ever goes below
+/// MAX_TXN_OPS + 2 levels: deeper nests fail on the way down.
+pub fn check_txn(req: &PbTxnRequest) -> Result<()> {
+    check_txn_budget(req, MAX_TXN_OPS as i64)
+}
+
+fn check_txn_budget(req: &PbTxnRequest, budget: i64) -> Result<()> {
+    let opc = req.compare.len().max(req.success.len()).max(req.failure.len()) as i64;
+    if opc > budget {
         return Err(StoreError::TooManyOps);
     }
     if req.compare.iter().any(|c| c.key.is_empty()) {
@@ -247,12 +271,20 @@ fn check_txn(req: &PbTxnRequest) -> Result<()> {
             Some(PbTxnOpRequest::RequestRange(r)) => super::kvstore::check_range(r)?,
             Some(PbTxnOpRequest::RequestPut(p)) => check_put(p)?,
             Some(PbTxnOpRequest::RequestDeleteRange(d)) if d.key.is_empty() => return Err(StoreError::EmptyKey),
-            Some(PbTxnOpRequest::RequestTxn(t)) => check_txn(t)?,
+            Some(PbTxnOpRequest::RequestTxn(t)) => check_txn_budget(t, budget - opc)?,
             // An empty RequestOp: etcd answers "key not found".
             None => return Err(StoreError::KeyNotFound),
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// etcd's rule against a put twice to one key, or a put into a delete range,
+/// on one execution path (after `check_txn`, as etcd orders them).
+pub fn check_txn_intervals(req: &PbTxnRequest) -> Result<()> {
+    check_intervals(&req.success)?;
+    check_intervals(&req.failure)?;
     Ok(())
 }
 
@@ -324,10 +356,117 @@ fn collect_ranges<'a>(req: &'a PbTxnRequest, out: &mut Vec<KeyRange<'a>>) {
     }
 }
 
+/// etcd's IsTxnReadonly: only ranges at the top level (a nested txn counts as
+/// a write even if it only reads). Read-only txns are not raft proposals, so
+/// the proposal size limit does not apply to them.
+pub fn txn_is_read_only(req: &PbTxnRequest) -> bool {
+    req.success.iter().chain(req.failure.iter()).all(|op| matches!(op.request, Some(PbTxnOpRequest::RequestRange(_))))
+}
+
 fn txn_writes(req: &PbTxnRequest) -> bool {
     req.success.iter().chain(req.failure.iter()).any(|op| match &op.request {
         Some(PbTxnOpRequest::RequestPut(_)) | Some(PbTxnOpRequest::RequestDeleteRange(_)) => true,
         Some(PbTxnOpRequest::RequestTxn(t)) => txn_writes(t),
         _ => false,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use etcd_client::proto::{PbDeleteRequest, PbPutRequest, PbRangeRequest};
+
+    fn put(k: &str) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestPut(PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() })) }
+    }
+    fn del(k: &str) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestDeleteRange(PbDeleteRequest { key: k.into(), ..Default::default() })) }
+    }
+    fn get(k: &str) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestRange(PbRangeRequest { key: k.into(), ..Default::default() })) }
+    }
+    fn nested(ops: Vec<PbTxnRequestOp>) -> PbTxnRequestOp {
+        PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestTxn(PbTxnRequest { success: ops, ..Default::default() })) }
+    }
+
+    /// The header revision of each response, in order; nested txns flattened
+    /// after their own entry.
+    fn revs(resps: &[PbResponseOp], out: &mut Vec<i64>) {
+        for r in resps {
+            match r.response.as_ref().unwrap() {
+                PbTxnOpResponse::ResponseRange(x) => out.push(x.header.as_ref().unwrap().revision),
+                PbTxnOpResponse::ResponsePut(x) => out.push(x.header.as_ref().unwrap().revision),
+                PbTxnOpResponse::ResponseDeleteRange(x) => out.push(x.header.as_ref().unwrap().revision),
+                PbTxnOpResponse::ResponseTxn(x) => {
+                    // Present, but empty: etcd fills only the outer header.
+                    assert_eq!(x.header, Some(Default::default()));
+                    out.push(0);
+                    revs(&x.responses, out);
+                }
+            }
+        }
+    }
+
+    fn run(s: &Store, ops: Vec<PbTxnRequestOp>) -> (i64, Vec<i64>) {
+        let resp = s.txn(&PbTxnRequest { success: ops, ..Default::default() }).unwrap();
+        let mut out = Vec::new();
+        revs(&resp.responses, &mut out);
+        (resp.header.unwrap().revision, out)
+    }
+
+    /// `depth` levels of txn, each the only op of its parent's success branch,
+    /// the innermost holding `leaf` (or nothing).
+    fn nest(depth: usize, leaf: Option<PbTxnRequestOp>) -> PbTxnRequest {
+        let mut t = PbTxnRequest { success: leaf.into_iter().collect(), ..Default::default() };
+        for _ in 1..depth {
+            t = PbTxnRequest { success: vec![PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestTxn(t)) }], ..Default::default() };
+        }
+        t
+    }
+
+    /// etcd's checkTxnRequest passes what a level leaves of the 128-op budget
+    /// down to its nested txns: one op per level reaches 128 levels, 129 with
+    /// an empty innermost txn.
+    #[test]
+    fn op_budget_is_shared_down_the_nesting() {
+        assert_eq!(check_txn(&nest(128, Some(get("k")))), Ok(()));
+        assert_eq!(check_txn(&nest(129, Some(get("k")))), Err(StoreError::TooManyOps));
+        assert_eq!(check_txn(&nest(129, None)), Ok(()));
+        assert_eq!(check_txn(&nest(130, None)), Err(StoreError::TooManyOps));
+        // Siblings spend the budget too: 101 ops leave 27 to the nested txn.
+        let with = |n: usize| {
+            let mut ops: Vec<PbTxnRequestOp> = (0..100).map(|i| get(&format!("k{i}"))).collect();
+            ops.push(nested((0..n).map(|i| get(&format!("n{i}"))).collect()));
+            PbTxnRequest { success: ops, ..Default::default() }
+        };
+        assert_eq!(check_txn(&with(27)), Ok(()));
+        assert_eq!(check_txn(&with(28)), Err(StoreError::TooManyOps));
+        // Errors come depth first in request order: the empty key before the deep nest.
+        let mut t = nest(200, None);
+        t.success.insert(0, get(""));
+        assert_eq!(check_txn(&t), Err(StoreError::EmptyKey));
+        // And the 128-level nest runs.
+        let s = Store::new();
+        let resp = s.txn(&nest(128, Some(put("deep")))).unwrap();
+        assert_eq!(resp.header.unwrap().revision, 2);
+    }
+
+    /// etcd's storeTxnWrite: a put answers the txn's new revision; a delete or
+    /// range answers it only once something changed, else the current one; a
+    /// nested txn's header stays empty; the outer header is the result.
+    #[test]
+    fn inner_headers_carry_etcds_revisions() {
+        let s = Store::new();
+        s.put(&PbPutRequest { key: b"a".to_vec(), value: b"1".to_vec(), ..Default::default() }).unwrap();
+        assert_eq!(s.current_rev(), 2);
+        // Nothing changes: every inner header is the current revision, no bump.
+        assert_eq!(run(&s, vec![del("missing"), get("a")]), (2, vec![2, 2]));
+        assert_eq!(s.current_rev(), 2);
+        assert_eq!(run(&s, vec![nested(vec![del("missing"), get("a")])]), (2, vec![0, 2, 2]));
+        // A delete of a missing key before a write: current; after it: the new revision.
+        assert_eq!(run(&s, vec![get("a"), del("missing"), put("b"), del("missing2"), get("b")]), (3, vec![2, 2, 3, 3, 3]));
+        // A delete that deletes answers the new revision, and so does what follows.
+        assert_eq!(run(&s, vec![del("missing"), del("a"), get("a")]), (4, vec![3, 4, 4]));
+        assert_eq!(run(&s, vec![nested(vec![del("missing"), put("c")]), del("missing")]), (5, vec![0, 4, 5, 5]));
+    }
 }

@@ -36,7 +36,8 @@ impl PbClusterService for ClusterService {
         Err(single_member())
     }
     async fn member_list(&self, _r: Request<PbMemberListRequest>) -> Result<Response<PbMemberListResponse>, Status> {
-        Ok(Response::new(PbMemberListResponse { header: self.0.header(self.0.store.current_rev()), members: vec![self.me()] }))
+        // etcd's cluster server fills cluster, member and term, not the revision.
+        Ok(Response::new(PbMemberListResponse { header: self.0.header(0), members: vec![self.me()] }))
     }
     async fn member_promote(&self, _r: Request<PbMemberPromoteRequest>) -> Result<Response<PbMemberPromoteResponse>, Status> {
         Err(single_member())

@@ -1,15 +1,21 @@
 //! KV service: Range, RangeStream, Put, DeleteRange, Txn, Compact.
+use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use etcd_client::proto::*;
 use futures::Stream;
 use prost::Message;
+use tonic::codegen::{http, BoxFuture, Service, StdError};
+use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
+use super::txn_codec::{TxnCall, TxnCodec};
 use super::Ctx;
 use crate::errors::StoreError;
+use crate::mvcc::kvstore_txn::{check_txn, check_txn_intervals, txn_is_read_only};
 
 pub struct KvService(pub Arc<Ctx>);
 
@@ -18,19 +24,48 @@ pub struct KvService(pub Arc<Ctx>);
 const STREAM_CHUNK: usize = 500;
 
 impl KvService {
-    /// etcd has two limits: gRPC refuses messages above --max-request-bytes +
-    /// 512 KiB (ResourceExhausted, gRPC-Go's message), and the server refuses
-    /// proposals above --max-request-bytes ("request is too large").
-    fn too_large<M: Message>(&self, m: &M, proposal: bool) -> Result<(), Status> {
-        let n = m.encoded_len();
-        let grpc_limit = self.0.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD;
-        if n > grpc_limit {
-            return Err(Status::resource_exhausted(format!("grpc: received message larger than max ({n} vs. {grpc_limit})")));
+    fn grpc_limit(&self) -> usize {
+        self.0.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD
+    }
+
+    /// etcd's first limit: gRPC refuses messages above --max-request-bytes +
+    /// 512 KiB (ResourceExhausted, gRPC-Go's message) before anything else.
+    fn grpc_too_large(&self, n: usize) -> Result<(), Status> {
+        let limit = self.grpc_limit();
+        if n > limit {
+            return Err(crate::server::grpc_too_large(n, limit));
         }
-        if proposal && n > self.0.cfg.max_request_bytes {
+        Ok(())
+    }
+
+    /// etcd's second limit: a raft proposal above --max-request-bytes is
+    /// refused ("request is too large"), after the request's own checks.
+    fn proposal_too_large(&self, n: usize) -> Result<(), Status> {
+        if n > self.0.cfg.max_request_bytes {
             return Err(StoreError::RequestTooLarge.into());
         }
         Ok(())
+    }
+
+    /// A Txn in etcd's order: gRPC limit, static checks, proposal limit (write
+    /// txns only: read-only ones are not proposed), then the txn itself.
+    pub async fn txn_call(&self, call: TxnCall) -> Result<PbTxnResponse, Status> {
+        self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
+        let req = &call.req;
+        self.grpc_too_large(call.wire_len)?;
+        check_txn(req)?;
+        if call.truncated {
+            // Unreachable: the check refuses any nest deeper than the decoder keeps.
+            return Err(StoreError::TooManyOps.into());
+        }
+        check_txn_intervals(req)?;
+        if !txn_is_read_only(req) {
+            self.proposal_too_large(call.wire_len)?;
+        }
+        let mut resp = self.0.store.txn_checked(req)?;
+        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
+        self.0.fill(&mut resp.header);
+        Ok(resp)
     }
 }
 
@@ -38,7 +73,7 @@ impl KvService {
 impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
-        self.too_large(request.get_ref(), false)?;
+        self.grpc_too_large(request.get_ref().encoded_len())?;
         let mut resp = self.0.store.range(request.get_ref())?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -66,7 +101,10 @@ impl PbKvService for KvService {
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
         self.0.metrics.put.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
-        self.too_large(req, true)?;
+        let n = req.encoded_len();
+        self.grpc_too_large(n)?;
+        crate::mvcc::kvstore::check_put(req)?;
+        self.proposal_too_large(n)?;
         let mut resp = self.0.store.put(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -76,26 +114,91 @@ impl PbKvService for KvService {
     async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
         self.0.metrics.delete.fetch_add(1, Ordering::Relaxed);
         let req = request.get_ref();
-        self.too_large(req, true)?;
+        let n = req.encoded_len();
+        self.grpc_too_large(n)?;
+        if req.key.is_empty() {
+            return Err(StoreError::EmptyKey.into());
+        }
+        self.proposal_too_large(n)?;
         let mut resp = self.0.store.delete_range(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
+    /// Reached only through the generated server; `KvRouter` sends Txn calls
+    /// to `txn_call` with the decoder of `txn_codec`.
     async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
-        self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
-        let req = request.get_ref();
-        self.too_large(req, true)?;
-        let mut resp = self.0.store.txn(req)?;
-        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
-        self.0.fill(&mut resp.header);
-        Ok(Response::new(resp))
+        let req = request.into_inner();
+        let wire_len = req.encoded_len();
+        Ok(Response::new(self.txn_call(TxnCall { req, wire_len, truncated: false }).await?))
     }
 
     async fn compact(&self, request: Request<PbCompactionRequest>) -> Result<Response<PbCompactionResponse>, Status> {
-        self.too_large(request.get_ref(), true)?;
+        let n = request.get_ref().encoded_len();
+        self.grpc_too_large(n)?;
+        self.proposal_too_large(n)?;
         let rev = self.0.store.compact(request.get_ref().revision)?;
         Ok(Response::new(PbCompactionResponse { header: self.0.header(rev) }))
     }
+}
+
+/// The KV service as served: Txn with its own codec (deep nests, see
+/// `txn_codec`), every other method through the generated server.
+#[derive(Clone)]
+pub struct KvRouter {
+    svc: Arc<KvService>,
+    generated: PbKvServer<KvService>,
+    decode_limit: usize,
+}
+
+impl KvRouter {
+    pub fn new(ctx: Arc<Ctx>, decode_limit: usize) -> Self {
+        let svc = Arc::new(KvService(ctx));
+        let generated = PbKvServer::from_arc(svc.clone()).max_decoding_message_size(decode_limit);
+        KvRouter { svc, generated, decode_limit }
+    }
+}
+
+struct TxnSvc(Arc<KvService>);
+
+impl UnaryService<TxnCall> for TxnSvc {
+    type Response = PbTxnResponse;
+    type Future = BoxFuture<tonic::Response<PbTxnResponse>, Status>;
+
+    fn call(&mut self, request: tonic::Request<TxnCall>) -> Self::Future {
+        let svc = self.0.clone();
+        Box::pin(async move { svc.txn_call(request.into_inner()).await.map(tonic::Response::new) })
+    }
+}
+
+impl<B> Service<http::Request<B>> for KvRouter
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = http::Response<tonic::body::Body>;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        if req.uri().path() != "/etcdserverpb.KV/Txn" {
+            return self.generated.call(req);
+        }
+        let svc = self.svc.clone();
+        let codec = TxnCodec { grpc_limit: svc.grpc_limit() };
+        let limit = self.decode_limit;
+        Box::pin(async move {
+            let mut grpc = tonic::server::Grpc::new(codec).apply_max_message_size_config(Some(limit), None);
+            Ok(grpc.unary(TxnSvc(svc), req).await)
+        })
+    }
+}
+
+impl NamedService for KvRouter {
+    const NAME: &'static str = "etcdserverpb.KV";
 }

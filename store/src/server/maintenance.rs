@@ -1,5 +1,6 @@
 //! Maintenance service: Status (etcd-compatible version), Alarm (none),
-//! Defragment (nothing to do in memory), Hash/HashKV, Snapshot.
+//! Defragment (nothing to do in memory), Hash/HashKV, Snapshot, MoveLeader
+//! (to itself: the single member is the leader).
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -36,12 +37,14 @@ impl PbMaintenanceService for MaintenanceService {
             is_learner: false,
             storage_version: "3.6.0".into(),
             db_size_quota: 8 << 30,
-            downgrade_info: None,
+            // etcd always sets it (not enabled, no target).
+            downgrade_info: Some(PbDowngradeInfo { enabled: false, target_version: String::new() }),
         }))
     }
 
+    /// Nothing to defragment in memory. etcd answers an empty response: no header.
     async fn defragment(&self, _r: Request<PbDefragmentRequest>) -> Result<Response<PbDefragmentResponse>, Status> {
-        Ok(Response::new(PbDefragmentResponse { header: self.0.header(self.0.store.current_rev()) }))
+        Ok(Response::new(PbDefragmentResponse { header: None }))
     }
 
     async fn hash(&self, _r: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
@@ -50,7 +53,20 @@ impl PbMaintenanceService for MaintenanceService {
     }
 
     async fn hash_kv(&self, r: Request<PbHashKvRequest>) -> Result<Response<PbHashKvResponse>, Status> {
-        let rev = self.0.store.check_rev(r.get_ref().revision)?;
+        // etcd first looks for the hash it kept at a compaction of exactly this
+        // revision (0 included) and answers with the compaction point of then.
+        // Otherwise it checks only positive revisions, reads 0 as the current
+        // one and hashes a negative one as it is (nothing is at or below it).
+        let asked = r.get_ref().revision;
+        if let Some(prev) = self.0.store.compaction_before(asked) {
+            return Ok(Response::new(PbHashKvResponse {
+                header: self.0.header(self.0.store.current_rev()),
+                hash: self.0.store.hash_kv(asked),
+                compact_revision: prev,
+                hash_revision: asked,
+            }));
+        }
+        let rev = if asked < 0 { asked } else { self.0.store.check_rev(asked)? };
         Ok(Response::new(PbHashKvResponse {
             header: self.0.header(self.0.store.current_rev()),
             hash: self.0.store.hash_kv(rev),
@@ -66,14 +82,14 @@ impl PbMaintenanceService for MaintenanceService {
         let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode(&store))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
-        let header = self.0.header(self.0.store.current_rev());
         let total = blob.len();
         let chunks: Vec<Result<PbSnapshotResponse, Status>> = blob
             .chunks(SNAPSHOT_CHUNK)
             .scan(0usize, |sent, c| {
                 *sent += c.len();
                 Some(Ok(PbSnapshotResponse {
-                    header: header.clone(),
+                    // etcd's snapshot chunks carry no header.
+                    header: None,
                     remaining_bytes: (total - *sent) as u64,
                     blob: c.to_vec(),
                     version: ETCD_COMPAT_VERSION.into(),
@@ -83,8 +99,15 @@ impl PbMaintenanceService for MaintenanceService {
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 
-    async fn move_leader(&self, _r: Request<PbMoveLeaderRequest>) -> Result<Response<PbMoveLeaderResponse>, Status> {
-        Err(Status::unimplemented("meganode-store is a single member: it is always the leader"))
+    /// The single member is the leader: moving leadership to itself is done at
+    /// once (etcd answers an empty response, no header); any other id is not a
+    /// member, which etcd refuses as a bad transferee.
+    async fn move_leader(&self, r: Request<PbMoveLeaderRequest>) -> Result<Response<PbMoveLeaderResponse>, Status> {
+        if r.get_ref().target_id == self.0.member_id {
+            Ok(Response::new(PbMoveLeaderResponse { header: None }))
+        } else {
+            Err(Status::failed_precondition("etcdserver: bad leader transferee"))
+        }
     }
 
     async fn downgrade(&self, _r: Request<PbDowngradeRequest>) -> Result<Response<PbDowngradeResponse>, Status> {

@@ -1,9 +1,11 @@
 //! gRPC services over the store. Each file is one etcd service.
 pub mod cluster;
+pub mod health;
 pub mod kv;
 pub mod lease;
 pub mod maintenance;
 pub mod metrics;
+pub mod txn_codec;
 pub mod watch;
 
 use std::sync::Arc;
@@ -19,6 +21,11 @@ pub const ETCD_COMPAT_VERSION: &str = "3.6.0";
 
 /// gRPC accepts this much above --max-request-bytes, as etcd's server does.
 pub const GRPC_OVERHEAD: usize = 512 * 1024;
+
+/// grpc-go's refusal of a message above the server's receive limit.
+pub fn grpc_too_large(n: usize, limit: usize) -> tonic::Status {
+    tonic::Status::resource_exhausted(format!("grpc: received message larger than max ({n} vs. {limit})"))
+}
 
 /// What tonic itself decodes at most: well above the limit above, so that an
 /// oversized request reaches our check and gets etcd's exact status.
