@@ -389,9 +389,9 @@ type ceilingResult struct {
 // kube-scheduler's recorder fills), written on a goroutine of its own as client-go's events
 // broadcaster writes each event (tools/events: one goroutine per event, so the events compete
 // with the Bindings for the apiserver but do not hold a worker back). The time is, as for the
-// drain, first Binding to last Binding; the phase then waits for the events to finish. Each phase uses pods of
-// its own. The scheduler keeps running meanwhile (it ignores these pods, but its informers see
-// them as the drain's did).
+// drain, first Binding to last Binding; the phase then waits for the events to finish. Each
+// phase uses pods of its own. The scheduler keeps running meanwhile (it ignores these pods, but
+// its informers see them as the drain's did).
 func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options, withEvents bool) (*ceilingResult, error) {
 	workers := cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers)
 	if err := cluster.EnsureNamespace(ctx, admin, ceilingNS); err != nil {
@@ -504,6 +504,8 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 
 // postScheduledEvent writes the Normal/Scheduled event of pod p bound to node, as
 // kube-scheduler's events.k8s.io/v1 recorder writes it (one Create; name <pod>.<hex nanos>).
+// It does not go through the schedulers' recorder (package events): the broadcaster neither
+// reports a failed write nor says when the last one is done, and the ceiling needs both.
 func postScheduledEvent(ctx context.Context, cs kubernetes.Interface, p *corev1.Pod, node string) error {
 	now := time.Now()
 	ev := &eventsv1.Event{

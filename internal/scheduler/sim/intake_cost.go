@@ -7,7 +7,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	k8sruntime "k8s.io/apimachinery/pkg/runtime"
 
 	"github.com/meganode/meganode/internal/scheduler/collector"
@@ -42,11 +41,9 @@ func (d *discardSink) Decide(context.Context, wire.Decision) error { return nil 
 // per-proposal and per-decision work is not in it (HopCosts.CollectorUs is).
 func MeasureIntake(ctx context.Context, pods, shards, d, batch int) (*IntakeCost, error) {
 	metrics.Reset()
-	ctrl := true
-	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
 	objs := make([]k8sruntime.Object, 0, pods)
 	for i := range pods {
-		objs = append(objs, runPod(owner, i))
+		objs = append(objs, runPod(i))
 	}
 	cs := fakeapi.NewClient(objs...)
 	objs = nil
@@ -88,6 +85,6 @@ func MeasureIntake(ctx context.Context, pods, shards, d, batch int) (*IntakeCost
 	}
 	cpu := metrics.CPUSeconds() - cpu0
 	c := &IntakeCost{Pods: pods, Shards: shards, Scatter: d, Batch: batch, CPUUsPerPod: cpu * 1e6 / float64(int64(pods)-s0),
-		Frames: metrics.Counter("intake/0", "scattered_all") + metrics.Counter("intake/0", "scattered_sampled")}
+		Frames: framesSent(0)}
 	return c, nil
 }

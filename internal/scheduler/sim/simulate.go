@@ -83,13 +83,9 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 		sc.Timeout = 10 * time.Minute
 	}
 	objs := fakeapi.Nodes("sim-node", sc.Nodes, 8000, 32<<10) // KWOK nodes of `up`
-	// A ReplicaSet-like run: one owner, identical requests (what equivalence classes target).
-	ctrl := true
-	owner := metav1.OwnerReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}
-	simPod := func(i int) *corev1.Pod { return runPod(owner, i) }
 	if sc.Precreate {
 		for i := range sc.Pods {
-			objs = append(objs, simPod(i))
+			objs = append(objs, runPod(i))
 		}
 	}
 	cs, ledger := fakeClientFor(sc.CountedBinds, objs...)
@@ -121,7 +117,7 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	if !sc.Precreate {
 		go func() {
 			for i := range sc.Pods {
-				if _, err := cs.CoreV1().Pods("sim").Create(ctx, simPod(i), metav1.CreateOptions{}); err != nil {
+				if _, err := cs.CoreV1().Pods("sim").Create(ctx, runPod(i), metav1.CreateOptions{}); err != nil {
 					return
 				}
 			}
@@ -169,7 +165,7 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 		r.Unschedulable += metrics.Counter(fmt.Sprintf("collector/%d", i), "unschedulable")
 		r.Widened += metrics.Counter(fmt.Sprintf("collector/%d", i), "widened")
 		r.Decided += metrics.Counter(fmt.Sprintf("collector/%d", i), "decided")
-		r.Frames += metrics.Counter(fmt.Sprintf("intake/%d", i), "scattered_all") + metrics.Counter(fmt.Sprintf("intake/%d", i), "scattered_sampled")
+		r.Frames += framesSent(i)
 		r.Resent += metrics.Counter(fmt.Sprintf("intake/%d", i), "resent")
 	}
 	for i := range sys.Shards {
@@ -188,12 +184,20 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	return r, nil
 }
 
-// runPod is pod i of a run: one ReplicaSet's pods (100m CPU, 64Mi), all of one equivalence class.
-func runPod(owner metav1.OwnerReference, i int) *corev1.Pod {
+// runPod is pod i of a run: a ReplicaSet-like run, one owner and identical requests (100m CPU,
+// 64Mi; what equivalence classes target).
+func runPod(i int) *corev1.Pod {
+	ctrl := true
 	p := fakeapi.Pod("sim", fmt.Sprintf("sim-pod-%d", i), podspec.DefaultSchedulerName, 100, 64)
-	p.OwnerReferences = []metav1.OwnerReference{owner}
+	p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "ReplicaSet", Name: "sim", UID: "sim-rs", Controller: &ctrl}}
 	p.Labels = map[string]string{"app": "sim"}
 	return p
+}
+
+// framesSent is the frames collector i's intake sent: to every shard or to the sampled ones.
+func framesSent(i int) int64 {
+	name := fmt.Sprintf("intake/%d", i)
+	return metrics.Counter(name, "scattered_all") + metrics.Counter(name, "scattered_sampled")
 }
 
 // HopCosts are microbenchmarks of the scatter and gather hops on this machine.
