@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
-use meganode_store::server::{self, cluster, health, kv, lease, maintenance, metrics, watch, Ctx};
+use meganode_store::server::{self, cluster, election, health, kv, lease, lock, maintenance, metrics, watch, Ctx};
 use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
@@ -61,6 +61,8 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbClusterServer::new(cluster::ClusterService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(lock::LockRouter::new(ctx.clone(), limit))
+        .add_service(election::ElectionRouter::new(ctx.clone(), limit))
         .add_service(health::HealthRouter::default())
         .serve_with_incoming(incoming)
         .await

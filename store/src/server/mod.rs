@@ -1,10 +1,16 @@
-//! gRPC services over the store. Each file is one etcd service.
+//! gRPC services over the store. Each file is one etcd service, except
+//! `concurrency` (etcd's client-side recipes, which Lock and Election run) and
+//! `routes` (serving a service without a generated server).
 pub mod cluster;
+pub mod concurrency;
+pub mod election;
 pub mod health;
 pub mod kv;
 pub mod lease;
+pub mod lock;
 pub mod maintenance;
 pub mod metrics;
+pub mod routes;
 pub mod txn_codec;
 pub mod watch;
 
