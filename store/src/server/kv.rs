@@ -54,6 +54,8 @@ impl KvService {
         self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
         let req = &call.req;
         self.grpc_too_large(call.wire_len)?;
+        // Costed on the levels decoded: a truncated nest's deeper puts are not seen,
+        // but check_txn refuses any such nest (docs/design.md §4).
         let cost = crate::quota::cost_txn(req);
         self.0.check_quota(cost)?;
         check_txn(req)?;
