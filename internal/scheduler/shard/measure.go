@@ -436,13 +436,12 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 		}
 		rounds = append(rounds, c)
 	}
-	nexts := make([]float64, len(rounds))
-	for i, r := range rounds {
-		nexts[i] = r.NextCPUUs
-	}
-	slices.Sort(nexts)
+	// The median round's difference, not the median-CPU round's (taken before medianRound
+	// re-sorts the rounds by CPU).
+	nextRound, _ := medianRound(rounds, func(c *BatchCost) float64 { return c.NextCPUUs })
+	next := nextRound.NextCPUUs
 	c, all := medianRound(rounds, func(c *BatchCost) float64 { return c.CPUUsPerPod })
 	c.RoundsCPUUs = all
-	c.NextCPUUs = max(nexts[len(nexts)/2], 0) // the median round's difference, not the median-CPU round's
+	c.NextCPUUs = max(next, 0)
 	return c, nil
 }
