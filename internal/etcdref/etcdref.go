@@ -18,7 +18,7 @@ type Options struct {
 	DataDir         string // default: a new temporary directory (use /dev/shm for etcd's best case)
 	MaxRequestBytes uint   // default: etcd's own default (1.5 MiB)
 	LogLevel        string // default: "error"
-	// Quota of the backend in bytes; 0 keeps etcd's default.
+	// Quota of the backend in bytes; 0 keeps etcd's default (2 GiB), negative disables it.
 	QuotaBackendBytes int64
 
 	// Client TLS (all optional). With CertFile/KeyFile set the client URL is https.
@@ -86,7 +86,7 @@ func Start(opts Options) (*Server, error) {
 	if opts.MaxRequestBytes > 0 {
 		cfg.MaxRequestBytes = opts.MaxRequestBytes
 	}
-	if opts.QuotaBackendBytes > 0 {
+	if opts.QuotaBackendBytes != 0 {
 		cfg.QuotaBackendBytes = opts.QuotaBackendBytes
 	}
 	e, err := embed.StartEtcd(cfg)

@@ -21,6 +21,9 @@ pub struct Config {
     pub restore_from: Option<String>,
     /// A prefix's log is checkpointed and truncated once it grows past this.
     pub checkpoint_bytes: u64,
+    /// --quota-backend-bytes: the accounted size writes may not take the store
+    /// past (crate::quota); 0 = a share of the machine's memory, negative = none.
+    pub quota_backend_bytes: i64,
     pub ignored: Vec<String>,
 }
 
@@ -42,6 +45,7 @@ impl Default for Config {
             durability_prefixes: Vec::new(),
             restore_from: None,
             checkpoint_bytes: 64 << 20,
+            quota_backend_bytes: 0,
             ignored: Vec::new(),
         }
     }
@@ -50,7 +54,7 @@ impl Default for Config {
 /// etcd flags with no meaning for a single in-memory member.
 const IGNORED: &[&str] = &[
     "listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster", "initial-cluster-state",
-    "initial-cluster-token", "quota-backend-bytes", "snapshot-count", "heartbeat-interval", "election-timeout",
+    "initial-cluster-token", "snapshot-count", "heartbeat-interval", "election-timeout",
     "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
     "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
     "experimental-initial-corrupt-check", "experimental-watch-progress-notify-interval", "unsafe-no-fsync",
@@ -60,7 +64,7 @@ const IGNORED: &[&str] = &[
 const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
-    "durability-prefix", "restore-from", "wal-checkpoint-bytes",
+    "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -140,6 +144,10 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
             "wal-checkpoint-bytes" => {
                 c.checkpoint_bytes = value.parse().map_err(|_| format!("invalid value {value:?} for --wal-checkpoint-bytes"))?
             }
+            "quota-backend-bytes" => {
+                c.quota_backend_bytes =
+                    value.parse().map_err(|_| format!("invalid value {value:?} for --quota-backend-bytes: want a number of bytes"))?
+            }
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }
@@ -179,6 +187,10 @@ mod tests {
         assert!(c.client_cert_auth);
         assert_eq!(c.max_request_bytes, 10);
         assert_eq!(c.ignored, vec!["--snapshot-count"]);
+        assert_eq!(c.quota_backend_bytes, 0);
+        assert_eq!(parse(&a(&["--quota-backend-bytes", "33554432"])).unwrap().quota_backend_bytes, 33554432);
+        assert_eq!(parse(&a(&["--quota-backend-bytes=-1"])).unwrap().quota_backend_bytes, -1);
+        assert!(parse(&a(&["--quota-backend-bytes=32MiB"])).is_err());
     }
 
     #[test]

@@ -17,6 +17,10 @@ pub enum StoreError {
     LeaseTtlTooLarge,
     RequestTooLarge,
     InvalidSortOption,
+    /// A write refused by the quota or while the NOSPACE alarm is raised.
+    NoSpace,
+    /// A write refused while the CORRUPT alarm is raised.
+    Corrupt,
 }
 
 impl StoreError {
@@ -35,6 +39,8 @@ impl StoreError {
             StoreError::LeaseTtlTooLarge => "etcdserver: too large lease TTL",
             StoreError::RequestTooLarge => "etcdserver: request is too large",
             StoreError::InvalidSortOption => "etcdserver: invalid sort option",
+            StoreError::NoSpace => "etcdserver: mvcc: database space exceeded",
+            StoreError::Corrupt => "etcdserver: corrupt cluster",
         }
     }
 
@@ -45,6 +51,8 @@ impl StoreError {
             }
             StoreError::LeaseNotFound => Code::NotFound,
             StoreError::LeaseExist => Code::FailedPrecondition,
+            StoreError::NoSpace => Code::ResourceExhausted,
+            StoreError::Corrupt => Code::DataLoss,
             _ => Code::InvalidArgument,
         }
     }

@@ -1,12 +1,14 @@
 //! Leases: a TTL and the keys attached to it. Expiry deletes the keys (the
 //! store does that; this table only tracks time and membership).
 use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
 
 use crate::errors::{Result, StoreError};
+use crate::quota::{LEASE_KEY_OVERHEAD, LEASE_OVERHEAD};
 
 /// etcd's MaxLeaseTTL.
 pub const MAX_LEASE_TTL: i64 = 9_000_000_000;
@@ -28,6 +30,9 @@ impl Lease {
 
 pub struct LeaseTable {
     inner: Mutex<Inner>,
+    /// Accounted bytes of the leases and their key sets (crate::quota), changed
+    /// under `inner`'s lock and read without it.
+    bytes: AtomicI64,
 }
 
 struct Inner {
@@ -48,7 +53,23 @@ impl LeaseTable {
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_nanos() as i64)
             .unwrap_or(1);
-        LeaseTable { inner: Mutex::new(Inner { leases: HashMap::new(), next_id: (seed & 0x0fff_ffff_ffff) << 16 | 1 }) }
+        LeaseTable {
+            inner: Mutex::new(Inner { leases: HashMap::new(), next_id: (seed & 0x0fff_ffff_ffff) << 16 | 1 }),
+            bytes: AtomicI64::new(0),
+        }
+    }
+
+    /// Accounted bytes of every lease and attached key (crate::quota).
+    pub fn accounted_bytes(&self) -> i64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    fn charge(&self, b: i64) {
+        self.bytes.fetch_add(b, Ordering::Relaxed);
+    }
+
+    fn lease_bytes(l: &Lease) -> i64 {
+        LEASE_OVERHEAD + l.keys.len() as i64 * LEASE_KEY_OVERHEAD
     }
 
     /// Grants a lease; `id` 0 lets the table choose one. Returns (id, ttl).
@@ -73,13 +94,15 @@ impl LeaseTable {
             id
         };
         g.leases.insert(id, Lease { id, granted_ttl: ttl, expiry: Instant::now() + Duration::from_secs(ttl as u64), keys: HashSet::new() });
+        self.charge(LEASE_OVERHEAD);
         Ok((id, ttl))
     }
 
     /// Restores a lease with a given remaining TTL (recovery).
     pub fn restore(&self, id: i64, granted_ttl: i64, remaining: i64) {
         let mut g = self.inner.lock();
-        g.leases.insert(id, Lease { id, granted_ttl, expiry: Instant::now() + Duration::from_secs(remaining.max(0) as u64), keys: HashSet::new() });
+        let old = g.leases.insert(id, Lease { id, granted_ttl, expiry: Instant::now() + Duration::from_secs(remaining.max(0) as u64), keys: HashSet::new() });
+        self.charge(LEASE_OVERHEAD - old.as_ref().map_or(0, Self::lease_bytes));
     }
 
     pub fn exists(&self, id: i64) -> bool {
@@ -90,6 +113,7 @@ impl LeaseTable {
     pub fn revoke(&self, id: i64) -> Result<Vec<Bytes>> {
         let mut g = self.inner.lock();
         let l = g.leases.remove(&id).ok_or(StoreError::LeaseNotFound)?;
+        self.charge(-Self::lease_bytes(&l));
         let mut keys: Vec<Bytes> = l.keys.into_iter().collect();
         keys.sort();
         Ok(keys)
@@ -147,12 +171,16 @@ impl LeaseTable {
         let mut g = self.inner.lock();
         if old != 0 {
             if let Some(l) = g.leases.get_mut(&old) {
-                l.keys.remove(key);
+                if l.keys.remove(key) {
+                    self.charge(-LEASE_KEY_OVERHEAD);
+                }
             }
         }
         if new != 0 {
             if let Some(l) = g.leases.get_mut(&new) {
-                l.keys.insert(key.clone());
+                if l.keys.insert(key.clone()) {
+                    self.charge(LEASE_KEY_OVERHEAD);
+                }
             }
         }
     }
@@ -181,7 +209,9 @@ mod tests {
         assert_eq!(t.grant(7, MAX_LEASE_TTL + 1), Err(StoreError::LeaseTtlTooLarge));
         t.rebind(&Bytes::from("k"), 0, 42);
         assert_eq!(t.time_to_live(42, true).unwrap().2, vec![Bytes::from("k")]);
+        assert_eq!(t.accounted_bytes(), 2 * LEASE_OVERHEAD + LEASE_KEY_OVERHEAD);
         assert_eq!(t.revoke(42).unwrap(), vec![Bytes::from("k")]);
+        assert_eq!(t.accounted_bytes(), LEASE_OVERHEAD);
         assert_eq!(t.revoke(42), Err(StoreError::LeaseNotFound));
         assert_eq!(t.renew(id).unwrap(), MIN_LEASE_TTL);
     }

@@ -6,6 +6,7 @@ pub mod config;
 pub mod errors;
 pub mod lease;
 pub mod mvcc;
+pub mod quota;
 pub mod server;
 pub mod snapshot;
 pub mod wal;

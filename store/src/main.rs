@@ -76,7 +76,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT]");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]");
         return;
     }
     let cfg = match config::parse(&args) {
@@ -98,13 +98,17 @@ async fn run(cfg: Config) -> Result<(), String> {
         eprintln!("meganode-store: ignoring etcd flag {f} (no meaning for a single in-memory member)");
     }
     let store = Arc::new(Store::new());
+    let (quota, why) = meganode_store::quota::resolve(cfg.quota_backend_bytes);
+    store.set_quota(quota);
+    eprintln!("meganode-store: {why}");
     let mode = |m: &str| wal::Mode::parse(m).expect("validated by config");
     let overrides: Vec<(String, wal::Mode)> = cfg.durability_prefixes.iter().map(|(p, m)| (p.clone(), mode(m))).collect();
     let dur = wal::Durability::new(mode(&cfg.durability), &overrides);
     let (log, rep, _lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), &store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
     eprintln!(
-        "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}{}",
+        "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}; accounted size {}{}",
         store.key_count(), rep.leases, rep.files, rep.records, rep.millis, rep.rev, rep.compacted,
+        meganode_store::quota::human(store.size_bytes().max(0) as u64),
         if rep.torn.is_empty() { String::new() } else { format!("; {} torn tails cut", rep.torn.len()) }
     );
     // History of memory-only prefixes did not survive: serve them as compacted

@@ -64,6 +64,7 @@ type serverOpts struct {
 	ProgressNotify  time.Duration // periodic watch progress notify interval (etcd flag --watch-progress-notify-interval)
 	ClientTLS       *tls.Config   // TLS config of the connected client (with Certs)
 	NoClient        bool          // start only the server
+	QuotaBytes      int64         // --quota-backend-bytes; 0 keeps the server's default
 }
 
 func useEtcdForMeganode() bool { return os.Getenv("MEGANODE_E2E_TARGET") == "etcd" }
@@ -76,7 +77,8 @@ func startServer(kind string, o serverOpts) (*target, error) {
 		scheme = "https"
 	}
 	if kind == kindEtcd || useEtcdForMeganode() {
-		eo := etcdref.Options{LogLevel: "fatal", MaxRequestBytes: o.MaxRequestBytes, WatchProgressNotifyInterval: o.ProgressNotify}
+		eo := etcdref.Options{LogLevel: "fatal", MaxRequestBytes: o.MaxRequestBytes, WatchProgressNotifyInterval: o.ProgressNotify,
+			QuotaBackendBytes: o.QuotaBytes}
 		if dir, err := os.MkdirTemp(shmDir(), "e2e-etcd-"); err == nil {
 			eo.DataDir = dir
 		}
@@ -106,6 +108,9 @@ func startServer(kind string, o serverOpts) (*target, error) {
 		}
 		if o.MaxRequestBytes > 0 {
 			so.ExtraArgs = append(so.ExtraArgs, "--max-request-bytes", fmt.Sprint(o.MaxRequestBytes))
+		}
+		if o.QuotaBytes != 0 {
+			so.ExtraArgs = append(so.ExtraArgs, "--quota-backend-bytes", fmt.Sprint(o.QuotaBytes))
 		}
 		if o.ProgressNotify > 0 {
 			so.ExtraArgs = append(so.ExtraArgs, "--watch-progress-notify-interval", o.ProgressNotify.String())

@@ -332,7 +332,7 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 	// run plans `batches` batches of size pods, then decides them: every slot won (and waits
 	// until the shards have bound them) or, with !win, every slot released. It returns the
 	// plan's wall and CPU per batch and the decision's CPU per pod.
-	run := func(size int, win bool) (wallUs, planCPUUs, decideCPUUs float64, err error) {
+	run := func(size int, win bool, batches int) (wallUs, planCPUUs, decideCPUUs float64, err error) {
 		walls := make([]time.Duration, o.Workers)
 		held := make([][]planned, o.Workers)
 		cpu0 := metrics.CPUSeconds()
@@ -396,34 +396,52 @@ func MeasureBatch(ctx context.Context, nodes, batches, batch int, eq time.Durati
 		n := float64(batches)
 		return metrics.Micros(wall) / n, (cpu1 - cpu0) * 1e6 / n, (cpu2 - cpu1) * 1e6 / (n * float64(size)), nil
 	}
-	if _, _, _, err := run(1, true); err != nil { // warm-up: first cycles build caches and equivalence classes
+	if _, _, _, err := run(1, true, batches); err != nil { // warm-up: first cycles build caches and equivalence classes
 		return nil, err
 	}
+	// A round times single pods and full batches in alternating short phases (one batch per
+	// worker each), not one long phase of each: the further pods' cost is the small difference
+	// between the two, and this machine's speed (a garbage-collector cycle, the other shards'
+	// caches) moves by more than that between two long phases — a clipped negative difference
+	// had put it at 0 where the runs' profiles show tens of µs per pod. Fine alternation lets
+	// the drift fall on both sides alike.
+	phases := max(1, batches/o.Workers)
 	var rounds []*BatchCost
 	for range o.Rounds {
-		batches *= 4 // single pods are cheap: time more of them
-		one, oneCPU, _, err := run(1, true)
-		batches /= 4
+		var one, oneCPU, full, fullCPU, commitCPU float64
+		for range phases {
+			w1, c1, _, err := run(1, true, 4*o.Workers) // single pods are cheap: time more of them
+			if err != nil {
+				return nil, err
+			}
+			wb, cb, cc, err := run(batch, true, o.Workers)
+			if err != nil {
+				return nil, err
+			}
+			one, oneCPU, full, fullCPU, commitCPU = one+w1, oneCPU+c1, full+wb, fullCPU+cb, commitCPU+cc
+		}
+		n := float64(phases)
+		one, oneCPU, full, fullCPU, commitCPU = one/n, oneCPU/n, full/n, fullCPU/n, commitCPU/n
+		_, _, releaseCPU, err := run(batch, false, batches)
 		if err != nil {
 			return nil, err
 		}
-		full, fullCPU, commitCPU, err := run(batch, true)
-		if err != nil {
-			return nil, err
-		}
-		_, _, releaseCPU, err := run(batch, false)
-		if err != nil {
-			return nil, err
-		}
-		c := &BatchCost{Nodes: nodes, Batch: batch, Batches: batches, Opts: o, FirstUs: one, PerPodUs: full / float64(batch),
+		c := &BatchCost{Nodes: nodes, Batch: batch, Batches: phases * o.Workers, Opts: o, FirstUs: one, PerPodUs: full / float64(batch),
 			CPUUsPerPod: fullCPU/float64(batch) + commitCPU, FirstCPUUs: oneCPU, CommitCPUUs: commitCPU, ReleaseCPUUs: releaseCPU}
 		if batch > 1 {
-			c.NextUs = max(full-one, 0) / float64(batch-1)
-			c.NextCPUUs = max(fullCPU-oneCPU, 0) / float64(batch-1)
+			// Not clipped per round: a negative round is noise the median and the other rounds
+			// must see, not a zero that biases every estimate low.
+			c.NextUs = (full - one) / float64(batch-1)
+			c.NextCPUUs = (fullCPU - oneCPU) / float64(batch-1)
 		}
 		rounds = append(rounds, c)
 	}
+	// The median round's difference, not the median-CPU round's (taken before medianRound
+	// re-sorts the rounds by CPU).
+	nextRound, _ := medianRound(rounds, func(c *BatchCost) float64 { return c.NextCPUUs })
+	next := nextRound.NextCPUUs
 	c, all := medianRound(rounds, func(c *BatchCost) float64 { return c.CPUUsPerPod })
 	c.RoundsCPUUs = all
+	c.NextCPUUs = max(next, 0)
 	return c, nil
 }

@@ -140,8 +140,9 @@ impl KeyHistory {
         self.is_empty()
     }
 
+    /// Accounted bytes of the retained versions (crate::quota).
     pub fn bytes(&self) -> usize {
-        self.versions().iter().map(|v| v.value.len() + 48).sum()
+        self.versions().iter().map(|v| crate::quota::version_bytes(v.value.len())).sum()
     }
 }
 

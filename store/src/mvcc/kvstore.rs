@@ -68,6 +68,34 @@ pub struct Store {
     /// HashKV: etcd keeps a hash per compaction and answers a HashKV at that
     /// revision from it, with the compaction point it had then.
     compactions: Mutex<std::collections::VecDeque<(i64, i64)>>,
+    /// Accounted bytes of every shard's keys and retained versions (the sum of
+    /// the shards' `bytes`): moved by each commit's delta and by compaction.
+    kv_bytes: AtomicI64,
+    /// Accounted bytes of watch streams and watchers, kept by the watch service.
+    pub watch_bytes: AtomicI64,
+    /// The quota in bytes (<= 0: none), set at start (crate::quota::resolve).
+    quota: AtomicI64,
+    /// The raised alarms (NOSPACE, CORRUPT), in memory: see crate::quota.
+    pub alarms: crate::quota::Alarms,
+}
+
+/// The accounted size by part (crate::quota), in bytes.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Accounted {
+    /// Keys and their retained versions (values and tombstones).
+    pub kv: i64,
+    /// Leases and the keys attached to them.
+    pub leases: i64,
+    /// Events in the watch log.
+    pub watch_log: i64,
+    /// Watch streams and watchers.
+    pub watchers: i64,
+}
+
+impl Accounted {
+    pub fn total(&self) -> i64 {
+        self.kv + self.leases + self.watch_log + self.watchers
+    }
 }
 
 /// How many compactions etcd keeps a hash of (its hashStorageMaxSize).
@@ -161,16 +189,19 @@ pub struct WriteBatch {
     pub events: Vec<Event>,
     /// (key-less) lease moves to apply after commit: (key index in events, old lease).
     pub lease_moves: Vec<(Bytes, i64, i64)>,
+    /// Accounted bytes this batch added to its shards (new keys and versions).
+    pub bytes: i64,
 }
 
 impl WriteBatch {
     pub fn new(rev: i64) -> Self {
-        WriteBatch { rev, events: Vec::new(), lease_moves: Vec::new() }
+        WriteBatch { rev, events: Vec::new(), lease_moves: Vec::new(), bytes: 0 }
     }
 
     /// Writes `value` to `key` at this batch's revision.
     pub fn put(&mut self, data: &mut ShardData, key: &Bytes, value: Bytes, lease: i64) -> Option<Version> {
         let sub = self.events.len() as u32;
+        let bytes_before = data.bytes;
         let (key, h) = data.entry(key);
         let prev = h.latest().cloned();
         let (create_rev, version) = match &prev {
@@ -182,7 +213,8 @@ impl WriteBatch {
         // when the key existed before an earlier delete in the same txn.
         let before = if create_rev == self.rev { None } else { h.before_rev(self.rev).cloned() };
         h.push(v.clone());
-        data.bytes += v.value.len() + 48;
+        data.bytes += crate::quota::version_bytes(v.value.len());
+        self.bytes += (data.bytes - bytes_before) as i64;
         let old_lease = prev.as_ref().map_or(0, |p| p.lease);
         if old_lease != lease {
             self.lease_moves.push((key.clone(), old_lease, lease));
@@ -199,7 +231,8 @@ impl WriteBatch {
         let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 };
         let before = h.before_rev(self.rev).cloned();
         h.push(tomb.clone());
-        data.bytes += 48;
+        data.bytes += crate::quota::version_bytes(0);
+        self.bytes += crate::quota::version_bytes(0) as i64;
         if prev.lease != 0 {
             self.lease_moves.push((key.clone(), prev.lease, 0));
         }
@@ -227,6 +260,10 @@ impl Store {
             sink: RwLock::new(None),
             volatile: RwLock::new(None),
             compactions: Mutex::new(std::collections::VecDeque::new()),
+            kv_bytes: AtomicI64::new(0),
+            watch_bytes: AtomicI64::new(0),
+            quota: AtomicI64::new(0),
+            alarms: crate::quota::Alarms::default(),
         }
     }
 
@@ -377,6 +414,7 @@ impl Store {
         for (key, old, new) in &batch.lease_moves {
             self.leases.rebind(key, *old, *new);
         }
+        self.kv_bytes.fetch_add(batch.bytes, Ordering::Relaxed);
         if let Some(s) = &sink {
             s.committed(rev, &batch.events);
         }
@@ -523,18 +561,24 @@ impl Store {
     pub fn load_key(&self, key: Bytes, versions: Vec<Version>) {
         let shard = self.shard_for(&key);
         let mut d = shard.data.write();
-        let n: usize = versions.iter().map(|v| v.value.len() + 48).sum();
+        let before = d.bytes;
         let (_, h) = d.entry(&key);
+        // A later checkpoint replaces what an earlier source loaded.
+        let old = h.bytes();
         *h = KeyHistory::from_versions(versions);
-        d.bytes += n;
+        let new = h.bytes();
+        d.bytes = d.bytes + new - old;
+        self.kv_bytes.fetch_add(d.bytes as i64 - before as i64, Ordering::Relaxed);
     }
 
     /// Applies one recovered record to a key's history (start-up only).
     pub fn load_version(&self, key: &Bytes, v: Version) {
         let shard = self.shard_for(key);
         let mut d = shard.data.write();
-        d.bytes += v.value.len() + 48;
+        let before = d.bytes;
+        d.bytes += crate::quota::version_bytes(v.value.len());
         d.entry(key).1.push(v);
+        self.kv_bytes.fetch_add((d.bytes - before) as i64, Ordering::Relaxed);
     }
 
     /// Re-attaches every live key to its lease after recovery; keys whose lease
@@ -613,9 +657,7 @@ impl Store {
                 s.compacted(rev);
             }
         }
-        for s in self.all_shards() {
-            s.data.write().compact(rev);
-        }
+        self.compact_shards(rev);
         self.hub.trim_below(rev);
         release_free_memory();
         Ok(self.current_rev())
@@ -629,14 +671,46 @@ impl Store {
 
     /// Compacts recovered history without the checks and logging of the RPC.
     pub fn compact_loaded(&self, rev: i64) {
+        self.compact_shards(rev);
+    }
+
+    fn compact_shards(&self, rev: i64) {
         for s in self.all_shards() {
-            s.data.write().compact(rev);
+            let mut d = s.data.write();
+            let before = d.bytes as i64;
+            d.compact(rev);
+            self.kv_bytes.fetch_add(d.bytes as i64 - before, Ordering::Relaxed);
         }
     }
 
-    /// Approximate bytes of keys, values and history held.
+    /// The accounted size by part: a few atomic loads (crate::quota).
+    pub fn accounted(&self) -> Accounted {
+        Accounted {
+            kv: self.kv_bytes.load(Ordering::Relaxed),
+            leases: self.leases.accounted_bytes(),
+            watch_log: self.hub.accounted_bytes(),
+            watchers: self.watch_bytes.load(Ordering::Relaxed),
+        }
+    }
+
+    /// The accounted size the quota bounds (Status dbSize, etcd_mvcc_db_total_size_in_bytes).
     pub fn size_bytes(&self) -> i64 {
-        self.all_shards().iter().map(|s| s.data.read().bytes as i64).sum()
+        self.accounted().total()
+    }
+
+    /// The quota in bytes; <= 0 means none.
+    pub fn quota(&self) -> i64 {
+        self.quota.load(Ordering::Relaxed)
+    }
+
+    pub fn set_quota(&self, bytes: i64) {
+        self.quota.store(bytes, Ordering::Relaxed);
+    }
+
+    /// etcd's quota check (BackendQuota.Available): whether a request that
+    /// costs `cost` fits; requests that cost nothing always do.
+    pub fn quota_available(&self, cost: i64) -> bool {
+        cost == 0 || crate::quota::available(self.size_bytes(), self.quota(), cost)
     }
 
     pub fn key_count(&self) -> usize {
@@ -725,6 +799,69 @@ mod tests {
 
     fn put(s: &Store, k: &str) {
         s.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
+    }
+
+    /// The accounted size is kept by deltas on the write path; it must equal a
+    /// recount of what the shards hold after any mix of writes and compactions.
+    fn recount(s: &Store) -> i64 {
+        s.all_shards()
+            .iter()
+            .map(|sh| sh.data.read().iter().map(|(k, h)| (crate::quota::key_bytes(k.len()) + h.bytes()) as i64).sum::<i64>())
+            .sum()
+    }
+
+    fn log_events(s: &Store) -> i64 {
+        let Some(oldest) = s.hub.oldest() else { return 0 };
+        match s.hub.read_from(oldest, usize::MAX) {
+            super::super::watch_hub::LogRead::Batches(b) => b.iter().map(|b| b.events.len() as i64).sum(),
+            super::super::watch_hub::LogRead::Gap => unreachable!(),
+        }
+    }
+
+    #[test]
+    fn accounted_size_follows_writes_and_compaction() {
+        use etcd_client::proto::{PbDeleteRequest, PbTxnOpRequest, PbTxnRequest, PbTxnRequestOp};
+        let s = Store::new();
+        assert_eq!(s.size_bytes(), 0);
+        let (lease, _) = s.grant_lease(0, 60).unwrap();
+        for i in 0..200 {
+            let key = format!("/registry/pods/ns/p{}", i % 37).into_bytes();
+            s.put(&PbPutRequest { key, value: vec![b'x'; i % 50], lease: if i % 3 == 0 { lease } else { 0 }, ..Default::default() }).unwrap();
+            if i % 7 == 0 {
+                s.delete_range(&PbDeleteRequest { key: format!("/registry/pods/ns/p{}", i % 11).into_bytes(), ..Default::default() }).unwrap();
+            }
+            if i % 13 == 0 {
+                let op = |k: String| PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestPut(PbPutRequest { key: k.into_bytes(), value: b"t".to_vec(), ..Default::default() })) };
+                s.txn(&PbTxnRequest { success: vec![op(format!("/registry/leases/x{i}")), op(format!("other{i}"))], ..Default::default() }).unwrap();
+            }
+            assert_eq!(s.accounted().kv, recount(&s), "after write {i}");
+        }
+        let attached = s.leases.time_to_live(lease, true).unwrap().2.len() as i64;
+        assert_eq!(s.accounted().leases, crate::quota::LEASE_OVERHEAD + attached * crate::quota::LEASE_KEY_OVERHEAD);
+        assert_eq!(s.accounted().watch_log, log_events(&s) * crate::quota::EVENT_OVERHEAD);
+        let before = s.size_bytes();
+        s.compact(s.current_rev() - 20).unwrap();
+        assert_eq!(s.accounted().kv, recount(&s));
+        assert!(s.size_bytes() < before, "compaction frees: {} -> {}", before, s.size_bytes());
+        s.revoke_lease(lease).unwrap();
+        s.compact(s.current_rev()).unwrap();
+        assert_eq!(s.accounted().kv, recount(&s));
+        assert_eq!(s.accounted().leases, 0);
+        // The batch at the compaction revision stays in the watch log.
+        assert_eq!(s.accounted().watch_log, log_events(&s) * crate::quota::EVENT_OVERHEAD);
+    }
+
+    #[test]
+    fn quota_is_etcds_check() {
+        let s = Store::new();
+        s.set_quota(0);
+        assert!(s.quota_available(1 << 40));
+        put(&s, "a");
+        let size = s.size_bytes();
+        s.set_quota(size + 100);
+        assert!(s.quota_available(99) && !s.quota_available(100) && s.quota_available(0));
+        s.set_quota(-1);
+        assert!(s.quota_available(1 << 40));
     }
 
     /// etcd's kvstore updateCompactRev: at or below the last compaction (-1

@@ -140,7 +140,8 @@ pub struct ShardData {
     order: BTreeMap<Bytes, usize>,
     slots: Vec<KeyHistory>,
     free: Vec<usize>,
-    /// Approximate bytes held (keys, values, per-revision overhead).
+    /// Accounted bytes of this shard's keys and retained versions (crate::quota):
+    /// kept up to date by every write, recomputed by compaction.
     pub bytes: usize,
 }
 
@@ -173,7 +174,7 @@ impl ShardData {
                 let k = self.keys.alloc(key);
                 self.by_key.insert(k.clone(), i);
                 self.order.insert(k.clone(), i);
-                self.bytes += key.len() * 2 + 64;
+                self.bytes += crate::quota::key_bytes(key.len());
                 (k, i)
             }
         };
@@ -213,7 +214,7 @@ impl ShardData {
                     continue;
                 }
             }
-            bytes += k.len() * 2 + 64 + h.bytes();
+            bytes += crate::quota::key_bytes(k.len()) + h.bytes();
         }
         for k in gone {
             if let Some(i) = self.by_key.remove(&k) {

@@ -37,6 +37,8 @@ const MAX_BYTES: usize = 64 << 20;
 
 pub struct WatchHub {
     log: Mutex<Log>,
+    /// The log's event count, readable without its lock (quota accounting).
+    events: AtomicI64,
     cap: usize,
     tx: watch::Sender<i64>,
     /// Per watch stream: the lowest revision one of its watchers still has to
@@ -75,6 +77,7 @@ impl WatchHub {
         let (tx, _) = watch::channel(rev);
         WatchHub {
             log: Mutex::new(Log { batches: VecDeque::with_capacity(cap.min(1 << 16)), events: 0, bytes: 0, start: rev + 1 }),
+            events: AtomicI64::new(0),
             cap,
             tx,
             marks: Mutex::new(Vec::new()),
@@ -114,6 +117,7 @@ impl WatchHub {
             log.start = old.rev + 1;
             dropped += 1;
         }
+        self.events.store(log.events as i64, Ordering::Relaxed);
         dropped
     }
 
@@ -133,6 +137,7 @@ impl WatchHub {
                 }
             }
             log.start = log.batches[0].rev;
+            self.events.store(log.events as i64, Ordering::Relaxed);
         }
         self.tx.send_replace(rev);
     }
@@ -145,6 +150,7 @@ impl WatchHub {
         log.events = 0;
         log.bytes = 0;
         log.start = rev + 1;
+        self.events.store(0, Ordering::Relaxed);
         drop(log);
         self.tx.send_replace(rev);
     }
@@ -161,6 +167,12 @@ impl WatchHub {
         }
         let skip = (from - log.start) as usize;
         LogRead::Batches(log.batches.iter().skip(skip).take(max).cloned().collect())
+    }
+
+    /// Accounted bytes of the log (crate::quota): its events' own records; the
+    /// values they refer to are shared with the key histories and counted there.
+    pub fn accounted_bytes(&self) -> i64 {
+        self.events.load(Ordering::Relaxed) * crate::quota::EVENT_OVERHEAD
     }
 
     /// Oldest revision the log still holds.

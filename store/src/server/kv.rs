@@ -13,7 +13,7 @@ use tonic::server::{NamedService, UnaryService};
 use tonic::{Request, Response, Status};
 
 use super::txn_codec::{TxnCall, TxnCodec};
-use super::Ctx;
+use super::{Ctx, Write};
 use crate::errors::StoreError;
 use crate::mvcc::kvstore_txn::{check_txn, check_txn_intervals, txn_is_read_only};
 
@@ -47,12 +47,17 @@ impl KvService {
         Ok(())
     }
 
-    /// A Txn in etcd's order: gRPC limit, static checks, proposal limit (write
-    /// txns only: read-only ones are not proposed), then the txn itself.
+    /// A Txn in etcd's order: gRPC limit, quota, static checks, proposal limit
+    /// and alarms (write txns only: read-only ones are not proposed), then the
+    /// txn itself.
     pub async fn txn_call(&self, call: TxnCall) -> Result<PbTxnResponse, Status> {
         self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
         let req = &call.req;
         self.grpc_too_large(call.wire_len)?;
+        // Costed on the levels decoded: a truncated nest's deeper puts are not seen,
+        // but check_txn refuses any such nest (docs/design.md §4).
+        let cost = crate::quota::cost_txn(req);
+        self.0.check_quota(cost)?;
         check_txn(req)?;
         if call.truncated {
             // Unreachable: the check refuses any nest deeper than the decoder keeps.
@@ -61,6 +66,7 @@ impl KvService {
         check_txn_intervals(req)?;
         if !txn_is_read_only(req) {
             self.proposal_too_large(call.wire_len)?;
+            self.0.check_alarms(Write::Txn { cost })?;
         }
         let mut resp = self.0.store.txn_checked(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
@@ -103,8 +109,10 @@ impl PbKvService for KvService {
         let req = request.get_ref();
         let n = req.encoded_len();
         self.grpc_too_large(n)?;
+        self.0.check_quota(crate::quota::cost_put(req))?;
         crate::mvcc::kvstore::check_put(req)?;
         self.proposal_too_large(n)?;
+        self.0.check_alarms(Write::Put)?;
         let mut resp = self.0.store.put(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -120,6 +128,7 @@ impl PbKvService for KvService {
             return Err(StoreError::EmptyKey.into());
         }
         self.proposal_too_large(n)?;
+        self.0.check_alarms(Write::Delete)?;
         let mut resp = self.0.store.delete_range(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -138,6 +147,7 @@ impl PbKvService for KvService {
         let n = request.get_ref().encoded_len();
         self.grpc_too_large(n)?;
         self.proposal_too_large(n)?;
+        self.0.check_alarms(Write::Compact)?;
         let rev = self.0.store.compact(request.get_ref().revision)?;
         Ok(Response::new(PbCompactionResponse { header: self.0.header(rev) }))
     }

@@ -1,6 +1,7 @@
-//! Maintenance service: Status (etcd-compatible version), Alarm (none),
-//! Defragment (nothing to do in memory), Hash/HashKV, Snapshot, MoveLeader
-//! (to itself: the single member is the leader).
+//! Maintenance service: Status (etcd-compatible version, accounted size and
+//! quota, raised alarms), Alarm (etcd's GET / ACTIVATE / DEACTIVATE, see
+//! crate::quota), Defragment (nothing to do in memory), Hash/HashKV, Snapshot,
+//! MoveLeader (to itself: the single member is the leader).
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -9,6 +10,7 @@ use futures::Stream;
 use tonic::{Request, Response, Status};
 
 use super::{Ctx, ETCD_COMPAT_VERSION};
+use crate::quota::{alarm_text, ACTION_ACTIVATE, ACTION_DEACTIVATE, ACTION_GET, ALARM_NONE};
 
 pub struct MaintenanceService(pub Arc<Ctx>);
 
@@ -17,13 +19,34 @@ const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
 #[tonic::async_trait]
 impl PbMaintenanceService for MaintenanceService {
-    async fn alarm(&self, _r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
-        Ok(Response::new(PbAlarmResponse { header: self.0.header(self.0.store.current_rev()), alarms: Vec::new() }))
+    /// etcd's applierV3backend.Alarm: GET lists the alarms of a type (all for
+    /// NONE); ACTIVATE raises one for the request's member (any id, 0 included)
+    /// and answers it, also when it was raised already, nothing for type NONE;
+    /// DEACTIVATE disarms that member's alarm and answers it, nothing when it
+    /// was not raised. Disarming NOSPACE lets writes through again; a write that
+    /// still does not fit raises it anew. (etcd answers an unknown action with
+    /// a nil response its server then dereferences; here it gets no alarms.)
+    async fn alarm(&self, r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
+        let r = r.into_inner();
+        let ctx = &self.0;
+        let alarms: Vec<(u64, i32)> = match r.action {
+            ACTION_GET => ctx.store.alarms.get(r.alarm),
+            ACTION_ACTIVATE => ctx.activate_alarm(r.member_id, r.alarm).into_iter().collect(),
+            ACTION_DEACTIVATE => ctx.deactivate_alarm(r.member_id, r.alarm).into_iter().collect(),
+            _ => Vec::new(),
+        };
+        let alarms = alarms.into_iter().map(|(member_id, alarm)| PbAlarmMember { member_id, alarm }).collect();
+        Ok(Response::new(PbAlarmResponse { header: ctx.header(ctx.store.current_rev()), alarms }))
     }
 
+    /// dbSize and dbSizeInUse are both the accounted size the quota bounds: in
+    /// memory nothing is allocated and unused the way free pages are in etcd's
+    /// file (compaction hands freed memory back at once). dbSizeQuota is the
+    /// quota in force, and every raised alarm is listed among the errors, as etcd.
     async fn status(&self, _r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
         let rev = self.0.store.current_rev();
         let size = self.0.store.size_bytes();
+        let errors = self.0.store.alarms.get(ALARM_NONE).into_iter().map(|(m, t)| alarm_text(m, t)).collect();
         Ok(Response::new(PbStatusResponse {
             header: self.0.header(rev),
             version: ETCD_COMPAT_VERSION.into(),
@@ -32,11 +55,11 @@ impl PbMaintenanceService for MaintenanceService {
             raft_index: rev as u64,
             raft_term: 2,
             raft_applied_index: rev as u64,
-            errors: Vec::new(),
+            errors,
             db_size_in_use: size,
             is_learner: false,
             storage_version: "3.6.0".into(),
-            db_size_quota: 8 << 30,
+            db_size_quota: self.0.store.quota(),
             // etcd always sets it (not enabled, no target).
             downgrade_info: Some(PbDowngradeInfo { enabled: false, target_version: String::new() }),
         }))
@@ -83,19 +106,18 @@ impl PbMaintenanceService for MaintenanceService {
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
         let total = blob.len();
-        let chunks: Vec<Result<PbSnapshotResponse, Status>> = blob
-            .chunks(SNAPSHOT_CHUNK)
-            .scan(0usize, |sent, c| {
-                *sent += c.len();
-                Some(Ok(PbSnapshotResponse {
-                    // etcd's snapshot chunks carry no header.
-                    header: None,
-                    remaining_bytes: (total - *sent) as u64,
-                    blob: c.to_vec(),
-                    version: ETCD_COMPAT_VERSION.into(),
-                }))
+        // Chunks are copied out as the client takes them, not all up front: the
+        // encoded store is held once, not twice (the quota leaves room for one copy).
+        let chunks = (0..total.div_ceil(SNAPSHOT_CHUNK)).map(move |i| {
+            let end = ((i + 1) * SNAPSHOT_CHUNK).min(total);
+            Ok(PbSnapshotResponse {
+                // etcd's snapshot chunks carry no header.
+                header: None,
+                remaining_bytes: (total - end) as u64,
+                blob: blob[i * SNAPSHOT_CHUNK..end].to_vec(),
+                version: ETCD_COMPAT_VERSION.into(),
             })
-            .collect();
+        });
         Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
     }
 

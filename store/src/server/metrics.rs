@@ -27,7 +27,10 @@ pub fn render(ctx: &Ctx) -> String {
         o.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     };
     g("etcd_server_has_leader", "Whether a leader exists (always: single member).", "gauge", "1".into());
-    g("etcd_mvcc_db_total_size_in_bytes", "Approximate bytes held by keys, values and history.", "gauge", s.size_bytes().to_string());
+    let acc = s.accounted();
+    g("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes (--quota-backend-bytes or the machine's default).", "gauge", s.quota().to_string());
+    g("etcd_mvcc_db_total_size_in_bytes", "Accounted size the quota bounds: keys, history, leases, watch state.", "gauge", acc.total().to_string());
+    g("etcd_mvcc_db_total_size_in_use_in_bytes", "Accounted size in use (all of it: memory has no free pages to keep).", "gauge", acc.total().to_string());
     g("etcd_debugging_mvcc_keys_total", "Keys in the index (live and with retained history).", "gauge", s.key_count().to_string());
     g("etcd_debugging_mvcc_current_revision", "Current revision.", "gauge", s.current_rev().to_string());
     g("etcd_debugging_mvcc_compact_revision", "Last compaction revision.", "gauge", s.compacted_rev().to_string());
@@ -35,6 +38,15 @@ pub fn render(ctx: &Ctx) -> String {
     g("etcd_debugging_mvcc_watch_stream_total", "Open watch streams.", "gauge", m.watch_streams.load(Ordering::Relaxed).to_string());
     g("etcd_debugging_mvcc_watcher_total", "Active watchers.", "gauge", m.watchers.load(Ordering::Relaxed).to_string());
     g("meganode_watch_catchups_total", "Times a watcher read history because it was behind the watch log.", "counter", m.slow_watcher_catchups.load(Ordering::Relaxed).to_string());
+    o.push_str("# HELP meganode_accounted_bytes Accounted size by part (docs/design.md, memory quota).\n# TYPE meganode_accounted_bytes gauge\n");
+    for (part, v) in [("kv", acc.kv), ("leases", acc.leases), ("watch_log", acc.watch_log), ("watchers", acc.watchers)] {
+        o.push_str(&format!("meganode_accounted_bytes{{part=\"{part}\"}} {v}\n"));
+    }
+    // etcd's alarm gauge: one series per raised alarm, labelled with the member id in hex as etcd's.
+    o.push_str("# HELP etcd_debugging_server_alarms Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm\n# TYPE etcd_debugging_server_alarms gauge\n");
+    for (m, t) in s.alarms.get(crate::quota::ALARM_NONE) {
+        o.push_str(&format!("etcd_debugging_server_alarms{{alarm_type=\"{}\",server_id=\"{m:x}\"}} 1\n", crate::quota::alarm_name(t)));
+    }
     o.push_str("# HELP meganode_requests_total gRPC KV requests by method.\n# TYPE meganode_requests_total counter\n");
     for (name, c) in [("Range", &m.range), ("Put", &m.put), ("DeleteRange", &m.delete), ("Txn", &m.txn)] {
         o.push_str(&format!("meganode_requests_total{{method=\"{name}\"}} {}\n", c.load(Ordering::Relaxed)));
@@ -43,6 +55,25 @@ pub fn render(ctx: &Ctx) -> String {
         o.push_str(&extra());
     }
     o
+}
+
+/// etcd's /health: unhealthy (503) while an alarm is raised, naming the first
+/// one, unless the query excludes it (`?exclude=NOSPACE`, repeatable).
+fn health(ctx: &Ctx, query: &str) -> (&'static str, &'static str, String) {
+    let excluded: Vec<&str> = query.split('&').filter_map(|kv| kv.strip_prefix("exclude=")).collect();
+    let raised = ctx.store.alarms.get(crate::quota::ALARM_NONE).into_iter().map(|(_, t)| t).find(|t| !excluded.contains(&crate::quota::alarm_name(*t).as_str()));
+    match raised {
+        None => ("200 OK", "application/json", "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
+        Some(t) => {
+            let reason = match t {
+                crate::quota::ALARM_NOSPACE => "ALARM NOSPACE",
+                crate::quota::ALARM_CORRUPT => "ALARM CORRUPT",
+                _ => "ALARM UNKNOWN",
+            };
+            // http.Error's form: plain text, a newline after the JSON.
+            ("503 Service Unavailable", "text/plain; charset=utf-8", format!("{{\"health\":\"false\",\"reason\":\"{reason}\"}}\n"))
+        }
+    }
 }
 
 /// Extra metric text from other parts of the binary (the write-ahead log).
@@ -59,10 +90,13 @@ pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
                 Err(_) => return,
             };
             let req = String::from_utf8_lossy(&buf[..n]);
-            let path = req.split_whitespace().nth(1).unwrap_or("/");
+            let target = req.split_whitespace().nth(1).unwrap_or("/");
+            let (path, query) = target.split_once('?').unwrap_or((target, ""));
             let (status, ctype, body) = match path {
                 "/metrics" => ("200 OK", "text/plain; version=0.0.4", render(&ctx)),
-                "/health" | "/livez" | "/readyz" => ("200 OK", "application/json", "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
+                "/health" => health(&ctx, query),
+                "/readyz" if ctx.store.alarms.corrupt() => ("503 Service Unavailable", "text/plain; charset=utf-8", "[-]data_corruption failed: alarm activated: CORRUPT\nreadyz check failed\n".to_string()),
+                "/livez" | "/readyz" => ("200 OK", "application/json", "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
                 _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
             };
             let resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());

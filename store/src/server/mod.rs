@@ -19,7 +19,9 @@ use std::sync::Arc;
 use etcd_client::proto::PbResponseHeader;
 
 use crate::config::Config;
+use crate::errors::StoreError;
 use crate::mvcc::Store;
+use crate::quota::ALARM_NOSPACE;
 
 /// etcd's version as this store reports it: kube-apiserver enables progress
 /// requests (consistent reads from cache) only for >= 3.5.13 / 3.4.31.
@@ -70,11 +72,76 @@ impl Ctx {
         }
     }
 
+    /// etcd's quota check in front of Put, Txn and LeaseGrant (v3rpc/quota.go),
+    /// before any other check of the request: one that costs something and does
+    /// not fit raises NOSPACE for this member and is refused.
+    pub fn check_quota(&self, cost: i64) -> Result<(), tonic::Status> {
+        if self.store.quota_available(cost) {
+            return Ok(());
+        }
+        self.activate_alarm(self.member_id, ALARM_NOSPACE);
+        Err(StoreError::NoSpace.into())
+    }
+
+    /// etcd's appliers in front of the backend (etcdserver/apply): with CORRUPT
+    /// raised every write is refused; with NOSPACE raised Put, LeaseGrant and a
+    /// Txn that costs something, whether or not the size is back under the quota.
+    /// Runs where etcd applies: after the request's own checks and the proposal
+    /// size limit, before any check against the store's state.
+    pub fn check_alarms(&self, w: Write) -> Result<(), tonic::Status> {
+        let a = &self.store.alarms;
+        if a.corrupt() {
+            return Err(StoreError::Corrupt.into());
+        }
+        let capped = match w {
+            Write::Put | Write::LeaseGrant => true,
+            Write::Txn { cost } => cost > 0,
+            Write::Delete | Write::Compact | Write::LeaseRevoke => false,
+        };
+        if capped && a.nospace() {
+            return Err(StoreError::NoSpace.into());
+        }
+        Ok(())
+    }
+
+    /// Raises an alarm (the Alarm RPC's ACTIVATE, or the quota check); logs it
+    /// when it is new, as etcd does.
+    pub fn activate_alarm(&self, member: u64, t: i32) -> Option<(u64, i32)> {
+        let (m, new) = self.store.alarms.activate(member, t)?;
+        if new {
+            let (size, quota) = (self.store.size_bytes(), self.store.quota());
+            eprintln!(
+                "meganode-store: alarm raised: {} from member {member:x} (accounted size {} of quota {})",
+                crate::quota::alarm_name(t), crate::quota::human(size.max(0) as u64), crate::quota::human(quota.max(0) as u64)
+            );
+        }
+        Some(m)
+    }
+
+    /// Disarms an alarm (the Alarm RPC's DEACTIVATE); logs it.
+    pub fn deactivate_alarm(&self, member: u64, t: i32) -> Option<(u64, i32)> {
+        let m = self.store.alarms.deactivate(member, t)?;
+        eprintln!("meganode-store: alarm disarmed: {} from member {member:x}", crate::quota::alarm_name(t));
+        Some(m)
+    }
+
     /// Fills in the member fields of a header the engine produced.
     pub fn fill(&self, h: &mut Option<PbResponseHeader>) {
         let rev = h.as_ref().map_or(self.store.current_rev(), |h| h.revision);
         *h = self.header(rev);
     }
+}
+
+/// A write as etcd's alarm appliers tell them apart (Ctx::check_alarms).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Write {
+    Put,
+    /// A Txn that is not read-only, with its quota cost (crate::quota::cost_txn).
+    Txn { cost: i64 },
+    Delete,
+    Compact,
+    LeaseGrant,
+    LeaseRevoke,
 }
 
 fn fnv(b: &[u8]) -> u64 {

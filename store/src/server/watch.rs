@@ -49,6 +49,11 @@ struct Watcher {
 }
 
 impl Watcher {
+    /// What this watcher is charged against the quota (crate::quota).
+    fn accounted_bytes(&self) -> i64 {
+        crate::quota::WATCHER_OVERHEAD + (self.key.len() + self.end.len()) as i64
+    }
+
     fn matches(&self, e: &Event) -> bool {
         if (e.is_delete() && self.no_delete) || (!e.is_delete() && self.no_put) {
             return false;
@@ -86,6 +91,18 @@ struct Session {
 type Closed = ();
 
 impl Session {
+    /// Forgets a watcher: counts and accounted bytes.
+    fn drop_watcher(&mut self, id: i64) -> bool {
+        match self.watchers.remove(&id) {
+            Some(w) => {
+                self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
+                self.ctx.store.watch_bytes.fetch_sub(w.accounted_bytes(), Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+
     async fn send(&self, r: PbWatchResponse) -> Result<(), Closed> {
         self.tx.send(Ok(r)).await.map_err(|_| ())
     }
@@ -135,28 +152,26 @@ impl Session {
             r.canceled = true;
             return self.send(r).await;
         }
-        self.watchers.insert(
+        let w = Watcher {
             id,
-            Watcher {
-                id,
-                key: c.key,
-                end,
-                prev_kv: c.prev_kv,
-                no_put: c.filters.contains(&0),
-                no_delete: c.filters.contains(&1),
-                progress_notify: c.progress_notify,
-                fragment: c.fragment,
-                next_rev: start,
-                catch_up: start <= cur,
-            },
-        );
+            key: c.key,
+            end,
+            prev_kv: c.prev_kv,
+            no_put: c.filters.contains(&0),
+            no_delete: c.filters.contains(&1),
+            progress_notify: c.progress_notify,
+            fragment: c.fragment,
+            next_rev: start,
+            catch_up: start <= cur,
+        };
+        self.ctx.store.watch_bytes.fetch_add(w.accounted_bytes(), Ordering::Relaxed);
+        self.watchers.insert(id, w);
         self.ctx.metrics.watchers.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
 
     async fn cancel(&mut self, id: i64) -> Result<(), Closed> {
-        if self.watchers.remove(&id).is_some() {
-            self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
+        if self.drop_watcher(id) {
             let mut r = self.resp(self.ctx.store.current_rev(), id);
             r.canceled = true;
             self.send(r).await?;
@@ -232,8 +247,7 @@ impl Session {
                                 }
                             }
                             Err(_) => {
-                                self.watchers.remove(&id);
-                                self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
+                                self.drop_watcher(id);
                                 let mut r = self.resp(cur, id);
                                 r.compact_revision = self.ctx.store.floor_for(&KeyRange::new(&key, &end));
                                 r.canceled = true;
@@ -301,6 +315,7 @@ struct PbWatchCreate {
 
 async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Result<PbWatchResponse, Status>>) {
     ctx.metrics.watch_streams.fetch_add(1, Ordering::Relaxed);
+    ctx.store.watch_bytes.fetch_add(crate::quota::WATCH_STREAM_OVERHEAD, Ordering::Relaxed);
     let mut rev_rx = ctx.store.hub.subscribe();
     let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
     progress.tick().await;
@@ -354,7 +369,11 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
     }
     .await;
     let _ = result;
-    ctx.metrics.watchers.fetch_sub(s.watchers.len() as u64, Ordering::Relaxed);
+    let ids: Vec<i64> = s.watchers.keys().copied().collect();
+    for id in ids {
+        s.drop_watcher(id);
+    }
+    ctx.store.watch_bytes.fetch_sub(crate::quota::WATCH_STREAM_OVERHEAD, Ordering::Relaxed);
     ctx.metrics.watch_streams.fetch_sub(1, Ordering::Relaxed);
 }
 
