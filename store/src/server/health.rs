@@ -9,8 +9,9 @@ use std::task::{Context, Poll};
 
 use futures::Stream;
 use tonic::codegen::{http, BoxFuture, Service, StdError};
-use tonic::server::{NamedService, UnaryService};
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
+use super::routes;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::health_server::{Health, HealthServer};
 use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
@@ -76,17 +77,6 @@ pub fn list() -> HealthListResponse {
     HealthListResponse { statuses }
 }
 
-struct ListSvc;
-
-impl UnaryService<HealthListRequest> for ListSvc {
-    type Response = HealthListResponse;
-    type Future = BoxFuture<Response<HealthListResponse>, Status>;
-
-    fn call(&mut self, _r: Request<HealthListRequest>) -> Self::Future {
-        Box::pin(async { Ok(Response::new(list())) })
-    }
-}
-
 /// The served Health service: List here, Check and Watch through tonic-health.
 #[derive(Clone)]
 pub struct HealthRouter {
@@ -118,10 +108,8 @@ where
         if req.uri().path() != "/grpc.health.v1.Health/List" {
             return self.generated.call(req);
         }
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(tonic_prost::ProstCodec::default());
-            Ok(grpc.unary(ListSvc, req).await)
-        })
+        // tonic's default decode limit, as the generated Check and Watch have.
+        routes::unary(req, 4 << 20, |_r: Request<HealthListRequest>| async { Ok(Response::new(list())) })
     }
 }
 

@@ -9,9 +9,10 @@ use etcd_client::proto::*;
 use futures::Stream;
 use prost::Message;
 use tonic::codegen::{http, BoxFuture, Service, StdError};
-use tonic::server::{NamedService, UnaryService};
+use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
+use super::routes;
 use super::txn_codec::{TxnCall, TxnCodec};
 use super::{Ctx, Write};
 use crate::errors::StoreError;
@@ -170,18 +171,6 @@ impl KvRouter {
     }
 }
 
-struct TxnSvc(Arc<KvService>);
-
-impl UnaryService<TxnCall> for TxnSvc {
-    type Response = PbTxnResponse;
-    type Future = BoxFuture<tonic::Response<PbTxnResponse>, Status>;
-
-    fn call(&mut self, request: tonic::Request<TxnCall>) -> Self::Future {
-        let svc = self.0.clone();
-        Box::pin(async move { svc.txn_call(request.into_inner()).await.map(tonic::Response::new) })
-    }
-}
-
 impl<B> Service<http::Request<B>> for KvRouter
 where
     B: tonic::codegen::Body + Send + 'static,
@@ -201,10 +190,9 @@ where
         }
         let svc = self.svc.clone();
         let codec = TxnCodec { grpc_limit: svc.grpc_limit() };
-        let limit = self.decode_limit;
-        Box::pin(async move {
-            let mut grpc = tonic::server::Grpc::new(codec).apply_max_message_size_config(Some(limit), None);
-            Ok(grpc.unary(TxnSvc(svc), req).await)
+        routes::unary_with_codec(req, codec, self.decode_limit, move |request: tonic::Request<TxnCall>| {
+            let svc = svc.clone();
+            async move { svc.txn_call(request.into_inner()).await.map(tonic::Response::new) }
         })
     }
 }

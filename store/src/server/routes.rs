@@ -1,12 +1,14 @@
-//! Serving a gRPC service whose generated server we do not have: etcd-client
-//! generates etcd's Lock and Election servers but keeps their request types
-//! and server traits private, so those two services declare their request
-//! messages themselves (a few fields each) and route their methods here with
-//! tonic's own unary and server-streaming machinery, as generated code does.
+//! Serving gRPC methods without a generated server, with tonic's own unary and
+//! server-streaming machinery as generated code does. Used where there is no
+//! generated server to call (etcd-client keeps the Lock and Election servers'
+//! request types and traits private, so those services declare their messages
+//! themselves) and where a method needs what the generated server cannot give
+//! (KV's Txn: its own codec for deep nests; Health's List: not in tonic-health).
 use std::convert::Infallible;
 use std::future::Future;
 
 use futures::Stream;
+use tonic::codec::Codec;
 use tonic::codegen::{http, BoxFuture, StdError};
 use tonic::server::{Grpc, ServerStreamingService, UnaryService};
 use tonic::{Request, Response, Status};
@@ -56,8 +58,22 @@ where
     F: FnMut(Request<Req>) -> Fut + Send + 'static,
     Fut: Future<Output = Result<Response<Resp>, Status>> + Send + 'static,
 {
+    unary_with_codec(req, ProstCodec::<Resp, Req>::default(), decode_limit, f)
+}
+
+/// Answers a unary call with `f`, its messages read and written by `codec`.
+pub fn unary_with_codec<C, B, F, Fut>(req: http::Request<B>, codec: C, decode_limit: usize, f: F) -> BoxFuture<HttpResponse, Infallible>
+where
+    C: Codec + Send + 'static,
+    C::Encode: Send + 'static,
+    C::Decode: Send + 'static,
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+    F: FnMut(Request<C::Decode>) -> Fut + Send + 'static,
+    Fut: Future<Output = Result<Response<C::Encode>, Status>> + Send + 'static,
+{
     Box::pin(async move {
-        let mut grpc = Grpc::new(ProstCodec::<Resp, Req>::default()).apply_max_message_size_config(Some(decode_limit), None);
+        let mut grpc = Grpc::new(codec).apply_max_message_size_config(Some(decode_limit), None);
         Ok(grpc.unary(Unary(f), req).await)
     })
 }
