@@ -75,7 +75,7 @@ func runSchedulerSimulate(args []string) error {
 	binds := fs.String("binds", "counted", "in-process runs: counted (Bindings recorded, no object write or watch event: the scheduler's own cost) or api (the fake apiserver writes each pod and every informer receives it: ≈2.7 ms CPU per pod, the runs' bottleneck past a few shards)")
 	skipRuns := fs.Bool("skip-runs", false, "costs and projection only (no in-process runs, no validation)")
 	jsonOut := fs.String("json", "", "write every measurement, run, prediction and projection as JSON here")
-	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the in-process runs (and their cost measurements) here")
+	cpuProfile := fs.String("cpuprofile", "", "in-process runs: write CPU profiles with this prefix, one per run and one per run's shared cost measurement (<prefix>-run-d2-b32.pprof, <prefix>-costs-d2-b32.pprof), so the run's CPU can be compared with what its measurement saw")
 	if ok, err := parseUpFlags(fs, args); !ok {
 		return err
 	}
@@ -208,15 +208,22 @@ func runSchedulerSimulate(args []string) error {
 		fmt.Printf("  in-process fake apiserver (--binds %s): %.0f µs CPU per pod, %.0f µs wall with 16 binders: it uses %.2f cores\n",
 			*binds, api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
 		apiConc := max(1, int(math.Round(api.Concurrency)))
-		if *cpuProfile != "" { // the runs (and the costs measured before each), not the target sizes' costs
-			f, err := os.Create(*cpuProfile)
+		// profile starts a CPU profile of one phase (nothing without --cpuprofile); the returned
+		// func stops it. One file per phase: the run and its cost measurement are in one process,
+		// and only separate profiles tell which of them spent what.
+		profile := func(phase string, d, b int) (func(), error) {
+			if *cpuProfile == "" {
+				return func() {}, nil
+			}
+			f, err := os.Create(fmt.Sprintf("%s-%s-d%d-b%d.pprof", *cpuProfile, phase, d, b))
 			if err != nil {
-				return err
+				return nil, err
 			}
 			if err := pprof.StartCPUProfile(f); err != nil {
-				return err
+				f.Close()
+				return nil, err
 			}
-			defer pprof.StopCPUProfile()
+			return func() { pprof.StopCPUProfile(); f.Close() }, nil
 		}
 		fmt.Printf("== in-process runs: %d nodes, %d pods (pre-created), %d shards, %d cores shared by everything\n", *nodes, *pods, *shards, runtime.NumCPU())
 		for _, d := range dList {
@@ -225,10 +232,15 @@ func runSchedulerSimulate(args []string) error {
 				// The run's costs, measured just before it: this machine's speed drifts over a
 				// command this long, and the validation compares like with like.
 				fmt.Printf("  %s: its costs\n", label)
+				stop, err := profile("costs", d, b)
+				if err != nil {
+					return err
+				}
 				sharedCost, err := measure(*nodes/max(*shards, 1), *shards, d, runShared)
 				if err != nil {
 					return err
 				}
+				stop()
 				aloneCost, err := measure(*nodes/max(*shards, 1), *shards, d, alone)
 				if err != nil {
 					return err
@@ -237,9 +249,13 @@ func runSchedulerSimulate(args []string) error {
 				if err != nil {
 					return err
 				}
+				if stop, err = profile("run", d, b); err != nil {
+					return err
+				}
 				r, err := sim.Simulate(ctx, sim.Config{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
+				stop()
 				if err != nil {
 					return fmt.Errorf("%s: %w", label, err)
 				}

@@ -64,7 +64,7 @@ func newFrameworkSharing(ctx context.Context, cs kubernetes.Interface, factory i
 	if len(cfg.Profiles) == 0 {
 		return nil, fmt.Errorf("no default profile")
 	}
-	metrics.Register() // the framework and the cache record into kube-scheduler's metrics (idempotent)
+	registerSchedulerMetrics() // the framework and the cache record into kube-scheduler's metrics
 	prof := cfg.Profiles[0]
 	prof.SchedulerName = schedulerName
 	logger := klog.FromContext(ctx)

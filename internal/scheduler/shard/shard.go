@@ -17,7 +17,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	internalcache "k8s.io/kubernetes/pkg/scheduler/backend/cache"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-	schedmetrics "k8s.io/kubernetes/pkg/scheduler/metrics"
 
 	"github.com/meganode/meganode/internal/scheduler/events"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
@@ -144,7 +143,7 @@ func New(ctx context.Context, cfg Config) (*Shard, error) {
 	s := &Shard{cfg: cfg, live: slices.Clone(cfg.Live), logger: klog.FromContext(ctx).WithValues("shard", cfg.Index),
 		queue: make(chan []byte, cfg.QueueLen), m: metrics.For(fmt.Sprintf("shard/%d", cfg.Index)),
 		bindSem: make(chan struct{}, cfg.BindWorkers), stopped: make(chan struct{}), eq: newEquivCache(cfg.EquivalenceTTL)}
-	schedmetrics.Register() // before the cache: its metrics loop records into kube-scheduler's gauges
+	registerSchedulerMetrics() // before the cache: its metrics loop records into kube-scheduler's gauges
 	s.cache = internalcache.New(ctx, nil, false)
 	s.snapshot = internalcache.NewEmptySnapshot()
 	profile, _, _ := strings.Cut(cfg.SchedulerName, ",")
