@@ -169,7 +169,7 @@ func TestCheckerCatchesWrongCompare(t *testing.T) {
 // The known visible-before-durable bug is excused only where it is: reads and watch
 // events of revisions lost in a kill. A lost acknowledged write is still caught.
 func TestCheckerExcusesOnlyLostRevisions(t *testing.T) {
-	restart := []Restart{{At: 100 * ms, Took: 50 * ms}}
+	restart := []Restart{{At: 100 * ms, Took: 50 * ms, Resume: 100000}}
 	ops := []Op{
 		put(0, 0, 10, "v1", 2),
 		lost(put(1, 20, 0, "v2", 0)),      // revision 3, visible, then lost in the kill at 100 ms

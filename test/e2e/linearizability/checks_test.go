@@ -196,7 +196,8 @@ func (t keyTimeline) at(rev int64) (KV, bool) {
 
 // checkReadsAgainstRevisions: the store's revision order is a serial order that
 // explains every read: a read with header revision H returns exactly the state
-// after the writes <= H (a Range: of every key at once); a txn's compare is
+// after the writes <= H (a Range: of every key at once; a delete that deleted
+// nothing: the key was absent); a txn's compare is
 // evaluated on the state just before its revision (succeeded) or at its header
 // (failed).
 func checkReadsAgainstRevisions(h *History) []string {
@@ -224,6 +225,10 @@ func checkReadsAgainstRevisions(h *History) []string {
 			for _, k := range h.Keys {
 				kv, ok := got[k]
 				expect(o, k, o.Rev, ok, kv)
+			}
+		case opDelete:
+			if o.Deleted == 0 { // the key was absent at the header's revision
+				expect(o, o.Key, o.Rev, false, KV{})
 			}
 		case opTxn:
 			if o.Succeeded {

@@ -150,9 +150,14 @@ type History struct {
 	// Final: every event under Prefix from revision 1, read by a fresh watcher after
 	// the load (and after the last restart): the store's own account of its writes.
 	Final []Event
-	// Restarts: when the store was SIGKILLed (ns since the start) and how long it
-	// took to serve again.
+	// Restarts: when the store was SIGKILLed (ns since the start), how long it took
+	// to serve again, and the revision it resumed at.
 	Restarts []Restart
 }
 
-type Restart struct{ At, Took int64 }
+type Restart struct {
+	At, Took int64
+	// Resume: the header revision of a read on the restarted store before any
+	// client could reach it; every revision handed out before the kill is <= it.
+	Resume int64
+}

@@ -85,6 +85,7 @@ func requireClean(t *testing.T, h *History) {
 	if len(h.Restarts) > 0 {
 		var excused []string
 		h, excused = excuseVisibleBeforeDurable(h)
+		t.Logf("revisions lost in the kills, (low, high): %v", lostWindows(h))
 		if len(excused) > 0 {
 			report := t.Logf
 			if os.Getenv("MEGANODE_LIN_STRICT") == "1" {

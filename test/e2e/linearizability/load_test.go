@@ -87,22 +87,35 @@ func (r *runner) setDown(d bool) {
 
 // restart kills and restarts the server and points every client at it; the
 // clients' calls in flight fail (unknown outcome) and the next ones wait.
-func (r *runner) restart() error {
+func (r *runner) restart() (int64, error) {
 	err := r.srv.Kill() // under load: the calls in flight now are the unknown ones
 	r.setDown(true)
 	defer r.setDown(false)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if err := r.srv.Start(); err != nil {
-		return err
+		return 0, err
+	}
+	// The revision the store resumed at, read before the clients (whose retries
+	// could write) are pointed at it.
+	probe, err := newClient(r.srv.Endpoint())
+	if err != nil {
+		return 0, err
+	}
+	defer probe.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	g, err := probe.Get(ctx, sentinel)
+	if err != nil {
+		return 0, fmt.Errorf("probe after restart: %w", err)
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, c := range r.clis {
 		c.SetEndpoints(r.srv.Endpoint())
 	}
-	return nil
+	return g.Header.Revision, nil
 }
 
 // runLoad drives cfg.Clients clients and cfg.Watchers watchers against srv for
@@ -152,8 +165,8 @@ func runLoad(t testing.TB, srv cluster, cfg loadConfig, restartAt []time.Duratio
 	for _, at := range restartAt {
 		time.Sleep(time.Until(r.t0.Add(at)))
 		kill := r.now()
-		err := r.restart()
-		restarts = append(restarts, Restart{At: kill, Took: r.now() - kill})
+		resume, err := r.restart()
+		restarts = append(restarts, Restart{At: kill, Took: r.now() - kill, Resume: resume})
 		if err != nil {
 			close(stop)
 			wg.Wait()

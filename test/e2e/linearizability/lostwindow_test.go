@@ -12,28 +12,20 @@ import (
 // unknown to its client). etcd never shows a write before it is durable.
 //
 // lostWindows returns, per restart, the revisions the store handed out before the
-// kill and lost in it: above the newest revision of the store's history below the
-// first revision served after the restart, and below that first revision.
+// kill and lost in it, as (low, high): above the newest revision of the store's
+// history that is <= the revision it resumed at, and below that revision (a read
+// after the restart may carry it; a lost write could only have it if the killed
+// store had handed out the last revision of its reserved block).
 func lostWindows(h *History) [][2]int64 {
 	var out [][2]int64
 	for _, rs := range h.Restarts {
-		var first int64
-		for i := range h.Ops {
-			o := &h.Ops[i]
-			if !o.unknown() && o.Call > rs.At+rs.Took && (first == 0 || o.Rev < first) {
-				first = o.Rev
-			}
-		}
-		if first == 0 {
-			continue
-		}
-		i := sort.Search(len(h.Final), func(i int) bool { return h.Final[i].ModRev >= first })
+		i := sort.Search(len(h.Final), func(i int) bool { return h.Final[i].ModRev > rs.Resume })
 		var last int64
 		if i > 0 {
 			last = h.Final[i-1].ModRev
 		}
-		if first > last+1 {
-			out = append(out, [2]int64{last, first})
+		if rs.Resume > last {
+			out = append(out, [2]int64{last, rs.Resume})
 		}
 	}
 	return out
