@@ -528,6 +528,7 @@ impl Store {
         let r = KeyRange::new(&req.key, &req.range_end);
         let shards = self.shards_for(std::slice::from_ref(&r), true);
         let mut locked = self.lock_write(shards);
+        let cur = self.current_rev();
         let keys: Vec<Bytes> = locked.range(&r).into_iter().filter(|(_, h)| h.latest().is_some()).map(|(k, _)| k.clone()).collect();
         let (prevs, batch) = self.commit(|b| {
             let mut prevs = Vec::new();
@@ -540,7 +541,9 @@ impl Store {
             prevs
         });
         drop(locked);
-        let rev = self.durable(batch);
+        // Nothing deleted: the interval was empty at `cur` (read under the locks), not
+        // necessarily at the revision after they were dropped.
+        let rev = if batch.is_none() { cur } else { self.durable(batch) };
         Ok(etcd_client::proto::PbDeleteResponse {
             header: header(rev),
             deleted: prevs.len() as i64,

@@ -55,7 +55,10 @@ impl Store {
         });
         drop(locked);
         let responses = responses?;
-        let rev = self.durable(batch);
+        // A txn that wrote nothing (kube-apiserver's update whose compare failed) read its
+        // shards at `cur`, under their locks: that is its header, not the revision after
+        // the locks were dropped (a writer may have committed to these shards since).
+        let rev = if batch.is_none() { cur } else { self.durable(batch) };
         Ok(PbTxnResponse { header: header(rev), succeeded, responses })
     }
 
