@@ -9,9 +9,13 @@
 //! Files by concern: `record` (the byte format of log records and reading a
 //! log back), `logfile` (one log file: its buffer, writes and syncs),
 //! `sink` (the store's commit sink: which log a write goes to, group commit,
-//! the fsync flusher), `checkpoint` (per-prefix checkpoints), `recovery`
+//! the fsync flusher and the retries of failed writes), `health` (whether a
+//! write has failed: the alarm), `fault` (a hook to inject file errors and
+//! delays in tests), `checkpoint` (per-prefix checkpoints), `recovery`
 //! (opening a data directory and replaying it), `metrics`.
 mod checkpoint;
+pub mod fault;
+pub mod health;
 mod logfile;
 mod metrics;
 mod record;
@@ -23,7 +27,7 @@ pub use logfile::LogFile;
 pub use metrics::WalMetrics;
 pub use record::{encode_event, read_log, Record, Replayed};
 pub use recovery::{open, read_all, RecoveryReport};
-pub use sink::{SyncState, Wal};
+pub use sink::{SyncState, Wal, FLOOR_MARGIN};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Mode {

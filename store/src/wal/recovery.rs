@@ -11,6 +11,8 @@ use std::time::Instant;
 use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
+use super::fault::Faults;
+use super::health::Health;
 use super::logfile::LogFile;
 use super::metrics::WalMetrics;
 use super::record::{encode_pair, read_log, Record, Replayed, REC_LEASE_GRANT, REC_REV_FLOOR};
@@ -164,9 +166,10 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     if compacted > 0 {
         store.compact_loaded(compacted);
     }
-    let meta = OpenOptions::new().create(true).append(true).open(&meta_path).map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    let faults = Arc::new(Faults::default());
+    let meta = Arc::new(LogFile::open(meta_path.clone(), Mode::Fsync, faults.clone()).map_err(|e| format!("{}: {e}", meta_path.display()))?);
     let leases_path = dir.join("leases.wal");
-    let leases = Arc::new(LogFile::open(leases_path.clone(), if dur.default == Mode::None { Mode::Buffered } else { dur.default }).map_err(|e| format!("{}: {e}", leases_path.display()))?);
+    let leases = Arc::new(LogFile::open(leases_path.clone(), if dur.default == Mode::None { Mode::Buffered } else { dur.default }, faults.clone()).map_err(|e| format!("{}: {e}", leases_path.display()))?);
     let sync = Arc::new(SyncState {
         wake: Mutex::new(false),
         cv: parking_lot::Condvar::new(),
@@ -176,15 +179,26 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         waiters: Mutex::new(BTreeMap::new()),
         logs: RwLock::new(Vec::new()),
     });
-    let wal = Arc::new(Wal { sync, dir: dir.to_path_buf(), dur, logs: RwLock::new(HashMap::new()), meta: Mutex::new(meta), leases, floor: AtomicI64::new(0), metrics: Arc::new(WalMetrics::default()) });
+    let wal = Arc::new(Wal {
+        sync,
+        dir: dir.to_path_buf(),
+        dur,
+        logs: RwLock::new(HashMap::new()),
+        meta,
+        leases,
+        floor: AtomicI64::new(0),
+        floor_wanted: Mutex::new(0),
+        metrics: Arc::new(WalMetrics::default()),
+        health: Health::default(),
+        faults,
+    });
     {
         let w = wal.clone();
         std::thread::Builder::new().name("wal-fsync".into()).spawn(move || w.flusher()).map_err(|e| e.to_string())?;
     }
     // Reserve revisions above everything seen before accepting writes.
     let f = rev + REV_BLOCK;
-    wal.write_meta(REC_REV_FLOOR, f);
-    wal.floor.store(f, Ordering::Relaxed);
+    wal.write_meta(REC_REV_FLOOR, f).map_err(|e| format!("{}: {e}", meta_path.display()))?;
     if restored {
         // Persist the restored state at once as checkpoints (and leases in their log).
         for (id, ttl) in &lease_set {
