@@ -226,20 +226,34 @@ pub const ACTION_DEACTIVATE: i32 = 2;
 
 /// The raised alarms, one per (type, member) as etcd keeps them. Kept in memory
 /// only: a restart clears them (etcd persists them in its backend, see the
-/// module comment). The two flags let the write path test for NOSPACE and
+/// module comment). The flags let the write path test for NOSPACE and
 /// CORRUPT without the lock.
+///
+/// A NOSPACE raised by the disk (a log write failed, crate::wal::health) is
+/// the store's to clear: it is disarmed by itself when the writes succeed
+/// again, unless the quota or an operator raised the same alarm meanwhile.
+/// It refuses only writes to durable prefixes (the log decides), so it does
+/// not set `capped`, the flag etcd's NOSPACE rule reads.
 #[derive(Default)]
 pub struct Alarms {
-    set: Mutex<BTreeSet<(i32, u64)>>,
+    set: Mutex<AlarmSet>,
     nospace: AtomicBool,
+    capped: AtomicBool,
     corrupt: AtomicBool,
+}
+
+#[derive(Default)]
+struct AlarmSet {
+    raised: BTreeSet<(i32, u64)>,
+    /// Members whose NOSPACE only the disk raised.
+    disk_only: BTreeSet<u64>,
 }
 
 impl Alarms {
     /// (member, type) of the raised alarms of type `t`, every type for ALARM_NONE;
     /// ordered by type, then member (etcd's order is its map's: unspecified).
     pub fn get(&self, t: i32) -> Vec<(u64, i32)> {
-        self.set.lock().iter().filter(|(ty, _)| t == ALARM_NONE || *ty == t).map(|(ty, m)| (*m, *ty)).collect()
+        self.set.lock().raised.iter().filter(|(ty, _)| t == ALARM_NONE || *ty == t).map(|(ty, m)| (*m, *ty)).collect()
     }
 
     /// Raises alarm `t` for `member`; returns the alarm (also when it was already
@@ -249,27 +263,61 @@ impl Alarms {
             return None;
         }
         let mut s = self.set.lock();
-        let new = s.insert((t, member));
+        let new = s.raised.insert((t, member));
+        if t == ALARM_NOSPACE {
+            s.disk_only.remove(&member);
+        }
         self.refresh(&s);
         Some(((member, t), new))
+    }
+
+    /// Raises NOSPACE for `member` because a log write failed; true if new.
+    pub fn raise_disk(&self, member: u64) -> bool {
+        let mut s = self.set.lock();
+        let new = s.raised.insert((ALARM_NOSPACE, member));
+        if new {
+            s.disk_only.insert(member);
+        }
+        self.refresh(&s);
+        new
+    }
+
+    /// The disk works again: disarms `member`'s NOSPACE if only the disk
+    /// raised it; true if it did.
+    pub fn clear_disk(&self, member: u64) -> bool {
+        let mut s = self.set.lock();
+        let cleared = s.disk_only.remove(&member) && s.raised.remove(&(ALARM_NOSPACE, member));
+        self.refresh(&s);
+        cleared
     }
 
     /// Disarms alarm `t` of `member`; returns it if it was raised.
     pub fn deactivate(&self, member: u64, t: i32) -> Option<(u64, i32)> {
         let mut s = self.set.lock();
-        let was = s.remove(&(t, member));
+        let was = s.raised.remove(&(t, member));
+        if t == ALARM_NOSPACE {
+            s.disk_only.remove(&member);
+        }
         self.refresh(&s);
         was.then_some((member, t))
     }
 
-    fn refresh(&self, s: &BTreeSet<(i32, u64)>) {
-        let any = |t: i32| s.range((t, 0)..=(t, u64::MAX)).next().is_some();
-        self.nospace.store(any(ALARM_NOSPACE), Ordering::Release);
-        self.corrupt.store(any(ALARM_CORRUPT), Ordering::Release);
+    fn refresh(&self, s: &AlarmSet) {
+        let of = |t: i32| s.raised.range((t, 0)..=(t, u64::MAX));
+        self.nospace.store(of(ALARM_NOSPACE).next().is_some(), Ordering::Release);
+        self.capped.store(of(ALARM_NOSPACE).any(|(_, m)| !s.disk_only.contains(m)), Ordering::Release);
+        self.corrupt.store(of(ALARM_CORRUPT).next().is_some(), Ordering::Release);
     }
 
+    /// Whether any NOSPACE is raised (for whatever reason).
     pub fn nospace(&self) -> bool {
         self.nospace.load(Ordering::Acquire)
+    }
+
+    /// Whether a NOSPACE the quota or an operator raised is in force: etcd's
+    /// rule then refuses every Put, LeaseGrant and costly Txn.
+    pub fn capped(&self) -> bool {
+        self.capped.load(Ordering::Acquire)
     }
 
     pub fn corrupt(&self) -> bool {
@@ -343,6 +391,37 @@ mod tests {
         a.deactivate(7, ALARM_NOSPACE);
         assert!(!a.nospace());
         assert!(a.get(ALARM_NONE).is_empty());
+    }
+
+    /// The disk's NOSPACE clears itself, unless the quota or an operator
+    /// raised NOSPACE too; an operator's disarm clears it at once.
+    #[test]
+    fn disk_nospace_clears_itself_unless_raised_otherwise() {
+        let a = Alarms::default();
+        assert!(a.raise_disk(7));
+        assert!(a.nospace() && !a.capped());
+        assert!(!a.raise_disk(7));
+        assert!(a.clear_disk(7));
+        assert!(!a.nospace() && a.get(ALARM_NONE).is_empty());
+        // Quota first, then the disk: the alarm is the quota's and stays.
+        a.activate(7, ALARM_NOSPACE);
+        assert!(!a.raise_disk(7));
+        assert!(!a.clear_disk(7));
+        assert!(a.nospace() && a.capped());
+        a.deactivate(7, ALARM_NOSPACE);
+        // The disk first, then the quota: it stays too.
+        a.raise_disk(7);
+        a.activate(7, ALARM_NOSPACE);
+        assert!(a.capped());
+        assert!(!a.clear_disk(7));
+        assert!(a.nospace());
+        a.deactivate(7, ALARM_NOSPACE);
+        // Disarmed by an operator while the disk is down: gone; raised again at the next failure.
+        a.raise_disk(7);
+        assert_eq!(a.deactivate(7, ALARM_NOSPACE), Some((7, ALARM_NOSPACE)));
+        assert!(!a.nospace());
+        assert!(!a.clear_disk(7));
+        assert!(a.raise_disk(7) && a.clear_disk(7));
     }
 
     #[test]

@@ -91,7 +91,8 @@ pub fn put_key(out: &mut Vec<u8>, k: &[u8], versions: &[Version]) {
     }
 }
 
-fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Version>)>, String> {
+/// Keys as `put_key` wrote them (snapshots and checkpoints).
+pub(crate) fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Version>)>, String> {
     let short = || "truncated".to_string();
     let mut keys = Vec::with_capacity(nk.min(1 << 20));
     for _ in 0..nk {
@@ -126,22 +127,6 @@ fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Version>)>, Stri
         keys.push((key, vs));
     }
     Ok(keys)
-}
-
-/// A per-prefix checkpoint: (revision it covers, keys).
-pub fn decode_checkpoint(buf: &[u8]) -> Result<(i64, Vec<(Bytes, Vec<Version>)>), String> {
-    if buf.len() < 8 + 16 + 4 || &buf[..8] != crate::wal::CKPT_MAGIC {
-        return Err("not a meganode checkpoint (bad magic)".into());
-    }
-    let (body, tail) = buf.split_at(buf.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().unwrap()) {
-        return Err("checkpoint checksum mismatch".into());
-    }
-    let mut b = &body[8..];
-    let rev = b.get_i64_le();
-    let nk = b.get_u64_le() as usize;
-    let keys = get_keys(&mut b, nk)?;
-    Ok((rev, keys))
 }
 
 #[cfg(test)]

@@ -68,6 +68,7 @@ impl KvService {
         if !txn_is_read_only(req) {
             self.proposal_too_large(call.wire_len)?;
             self.0.check_alarms(Write::Txn { cost })?;
+            self.0.check_disk(|w| txn_durable(w, req))?;
         }
         let mut resp = self.0.store.txn_checked(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
@@ -114,6 +115,7 @@ impl PbKvService for KvService {
         crate::mvcc::kvstore::check_put(req)?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Put)?;
+        self.0.check_disk(|w| w.durable_key(&req.key))?;
         let mut resp = self.0.store.put(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -130,6 +132,7 @@ impl PbKvService for KvService {
         }
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Delete)?;
+        self.0.check_disk(|w| w.durable_range(&req.key, &req.range_end))?;
         let mut resp = self.0.store.delete_range(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -149,7 +152,9 @@ impl PbKvService for KvService {
         self.grpc_too_large(n)?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Compact)?;
+        self.0.check_disk(|_| true)?;
         let rev = self.0.store.compact(request.get_ref().revision)?;
+        self.0.settled().await;
         Ok(Response::new(PbCompactionResponse { header: self.0.header(rev) }))
     }
 }
@@ -199,4 +204,15 @@ where
 
 impl NamedService for KvRouter {
     const NAME: &'static str = "etcdserverpb.KV";
+}
+
+/// Whether a write txn may write to a log: any put or delete, in either
+/// branch or a nested txn, on a durable prefix.
+fn txn_durable(w: &crate::wal::Wal, t: &PbTxnRequest) -> bool {
+    t.success.iter().chain(&t.failure).any(|op| match &op.request {
+        Some(PbTxnOpRequest::RequestPut(p)) => w.durable_key(&p.key),
+        Some(PbTxnOpRequest::RequestDeleteRange(d)) => w.durable_range(&d.key, &d.range_end),
+        Some(PbTxnOpRequest::RequestTxn(t)) => txn_durable(w, t),
+        _ => false,
+    })
 }

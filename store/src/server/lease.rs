@@ -19,14 +19,18 @@ impl PbLeaseService for LeaseService {
         // etcd: the quota first, then (applying) the alarms, then the lease's own checks.
         self.0.check_quota(crate::quota::LEASE_GRANT_COST)?;
         self.0.check_alarms(Write::LeaseGrant)?;
+        self.0.check_disk(|_| true)?;
         let (id, ttl) = self.0.store.grant_lease(r.id, r.ttl)?;
+        self.0.settled().await;
         Ok(Response::new(PbLeaseGrantResponse { header: self.0.header(self.0.store.current_rev()), id, ttl, error: String::new() }))
     }
 
     async fn lease_revoke(&self, r: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
         self.0.check_alarms(Write::LeaseRevoke)?;
+        self.0.check_disk(|_| true)?;
         let rev = self.0.store.revoke_lease(r.get_ref().id)?;
         self.0.synced(rev).await;
+        self.0.settled().await;
         Ok(Response::new(PbLeaseRevokeResponse { header: self.0.header(rev) }))
     }
 
@@ -87,6 +91,10 @@ pub async fn expiry_loop(ctx: Arc<Ctx>) {
         // etcd revokes an expired lease through a LeaseRevoke proposal, which
         // the CORRUPT alarm refuses: its leases outlive their TTL.
         if ctx.store.alarms.corrupt() {
+            continue;
+        }
+        // Nor while a log write has failed: a revocation writes the lease log.
+        if ctx.wal.as_ref().map_or(false, |w| w.health.down()) {
             continue;
         }
         for id in ctx.store.leases.expired(Instant::now()) {

@@ -55,6 +55,18 @@ impl Ctx {
     pub fn new(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>) -> Arc<Self> {
         let member_id = fnv(cfg.name.as_bytes()) | 1;
         let cluster_id = fnv(format!("cluster/{}", cfg.name).as_bytes()) | 1;
+        if let Some(w) = &wal {
+            // A failed log write raises NOSPACE for this member; the store clears
+            // it when the writes succeed again (crate::wal::health).
+            let s = store.clone();
+            w.health.set_alarm_hook(Box::new(move |down| {
+                if down {
+                    s.alarms.raise_disk(member_id);
+                } else {
+                    s.alarms.clear_disk(member_id);
+                }
+            }));
+        }
         Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal })
     }
 
@@ -98,10 +110,30 @@ impl Ctx {
             Write::Txn { cost } => cost > 0,
             Write::Delete | Write::Compact | Write::LeaseRevoke => false,
         };
-        if capped && a.nospace() {
+        if capped && a.capped() {
             return Err(StoreError::NoSpace.into());
         }
         Ok(())
+    }
+
+    /// After `check_alarms`: while a log write has failed (the disk's NOSPACE),
+    /// a write that would go to a log (`durable`: a durable prefix's keys, a
+    /// lease, a compaction) is refused as NOSPACE refuses; memory-only
+    /// prefixes' writes pass. Every write is refused when too few revisions
+    /// are left reserved on disk (crate::wal::FLOOR_MARGIN).
+    pub fn check_disk(&self, durable: impl FnOnce(&crate::wal::Wal) -> bool) -> Result<(), tonic::Status> {
+        match &self.wal {
+            Some(w) if w.refuses(durable(w), self.store.current_rev()) => Err(StoreError::NoSpace.into()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Before answering a lease or compaction write: waits for its record if
+    /// writing it failed (at once otherwise).
+    pub async fn settled(&self) {
+        if let Some(w) = &self.wal {
+            w.settled().await;
+        }
     }
 
     /// Raises an alarm (the Alarm RPC's ACTIVATE, or the quota check); logs it

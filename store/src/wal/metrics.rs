@@ -1,0 +1,47 @@
+//! The log's metrics, with etcd's names where etcd has one.
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Metrics with etcd's names where etcd has one.
+#[derive(Default)]
+pub struct WalMetrics {
+    pub bytes: AtomicU64,
+    pub batches: AtomicU64,
+    pub batch_records: AtomicU64,
+    pub fsyncs: AtomicU64,
+    fsync_buckets: [AtomicU64; 12],
+    fsync_sum_us: AtomicU64,
+    pub replay_ms: AtomicU64,
+    pub checkpoints: AtomicU64,
+}
+
+const FSYNC_BOUNDS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256];
+
+impl WalMetrics {
+    pub(super) fn observe_fsync(&self, secs: f64) {
+        self.fsyncs.fetch_add(1, Ordering::Relaxed);
+        self.fsync_sum_us.fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
+        for (i, b) in FSYNC_BOUNDS.iter().enumerate() {
+            if secs <= *b {
+                self.fsync_buckets[i].fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        o.push_str("# HELP etcd_disk_wal_fsync_duration_seconds The latency distributions of fsync called by the WAL.\n# TYPE etcd_disk_wal_fsync_duration_seconds histogram\n");
+        for (i, b) in FSYNC_BOUNDS.iter().enumerate() {
+            o.push_str(&format!("etcd_disk_wal_fsync_duration_seconds_bucket{{le=\"{b}\"}} {}\n", self.fsync_buckets[i].load(Ordering::Relaxed)));
+        }
+        let n = self.fsyncs.load(Ordering::Relaxed);
+        o.push_str(&format!("etcd_disk_wal_fsync_duration_seconds_bucket{{le=\"+Inf\"}} {n}\n"));
+        o.push_str(&format!("etcd_disk_wal_fsync_duration_seconds_sum {}\n", self.fsync_sum_us.load(Ordering::Relaxed) as f64 / 1e6));
+        o.push_str(&format!("etcd_disk_wal_fsync_duration_seconds_count {n}\n"));
+        o.push_str(&format!("# TYPE etcd_disk_wal_write_bytes_total counter\netcd_disk_wal_write_bytes_total {}\n", self.bytes.load(Ordering::Relaxed)));
+        o.push_str(&format!("# TYPE meganode_wal_batches_total counter\nmeganode_wal_batches_total {}\n", self.batches.load(Ordering::Relaxed)));
+        o.push_str(&format!("# TYPE meganode_wal_batch_records_total counter\nmeganode_wal_batch_records_total {}\n", self.batch_records.load(Ordering::Relaxed)));
+        o.push_str(&format!("# TYPE meganode_wal_replay_seconds gauge\nmeganode_wal_replay_seconds {}\n", self.replay_ms.load(Ordering::Relaxed) as f64 / 1e3));
+        o.push_str(&format!("# TYPE meganode_wal_checkpoints_total counter\nmeganode_wal_checkpoints_total {}\n", self.checkpoints.load(Ordering::Relaxed)));
+        o
+    }
+}

@@ -1,0 +1,281 @@
+//! Opening a data directory: lock it, replay meta log, checkpoints and logs
+//! into the store (docs/design.md, "Recovery rules"), and start the sink.
+use std::collections::{BTreeMap, HashMap};
+use std::fs::{self, File, OpenOptions};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::Bytes;
+use parking_lot::{Mutex, RwLock};
+
+use super::fault::Faults;
+use super::health::Health;
+use super::logfile::LogFile;
+use super::metrics::WalMetrics;
+use super::record::{encode_pair, read_log, Record, Replayed, REC_LEASE_GRANT, REC_REV_FLOOR};
+use super::sink::{SyncState, Wal, REV_BLOCK, TOUCHED_RING};
+use super::{Durability, Mode};
+use crate::mvcc::key_history::Version;
+use crate::mvcc::Store;
+
+/// What recovery found, for the log line and tests.
+#[derive(Debug, Default)]
+pub struct RecoveryReport {
+    pub files: usize,
+    pub records: usize,
+    pub keys: usize,
+    pub torn: Vec<(PathBuf, usize, usize)>,
+    pub rev: i64,
+    pub compacted: i64,
+    pub leases: usize,
+    pub millis: u128,
+}
+
+fn lock_file(dir: &Path) -> Result<File, String> {
+    let path = dir.join("LOCK");
+    let f = OpenOptions::new().create(true).write(true).truncate(false).open(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    // SAFETY: flock on a file descriptor we own; no memory is involved.
+    let r = unsafe { libc_flock(std::os::unix::io::AsRawFd::as_raw_fd(&f), 2 | 4) };
+    if r != 0 {
+        return Err(format!("{} is in use by another meganode-store", dir.display()));
+    }
+    Ok(f)
+}
+
+extern "C" {
+    #[link_name = "flock"]
+    fn libc_flock(fd: i32, op: i32) -> i32;
+}
+
+/// Opens (creating if needed) the data directory, replays checkpoints and
+/// logs into `store`, and returns the log ready to be the store's sink.
+pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) -> Result<(Arc<Wal>, RecoveryReport, File), String> {
+    let t0 = Instant::now();
+    fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let lock = lock_file(dir)?;
+    let mut rep = RecoveryReport::default();
+    let mut floor = 0i64;
+    let mut compacted = crate::mvcc::kvstore::NEVER_COMPACTED;
+    let meta_path = dir.join("meta.wal");
+    if meta_path.exists() {
+        let r = read_log(&meta_path)?;
+        cut_tail(&meta_path, &r, &mut rep)?;
+        for rec in r.records {
+            match rec {
+                Record::RevFloor(f) => floor = floor.max(f),
+                Record::Compact(c) => compacted = compacted.max(c),
+                _ => {}
+            }
+        }
+    }
+    let mut max_rev = 0i64;
+    let mut lease_set: HashMap<i64, i64> = HashMap::new();
+    let mut entries: Vec<PathBuf> = fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok().map(|e| e.path())).collect();
+    entries.sort();
+    let mut restored = false;
+    let has_logs = entries.iter().any(|p| p.extension().map_or(false, |x| x == "wal" || x == "ckpt") && !p.ends_with("meta.wal"));
+    let restore = match restore {
+        Some(src) if has_logs => {
+            // A restart with the same flags: the directory already holds the restored state.
+            eprintln!("meganode-store: {} already holds logs; --restore-from {} ignored", dir.display(), src.display());
+            None
+        }
+        r => r,
+    };
+    if let Some(src) = restore {
+        let buf = fs::read(src).map_err(|e| format!("{}: {e}", src.display()))?;
+        let snap = crate::snapshot::decode(&buf).map_err(|e| format!("{}: {e}", src.display()))?;
+        for (k, vs) in snap.keys {
+            rep.keys += 1;
+            store.load_key(k, vs);
+        }
+        for (id, granted, _remaining) in &snap.leases {
+            lease_set.insert(*id, *granted);
+        }
+        max_rev = snap.rev;
+        compacted = compacted.max(snap.compacted);
+        restored = true;
+    }
+    for path in &entries {
+        if path.extension().map_or(true, |x| x != "ckpt") {
+            continue;
+        }
+        let buf = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let (rev, keys) = super::checkpoint::decode_checkpoint(&buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        max_rev = max_rev.max(rev);
+        rep.files += 1;
+        for (k, vs) in keys {
+            rep.keys += 1;
+            store.load_key(k, vs);
+        }
+    }
+    for path in &entries {
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if !name.ends_with(".wal") || name == "meta.wal" {
+            continue;
+        }
+        let r = read_log(path)?;
+        cut_tail(path, &r, &mut rep)?;
+        rep.files += 1;
+        // Records already in this prefix's checkpoint are skipped.
+        let ckpt_rev = {
+            let c = path.with_extension("ckpt");
+            if c.exists() {
+                super::checkpoint::decode_checkpoint(&fs::read(&c).map_err(|e| e.to_string())?).map(|x| x.0).unwrap_or(0)
+            } else {
+                0
+            }
+        };
+        for rec in r.records {
+            rep.records += 1;
+            match rec {
+                Record::Put { key, v } => {
+                    max_rev = max_rev.max(v.mod_rev);
+                    if v.mod_rev > ckpt_rev {
+                        store.load_version(&key, v);
+                    }
+                }
+                Record::Delete { key, rev, sub } => {
+                    max_rev = max_rev.max(rev);
+                    if rev > ckpt_rev {
+                        store.load_version(&key, Version { mod_rev: rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 });
+                    }
+                }
+                Record::LeaseGrant { id, ttl } => {
+                    lease_set.insert(id, ttl);
+                }
+                Record::LeaseRevoke(id) => {
+                    lease_set.remove(&id);
+                }
+                Record::Compact(c) => compacted = compacted.max(c),
+                Record::RevFloor(f) => floor = floor.max(f),
+            }
+        }
+    }
+    // Leases come back with their full TTL, as etcd's do after a restart or
+    // leader change: their holders renew or let them lapse.
+    for (id, ttl) in &lease_set {
+        store.leases.restore(*id, *ttl, *ttl);
+    }
+    rep.leases = lease_set.len();
+    let rev = max_rev.max(floor).max(1);
+    store.set_revisions(rev, compacted);
+    if compacted > 0 {
+        store.compact_loaded(compacted);
+    }
+    let faults = Arc::new(Faults::default());
+    let meta = Arc::new(LogFile::open(meta_path.clone(), Mode::Fsync, faults.clone()).map_err(|e| format!("{}: {e}", meta_path.display()))?);
+    let leases_path = dir.join("leases.wal");
+    let leases = Arc::new(LogFile::open(leases_path.clone(), if dur.default == Mode::None { Mode::Buffered } else { dur.default }, faults.clone()).map_err(|e| format!("{}: {e}", leases_path.display()))?);
+    let sync = Arc::new(SyncState {
+        wake: Mutex::new(false),
+        cv: parking_lot::Condvar::new(),
+        appended: AtomicI64::new(0),
+        touched: (0..TOUCHED_RING).map(|_| AtomicI64::new(0)).collect(),
+        synced: AtomicI64::new(0),
+        waiters: Mutex::new(BTreeMap::new()),
+        logs: RwLock::new(Vec::new()),
+    });
+    let wal = Arc::new(Wal {
+        sync,
+        dir: dir.to_path_buf(),
+        dur,
+        logs: RwLock::new(HashMap::new()),
+        meta,
+        leases,
+        floor: AtomicI64::new(0),
+        floor_wanted: Mutex::new(0),
+        metrics: Arc::new(WalMetrics::default()),
+        health: Health::default(),
+        faults,
+    });
+    {
+        let w = wal.clone();
+        std::thread::Builder::new().name("wal-fsync".into()).spawn(move || w.flusher()).map_err(|e| e.to_string())?;
+    }
+    // Reserve revisions above everything seen before accepting writes.
+    let f = rev + REV_BLOCK;
+    wal.write_meta(REC_REV_FLOOR, f).map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    if restored {
+        // Persist the restored state at once as checkpoints (and leases in their log).
+        for (id, ttl) in &lease_set {
+            wal.leases.append(0, |buf| {
+                encode_pair(buf, REC_LEASE_GRANT, *id, Some(*ttl));
+                1
+            });
+        }
+        wal.leases.flush_to(i64::MAX, &wal.metrics).map_err(|e| e.to_string())?;
+        for s in store.all_shards() {
+            let k = s.data.read().iter().next().map(|(k, _)| k.clone());
+            if let Some(k) = k {
+                wal.log_for(&k);
+            }
+        }
+        wal.checkpoint(store, 0, true).map_err(|e| format!("writing checkpoints after restore: {e}"))?;
+    }
+    rep.rev = rev;
+    rep.compacted = compacted;
+    rep.millis = t0.elapsed().as_millis();
+    wal.metrics.replay_ms.store(rep.millis as u64, Ordering::Relaxed);
+    Ok((wal, rep, lock))
+}
+
+fn cut_tail(path: &Path, r: &Replayed, rep: &mut RecoveryReport) -> Result<(), String> {
+    if r.torn_bytes > 0 {
+        let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.set_len(r.good_len as u64).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.sync_all().map_err(|e| e.to_string())?;
+        eprintln!(
+            "meganode-store: {}: torn tail of {} bytes at offset {} (failed checksum or incomplete record) cut",
+            path.display(),
+            r.torn_bytes,
+            r.good_len
+        );
+        rep.torn.push((path.to_path_buf(), r.good_len, r.torn_bytes));
+    }
+    Ok(())
+}
+
+/// Reads a whole file (helper for tests).
+pub fn read_all(path: &Path) -> std::io::Result<Vec<u8>> {
+    let mut v = Vec::new();
+    File::open(path)?.read_to_end(&mut v)?;
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A store never compacted comes back never compacted (etcd keeps -1 until
+    /// its first compaction); a compaction at 0 comes back as 0.
+    #[test]
+    fn compaction_point_survives_a_restart() {
+        let dir = std::env::temp_dir().join(format!("mgn-wal-compact-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let dur = Durability::new(Mode::Fsync, &[]);
+        {
+            let store = Store::new();
+            let (log, rep, _lock) = open(&dir, dur.clone(), &store, None).unwrap();
+            assert_eq!((rep.compacted, store.compacted_rev()), (-1, -1));
+            drop(log);
+        }
+        {
+            let store = Store::new();
+            let (log, rep, _lock) = open(&dir, dur.clone(), &store, None).unwrap();
+            assert_eq!((rep.compacted, store.compacted_rev()), (-1, -1));
+            store.set_sink(log.clone());
+            assert_eq!(store.compact(0), Ok(store.current_rev()));
+        }
+        {
+            let store = Store::new();
+            let (_log, rep, _lock) = open(&dir, dur.clone(), &store, None).unwrap();
+            assert_eq!((rep.compacted, store.compacted_rev()), (0, 0));
+            assert_eq!(store.compact(0), Err(crate::errors::StoreError::Compacted));
+        }
+        fs::remove_dir_all(&dir).unwrap();
+    }
+}
