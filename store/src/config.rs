@@ -24,6 +24,12 @@ pub struct Config {
     /// --quota-backend-bytes: the accounted size writes may not take the store
     /// past (crate::quota); 0 = a share of the machine's memory, negative = none.
     pub quota_backend_bytes: i64,
+    /// etcd's --auth-token: "simple" (the default) or "jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...".
+    pub auth_token: String,
+    /// etcd's --auth-token-ttl (seconds): how long a simple token lives after its last use.
+    pub auth_token_ttl: Duration,
+    /// etcd's --bcrypt-cost: the cost of the password hashes.
+    pub bcrypt_cost: u32,
     pub ignored: Vec<String>,
 }
 
@@ -46,6 +52,9 @@ impl Default for Config {
             restore_from: None,
             checkpoint_bytes: 64 << 20,
             quota_backend_bytes: 0,
+            auth_token: "simple".into(),
+            auth_token_ttl: Duration::from_secs(300),
+            bcrypt_cost: 10,
             ignored: Vec::new(),
         }
     }
@@ -64,7 +73,7 @@ const IGNORED: &[&str] = &[
 const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
-    "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes",
+    "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -148,6 +157,12 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 c.quota_backend_bytes =
                     value.parse().map_err(|_| format!("invalid value {value:?} for --quota-backend-bytes: want a number of bytes"))?
             }
+            "auth-token" => c.auth_token = value,
+            "auth-token-ttl" => {
+                let n: u64 = value.parse().map_err(|_| format!("invalid value {value:?} for --auth-token-ttl: want seconds"))?;
+                c.auth_token_ttl = Duration::from_secs(n);
+            }
+            "bcrypt-cost" => c.bcrypt_cost = value.parse().map_err(|_| format!("invalid value {value:?} for --bcrypt-cost"))?,
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }
