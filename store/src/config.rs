@@ -157,7 +157,14 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 c.quota_backend_bytes =
                     value.parse().map_err(|_| format!("invalid value {value:?} for --quota-backend-bytes: want a number of bytes"))?
             }
-            "auth-token" => c.auth_token = value,
+            "auth-token" => {
+                // etcd's form: TYPE[,k=v...]; only simple tokens are served (docs/design.md §6).
+                match value.split(',').next().unwrap_or("") {
+                    "simple" => c.auth_token = value,
+                    "jwt" => return Err("--auth-token jwt is not supported by meganode-store: use simple".into()),
+                    _ => return Err(format!("invalid value {value:?} for --auth-token: auth: invalid auth options")),
+                }
+            }
             "auth-token-ttl" => {
                 let n: u64 = value.parse().map_err(|_| format!("invalid value {value:?} for --auth-token-ttl: want seconds"))?;
                 c.auth_token_ttl = Duration::from_secs(n);

@@ -122,11 +122,18 @@ impl Session {
         }
         let key: &[u8] = if c.key.is_empty() { &[0] } else { &c.key };
         let res = self.ctx.auth.info(&self.creds).and_then(|ai| self.ctx.auth.check_read(ai.as_ref(), key, &c.range_end));
-        match res {
-            Ok(()) => None,
-            Err(e @ (AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty)) => Some(e.message().to_string()),
-            Err(_) => Some(AuthError::PermissionDenied.message().to_string()),
-        }
+        // etcd's reason is the text of its gRPC error: "rpc error: code = ... desc = ...".
+        let e = match res {
+            Ok(()) => return None,
+            Err(e @ (AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty)) => e,
+            Err(_) => AuthError::PermissionDenied,
+        };
+        let code = match e.code() {
+            tonic::Code::Unauthenticated => "Unauthenticated",
+            tonic::Code::PermissionDenied => "PermissionDenied",
+            _ => "InvalidArgument",
+        };
+        Some(format!("rpc error: code = {code} desc = {}", e.message()))
     }
 
     async fn create(&mut self, c: PbWatchCreate) -> Result<(), Closed> {
