@@ -15,6 +15,7 @@ import (
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meganode/meganode/internal/etcdref"
+	"github.com/meganode/meganode/internal/testcerts"
 )
 
 // authSide drives one server with raw gRPC clients; calls carry whatever token is set.
@@ -455,6 +456,42 @@ func TestAuthRestart(t *testing.T) {
 		s.restarted = true
 		s.status("")
 		s.get("", "get without token", "/a/1", "")
+	})
+	tr.compare(t)
+}
+
+// TestAuthCommonName: with --client-cert-auth, a client with a verified certificate and no token
+// acts as the user its certificate's common name names; a token takes precedence.
+func TestAuthCommonName(t *testing.T) {
+	certs, err := testcerts.GenerateWith(t.TempDir(), testcerts.Options{ClientCN: "alice"})
+	must(t, "certs", err)
+	withCert, err := certs.ClientTLS(true)
+	must(t, "client tls", err)
+	tr := transcripts{}
+	forEachDedicated(t, serverOpts{Certs: &certs, ClientCertAuth: true, ClientTLS: withCert}, func(t *testing.T, tg *target) {
+		s := newAuthSide(t, tg, tr)
+		s.setupUsers()
+		_, err := s.auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{})
+		s.rec("enable (auth was off: anyone may)", err)
+		root := s.login("root", "rootpw")
+		s.put(root, "root put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
+		s.get("", "alice by certificate get /a/1", "/a/1", "")
+		s.get("", "alice by certificate get /c", "/c", "")
+		s.put("", "alice by certificate put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
+		s.put("", "alice by certificate put /w/1", &pb.PutRequest{Key: b("/w/1"), Value: b("v")})
+		s.watch("", "alice by certificate watch /a/", "/a/", "/a0")
+		s.watch("", "alice by certificate watch /c", "/c", "")
+		_, err = s.auth.UserList(s.as(""), &pb.AuthUserListRequest{})
+		s.rec("alice by certificate lists users", err)
+		_, err = s.auth.UserGet(s.as(""), &pb.AuthUserGetRequest{Name: "alice"})
+		s.rec("alice by certificate gets herself", err)
+		s.put(root, "root's token over alice's certificate put /c", &pb.PutRequest{Key: b("/c"), Value: b("v")})
+		s.get("bad.1", "a bad token over alice's certificate", "/a/1", "")
+		_, err = s.auth.UserDelete(s.as(root), &pb.AuthUserDeleteRequest{Name: "alice"})
+		s.rec("delete alice", err)
+		s.get("", "certificate of a deleted user get /a/1", "/a/1", "")
+		_, err = s.auth.AuthDisable(s.as(root), &pb.AuthDisableRequest{})
+		s.rec("disable", err)
 	})
 	tr.compare(t)
 }

@@ -38,7 +38,9 @@ func TestAuthEtcdctl(t *testing.T) {
 					stderr = append(stderr, l)
 				}
 			}
-			mask := func(s string) string { return tookRe.ReplaceAllString(strings.ReplaceAll(s, tg.Endpoint, "<endpoint>"), "took <t>") }
+			mask := func(s string) string {
+				return tookRe.ReplaceAllString(strings.ReplaceAll(s, tg.Endpoint, "<endpoint>"), "took <t>")
+			}
 			line := fmt.Sprintf("etcdctl %s: exit %v; stdout %q; stderr %q", strings.Join(args, " "), err, mask(strings.TrimSpace(out.String())), mask(strings.Join(stderr, "\n")))
 			t.Log(line)
 			tr.note(tg, line)
