@@ -12,6 +12,8 @@ import (
 
 	"go.etcd.io/etcd/api/v3/authpb"
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc/metadata"
 
 	"github.com/meganode/meganode/internal/etcdref"
@@ -492,6 +494,41 @@ func TestAuthCommonName(t *testing.T) {
 		s.get("", "certificate of a deleted user get /a/1", "/a/1", "")
 		_, err = s.auth.AuthDisable(s.as(root), &pb.AuthDisableRequest{})
 		s.rec("disable", err)
+	})
+	tr.compare(t)
+}
+
+// TestAuthLockElection: etcd runs Lock and Election as their caller, so the recipes' steps need the
+// caller's permissions on the lock's or election's keys.
+func TestAuthLockElection(t *testing.T) {
+	tr := transcripts{}
+	forEachDedicated(t, serverOpts{}, func(t *testing.T, tg *target) {
+		s := newAuthSide(t, tg, tr)
+		s.setupUsers()
+		_, err := s.auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{})
+		s.rec("enable", err)
+		root := s.login("root", "rootpw")
+		alice := s.login("alice", "alicepw")
+		conn := tg.Cli.ActiveConnection()
+		lk, el := v3lockpb.NewLockClient(conn), v3electionpb.NewElectionClient(conn)
+		_, err = s.auth.RoleGrantPermission(s.as(root), &pb.AuthRoleGrantPermissionRequest{Name: "rw", Perm: perm(authpb.READWRITE, "/l/", "/l0")})
+		s.rec("grant readwrite on /l/ to rw", err)
+		_, err = s.tg.Lease.LeaseGrant(s.as(root), &pb.LeaseGrantRequest{ID: 9001, TTL: 60})
+		s.rec("root lease grant", err)
+		for _, c := range []struct{ who, token, name string }{
+			{"root", root, "/b/x"}, {"alice", alice, "/l"}, {"alice", alice, "/a/lock"}, {"alice", alice, "/w"}, {"nobody", "", "/w"}, {"a bad token", "bad.1", "/w"},
+		} {
+			r, err := lk.Lock(s.as(c.token), &v3lockpb.LockRequest{Name: b(c.name)})
+			s.rec(fmt.Sprintf("%s locks %s", c.who, c.name), err)
+			if err == nil {
+				_, err = lk.Unlock(s.as(c.token), &v3lockpb.UnlockRequest{Key: r.Key})
+				s.rec(fmt.Sprintf("%s unlocks %s", c.who, c.name), err)
+			}
+			_, err = el.Campaign(s.as(c.token), &v3electionpb.CampaignRequest{Name: b(c.name), Value: b("v")})
+			s.rec(fmt.Sprintf("%s campaigns on %s", c.who, c.name), err)
+			_, err = el.Leader(s.as(c.token), &v3electionpb.LeaderRequest{Name: b(c.name)})
+			s.rec(fmt.Sprintf("%s asks the leader of %s", c.who, c.name), err)
+		}
 	})
 	tr.compare(t)
 }
