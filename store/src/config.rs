@@ -24,7 +24,7 @@ pub struct Config {
     /// --quota-backend-bytes: the accounted size writes may not take the store
     /// past (crate::quota); 0 = a share of the machine's memory, negative = none.
     pub quota_backend_bytes: i64,
-    /// etcd's --auth-token: "simple" (the default) or "jwt,pub-key=...,priv-key=...,sign-method=...,ttl=...".
+    /// etcd's --auth-token: "simple" (the default) or "jwt,pub-key=...,priv-key=...,sign-method=...,ttl=..." (crate::auth::jwt).
     pub auth_token: String,
     /// etcd's --auth-token-ttl (seconds): how long a simple token lives after its last use.
     pub auth_token_ttl: Duration,
@@ -161,7 +161,7 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 // etcd's form: TYPE[,k=v...]; only simple tokens are served (docs/design.md §6).
                 match value.split(',').next().unwrap_or("") {
                     "simple" => c.auth_token = value,
-                    "jwt" => return Err("--auth-token jwt is not supported by meganode-store: use simple".into()),
+                    "jwt" => c.auth_token = value,
                     _ => return Err(format!("invalid value {value:?} for --auth-token: auth: invalid auth options")),
                 }
             }

@@ -144,9 +144,16 @@ async fn run(cfg: Config) -> Result<(), String> {
     // The auth state is kept when anything is (docs/design.md §6): in auth.state, fsynced per change.
     let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
     let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));
-    let auth = meganode_store::auth::AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir).map_err(|e| e.message().to_string())?;
+    let mut auth = meganode_store::auth::AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir).map_err(|e| e.message().to_string())?;
+    if cfg.auth_token.starts_with("jwt") {
+        auth = auth.with_jwt(meganode_store::auth::jwt::JwtTokens::parse(&cfg.auth_token)?);
+    }
     let (enabled, auth_rev) = auth.status();
-    eprintln!("meganode-store: auth {} (auth revision {auth_rev}, {} tokens)", if enabled { "enabled" } else { "disabled" }, cfg.auth_token);
+    eprintln!(
+        "meganode-store: auth {} (auth revision {auth_rev}, {} tokens)",
+        if enabled { "enabled" } else { "disabled" },
+        cfg.auth_token.split(',').next().unwrap_or("")
+    );
     let ctx = Ctx::with_auth(store, cfg.clone(), Some(log.clone()), Arc::new(auth));
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {

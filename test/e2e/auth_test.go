@@ -7,7 +7,17 @@ package e2e
 
 import (
 	"context"
+	"crypto"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/sha256"
+	"crypto/x509"
+	"encoding/base64"
+	"encoding/pem"
 	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 
 	"go.etcd.io/etcd/api/v3/authpb"
@@ -404,7 +414,7 @@ func TestAuth(t *testing.T) {
 }
 
 // restart stops the side's server and starts it again on the same data directory.
-func restart(t *testing.T, tg *target) {
+func restart(t *testing.T, tg *target, o serverOpts) {
 	t.Helper()
 	tg.Cli.Close()
 	if tg.Proc != nil {
@@ -413,7 +423,7 @@ func restart(t *testing.T, tg *target) {
 		tg.Endpoint = tg.Proc.Endpoint
 	} else {
 		tg.Etcd.Etcd.Close()
-		e, err := etcdref.Start(etcdref.Options{LogLevel: "fatal", DataDir: tg.Etcd.DataDir})
+		e, err := etcdref.Start(etcdref.Options{LogLevel: "fatal", DataDir: tg.Etcd.DataDir, AuthToken: o.AuthToken})
 		must(t, "restart etcd", err)
 		tg.Etcd, tg.Endpoint = e, e.Endpoint
 	}
@@ -435,7 +445,7 @@ func TestAuthRestart(t *testing.T) {
 		alice := s.login("alice", "alicepw")
 		s.put(root, "root put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
 		s.status(root)
-		restart(t, tg)
+		restart(t, tg, serverOpts{})
 		s = newAuthSide(t, tg, tr)
 		s.restarted = true
 		s.get(alice, "alice's token from before the restart", "/a/1", "")
@@ -453,7 +463,7 @@ func TestAuthRestart(t *testing.T) {
 		}
 		_, err = s.auth.AuthDisable(s.as(root), &pb.AuthDisableRequest{})
 		s.rec("disable", err)
-		restart(t, tg)
+		restart(t, tg, serverOpts{})
 		s = newAuthSide(t, tg, tr)
 		s.restarted = true
 		s.status("")
@@ -529,6 +539,71 @@ func TestAuthLockElection(t *testing.T) {
 			_, err = el.Leader(s.as(c.token), &v3electionpb.LeaderRequest{Name: b(c.name)})
 			s.rec(fmt.Sprintf("%s asks the leader of %s", c.who, c.name), err)
 		}
+	})
+	tr.compare(t)
+}
+
+// writeRSAKeys writes an RSA key pair (PKCS#8 private, PKIX public) for JWT signing.
+func writeRSAKeys(t *testing.T, dir string) (priv, pub string) {
+	k, err := rsa.GenerateKey(rand.Reader, 2048)
+	must(t, "rsa key", err)
+	p8, err := x509.MarshalPKCS8PrivateKey(k)
+	must(t, "pkcs8", err)
+	pk, err := x509.MarshalPKIXPublicKey(&k.PublicKey)
+	must(t, "pkix", err)
+	priv, pub = filepath.Join(dir, "jwt.key"), filepath.Join(dir, "jwt.pub")
+	must(t, "write key", os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), 0o600))
+	must(t, "write pub", os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pk}), 0o644))
+	return priv, pub
+}
+
+// TestAuthJWT: --auth-token jwt (RS256). A token carries the auth revision it was issued at: any
+// auth change makes it stale (`revision of auth store is old`); it is not kept by the server, so
+// it survives a restart; one signed by another key is invalid.
+func TestAuthJWT(t *testing.T) {
+	priv, pub := writeRSAKeys(t, t.TempDir())
+	otherKey, err := rsa.GenerateKey(rand.Reader, 2048)
+	must(t, "rsa key", err)
+	o := serverOpts{AuthToken: fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=RS256,ttl=10m", pub, priv)}
+	tr := transcripts{}
+	forEachDedicated(t, o, func(t *testing.T, tg *target) {
+		s := newAuthSide(t, tg, tr)
+		s.setupUsers()
+		_, err := s.auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{})
+		s.rec("enable", err)
+		root := s.login("root", "rootpw")
+		alice := s.login("alice", "alicepw")
+		if n := strings.Count(alice, "."); n != 2 {
+			t.Errorf("token %q is not a JWT", alice)
+		}
+		s.put(root, "root put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
+		s.get(alice, "alice get /a/1", "/a/1", "")
+		s.put(alice, "alice put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
+		s.get(alice+"x", "a tampered token", "/a/1", "")
+		s.status(root)
+		restart(t, tg, o)
+		s = newAuthSide(t, tg, tr)
+		s.restarted = true
+		s.get(alice, "alice's token after a restart", "/a/1", "")
+		_, err = s.auth.RoleAdd(s.as(root), &pb.AuthRoleAddRequest{Name: "extra"})
+		s.rec("root adds a role (the auth revision moves)", err)
+		s.get(alice, "alice's token after the change", "/a/1", "")
+		s.watch(alice, "alice's stale token watches /a/", "/a/", "/a0")
+		_, err = s.auth.UserList(s.as(root), &pb.AuthUserListRequest{})
+		s.rec("root's stale token lists users (admin checks ignore the revision)", err)
+		alice = s.login("alice", "alicepw")
+		s.get(alice, "alice's new token", "/a/1", "")
+		_, err = s.auth.UserDelete(s.as(root), &pb.AuthUserDeleteRequest{Name: "alice"})
+		s.rec("delete alice", err)
+		s.get(alice, "a deleted user's token", "/a/1", "")
+		// Root's claims signed with another key.
+		parts := strings.Split(root, ".")
+		digest := sha256.Sum256([]byte(parts[0] + "." + parts[1]))
+		sig, err := rsa.SignPKCS1v15(rand.Reader, otherKey, crypto.SHA256, digest[:])
+		must(t, "sign", err)
+		forged := parts[0] + "." + parts[1] + "." + base64.RawURLEncoding.EncodeToString(sig)
+		_, err = s.auth.UserList(s.as(forged), &pb.AuthUserListRequest{})
+		s.rec("root's claims signed with another key", err)
 	})
 	tr.compare(t)
 }

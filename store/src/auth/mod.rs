@@ -7,6 +7,7 @@
 //! at once when auth is off. When it is on, a check takes the state's read lock
 //! (writers are the rare auth RPCs) and looks the user's merged intervals up.
 pub mod cn;
+pub mod jwt;
 pub mod perm;
 pub mod persist;
 pub mod token;
@@ -176,6 +177,8 @@ pub struct AuthStore {
     revision: AtomicU64,
     inner: RwLock<Inner>,
     tokens: SimpleTokens,
+    /// `--auth-token jwt,...`: signed tokens instead of simple ones.
+    jwt: Option<jwt::JwtTokens>,
     bcrypt_cost: u32,
     /// Where auth.state is kept; None: memory only.
     dir: Option<PathBuf>,
@@ -199,6 +202,7 @@ impl AuthStore {
             revision: AtomicU64::new(state.revision),
             inner: RwLock::new(Inner { perms: merged_perms(&state), state }),
             tokens: SimpleTokens::new(token_ttl),
+            jwt: None,
             bcrypt_cost: cost,
             dir,
         };
@@ -213,6 +217,12 @@ impl AuthStore {
     /// Memory only, default cost and TTL (tests, in-process servers).
     pub fn in_memory() -> Self {
         Self::new(10, Duration::from_secs(300), None).expect("no disk")
+    }
+
+    /// Issues JWT tokens instead of simple ones.
+    pub fn with_jwt(mut self, j: jwt::JwtTokens) -> Self {
+        self.jwt = Some(j);
+        self
     }
 
     #[inline]
@@ -317,7 +327,10 @@ impl AuthStore {
                     Some(u) if !u.no_password => {}
                     _ => return Err(AuthError::AuthFailed),
                 }
-                self.tokens.assign(name)
+                match &self.jwt {
+                    Some(j) => j.assign(name, g.state.revision)?,
+                    None => self.tokens.assign(name),
+                }
             };
             if checked == self.revision() {
                 return Ok(token);
@@ -507,6 +520,13 @@ impl AuthStore {
             return Ok(None);
         }
         if let Some(t) = &c.token {
+            if let Some(j) = &self.jwt {
+                // A JWT carries the auth revision it was issued at.
+                return match j.info(t) {
+                    Some((user, rev)) => Ok(Some(AuthInfo { user, rev })),
+                    None => Err(AuthError::InvalidAuthToken),
+                };
+            }
             let rev = self.revision();
             return match self.tokens.user_of(t) {
                 Some(user) => Ok(Some(AuthInfo { user, rev })),
