@@ -228,4 +228,14 @@ mod tests {
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
     }
+
+    #[test]
+    fn auth_flags() {
+        let c = parse(&a(&[])).unwrap();
+        assert_eq!((c.auth_token.as_str(), c.auth_token_ttl, c.bcrypt_cost), ("simple", Duration::from_secs(300), 10));
+        let c = parse(&a(&["--auth-token=jwt,sign-method=RS256,pub-key=/k.pub", "--auth-token-ttl", "60", "--bcrypt-cost=4"])).unwrap();
+        assert_eq!((c.auth_token.as_str(), c.auth_token_ttl, c.bcrypt_cost), ("jwt,sign-method=RS256,pub-key=/k.pub", Duration::from_secs(60), 4));
+        assert!(parse(&a(&["--auth-token=oauth"])).unwrap_err().contains("invalid auth options"));
+        assert!(parse(&a(&["--auth-token-ttl=5m"])).is_err(), "etcd's flag is a number of seconds");
+    }
 }

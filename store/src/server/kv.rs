@@ -52,8 +52,9 @@ impl KvService {
     /// A Txn in etcd's order: gRPC limit, quota, static checks, proposal limit
     /// and alarms (write txns only: read-only ones are not proposed), then the
     /// txn itself.
-    /// `caller` is the request's identity, refused (invalid token) where etcd looks at it.
-    pub async fn txn_call(&self, call: TxnCall, caller: Result<Option<AuthInfo>, Status>) -> Result<PbTxnResponse, Status> {
+    /// `caller` is the request's identity (`Ctx::identify`: None while auth is
+    /// off), refused (invalid token) where etcd looks at it.
+    pub async fn txn_call(&self, call: TxnCall, caller: Option<Result<Option<AuthInfo>, Status>>) -> Result<PbTxnResponse, Status> {
         self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
         let req = &call.req;
         self.grpc_too_large(call.wire_len)?;
@@ -67,15 +68,17 @@ impl KvService {
             return Err(StoreError::TooManyOps.into());
         }
         check_txn_intervals(req)?;
-        let ai = caller?;
+        let auth = caller.transpose()?;
         let read_only = txn_is_read_only(req);
         if !read_only {
             self.proposal_too_large(call.wire_len)?;
             self.0.check_alarms(Write::Txn { cost })?;
         }
-        authz::check_txn(&self.0, ai.as_ref(), req)?;
+        if let Some(ai) = &auth {
+            authz::check_txn(&self.0, ai.as_ref(), req)?;
+        }
         let mut resp = self.0.store.txn_checked(req)?;
-        if read_only {
+        if let (true, Some(ai)) = (read_only, &auth) {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
@@ -89,11 +92,15 @@ impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
         self.grpc_too_large(request.get_ref().encoded_len())?;
-        let ai = self.0.caller(&request)?;
+        let auth = self.0.identify(&request).transpose()?;
         let req = request.get_ref();
-        self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        }
         let mut resp = self.0.store.range(req)?;
-        self.0.auth.check_unchanged(ai.as_ref())?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_unchanged(ai.as_ref())?;
+        }
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -102,11 +109,15 @@ impl PbKvService for KvService {
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
-        let ai = self.0.caller(&request)?;
+        let auth = self.0.identify(&request).transpose()?;
         let req = request.get_ref();
-        self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        }
         let mut resp = self.0.store.range(req)?;
-        self.0.auth.check_unchanged(ai.as_ref())?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_unchanged(ai.as_ref())?;
+        }
         self.0.fill(&mut resp.header);
         // Chunks carry disjoint slices of kvs; header, more and count go on the last one.
         let mut chunks: Vec<Result<PbRangeStreamResponse, Status>> = Vec::new();
@@ -128,10 +139,12 @@ impl PbKvService for KvService {
         self.grpc_too_large(n)?;
         self.0.check_quota(crate::quota::cost_put(req))?;
         crate::mvcc::kvstore::check_put(req)?;
-        let ai = self.0.caller(&request)?;
+        let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Put)?;
-        authz::check_put(&self.0, ai.as_ref(), req)?;
+        if let Some(ai) = &auth {
+            authz::check_put(&self.0, ai.as_ref(), req)?;
+        }
         let mut resp = self.0.store.put(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -146,10 +159,12 @@ impl PbKvService for KvService {
         if req.key.is_empty() {
             return Err(StoreError::EmptyKey.into());
         }
-        let ai = self.0.caller(&request)?;
+        let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Delete)?;
-        authz::check_delete(&self.0, ai.as_ref(), req)?;
+        if let Some(ai) = &auth {
+            authz::check_delete(&self.0, ai.as_ref(), req)?;
+        }
         let mut resp = self.0.store.delete_range(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -159,7 +174,7 @@ impl PbKvService for KvService {
     /// Reached only through the generated server; `KvRouter` sends Txn calls
     /// to `txn_call` with the decoder of `txn_codec`.
     async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
-        let caller = self.0.caller(&request);
+        let caller = self.0.identify(&request);
         let req = request.into_inner();
         let wire_len = req.encoded_len();
         Ok(Response::new(self.txn_call(TxnCall { req, wire_len, truncated: false }, caller).await?))
@@ -216,7 +231,7 @@ where
         routes::unary_with_codec(req, codec, self.decode_limit, move |request: tonic::Request<TxnCall>| {
             let svc = svc.clone();
             async move {
-                let caller = svc.0.caller(&request);
+                let caller = svc.0.identify(&request);
                 svc.txn_call(request.into_inner(), caller).await.map(tonic::Response::new)
             }
         })
