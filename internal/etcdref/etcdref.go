@@ -28,6 +28,7 @@ type Options struct {
 	WatchProgressNotifyInterval time.Duration
 	// ClientPort to listen on (127.0.0.1); 0 picks a free port.
 	ClientPort int
+	AuthToken  string // etcd's --auth-token ("" keeps etcd's default, simple)
 }
 
 // Server is a running embedded etcd.
@@ -85,6 +86,9 @@ func Start(opts Options) (*Server, error) {
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	if opts.MaxRequestBytes > 0 {
 		cfg.MaxRequestBytes = opts.MaxRequestBytes
+	}
+	if opts.AuthToken != "" {
+		cfg.AuthToken = opts.AuthToken
 	}
 	if opts.QuotaBackendBytes != 0 {
 		cfg.QuotaBackendBytes = opts.QuotaBackendBytes

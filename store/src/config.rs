@@ -24,6 +24,12 @@ pub struct Config {
     /// --quota-backend-bytes: the accounted size writes may not take the store
     /// past (crate::quota); 0 = a share of the machine's memory, negative = none.
     pub quota_backend_bytes: i64,
+    /// etcd's --auth-token: "simple" (the default) or "jwt,pub-key=...,priv-key=...,sign-method=...,ttl=..." (crate::auth::jwt).
+    pub auth_token: String,
+    /// etcd's --auth-token-ttl (seconds): how long a simple token lives after its last use.
+    pub auth_token_ttl: Duration,
+    /// etcd's --bcrypt-cost: the cost of the password hashes.
+    pub bcrypt_cost: u32,
     pub ignored: Vec<String>,
 }
 
@@ -46,6 +52,9 @@ impl Default for Config {
             restore_from: None,
             checkpoint_bytes: 64 << 20,
             quota_backend_bytes: 0,
+            auth_token: "simple".into(),
+            auth_token_ttl: Duration::from_secs(300),
+            bcrypt_cost: 10,
             ignored: Vec::new(),
         }
     }
@@ -64,7 +73,7 @@ const IGNORED: &[&str] = &[
 const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
-    "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes",
+    "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -148,6 +157,19 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 c.quota_backend_bytes =
                     value.parse().map_err(|_| format!("invalid value {value:?} for --quota-backend-bytes: want a number of bytes"))?
             }
+            "auth-token" => {
+                // etcd's form: TYPE[,k=v...]; only simple tokens are served (docs/design.md §6).
+                match value.split(',').next().unwrap_or("") {
+                    "simple" => c.auth_token = value,
+                    "jwt" => c.auth_token = value,
+                    _ => return Err(format!("invalid value {value:?} for --auth-token: auth: invalid auth options")),
+                }
+            }
+            "auth-token-ttl" => {
+                let n: u64 = value.parse().map_err(|_| format!("invalid value {value:?} for --auth-token-ttl: want seconds"))?;
+                c.auth_token_ttl = Duration::from_secs(n);
+            }
+            "bcrypt-cost" => c.bcrypt_cost = value.parse().map_err(|_| format!("invalid value {value:?} for --bcrypt-cost"))?,
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }
@@ -205,5 +227,15 @@ mod tests {
         assert_eq!(parse_duration("5s").unwrap(), Duration::from_secs(5));
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
         assert_eq!(parse_duration("250ms").unwrap(), Duration::from_millis(250));
+    }
+
+    #[test]
+    fn auth_flags() {
+        let c = parse(&a(&[])).unwrap();
+        assert_eq!((c.auth_token.as_str(), c.auth_token_ttl, c.bcrypt_cost), ("simple", Duration::from_secs(300), 10));
+        let c = parse(&a(&["--auth-token=jwt,sign-method=RS256,pub-key=/k.pub", "--auth-token-ttl", "60", "--bcrypt-cost=4"])).unwrap();
+        assert_eq!((c.auth_token.as_str(), c.auth_token_ttl, c.bcrypt_cost), ("jwt,sign-method=RS256,pub-key=/k.pub", Duration::from_secs(60), 4));
+        assert!(parse(&a(&["--auth-token=oauth"])).unwrap_err().contains("invalid auth options"));
+        assert!(parse(&a(&["--auth-token-ttl=5m"])).is_err(), "etcd's flag is a number of seconds");
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
-use meganode_store::server::{self, cluster, election, health, kv, lease, lock, maintenance, metrics, watch, Ctx};
+use meganode_store::server::{self, auth, cluster, election, health, kv, lease, lock, maintenance, metrics, watch, Ctx};
 use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
@@ -61,6 +61,7 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbClusterServer::new(cluster::ClusterService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(auth::AuthRouter::new(ctx.clone(), limit))
         .add_service(lock::LockRouter::new(ctx.clone(), limit))
         .add_service(election::ElectionRouter::new(ctx.clone(), limit))
         .add_service(health::HealthRouter::default())
@@ -76,7 +77,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]");
         return;
     }
     let cfg = match config::parse(&args) {
@@ -140,7 +141,20 @@ async fn run(cfg: Config) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
     }
-    let ctx = Ctx::new(store, cfg.clone(), Some(log.clone()));
+    // The auth state is kept when anything is (docs/design.md §6): in auth.state, fsynced per change.
+    let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
+    let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));
+    let mut auth = meganode_store::auth::AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir).map_err(|e| e.message().to_string())?;
+    if cfg.auth_token.starts_with("jwt") {
+        auth = auth.with_jwt(meganode_store::auth::jwt::JwtTokens::parse(&cfg.auth_token)?);
+    }
+    let (enabled, auth_rev) = auth.status();
+    eprintln!(
+        "meganode-store: auth {} (auth revision {auth_rev}, {} tokens)",
+        if enabled { "enabled" } else { "disabled" },
+        cfg.auth_token.split(',').next().unwrap_or("")
+    );
+    let ctx = Ctx::with_auth(store, cfg.clone(), Some(log.clone()), Arc::new(auth));
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {
         let (_, addr) = host_port(url)?;

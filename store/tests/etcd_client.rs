@@ -1,14 +1,17 @@
-//! The Rust `etcd-client` crate (0.21) against the store's Lock and Election
-//! services, served in-process: its own integration tests `test_lock` and
-//! `test_election` (tests/client.rs), step for step, then contention through
-//! the same client.
+//! The Rust `etcd-client` crate (0.21) against the store's Lock, Election and
+//! Auth services, served in-process: its own integration tests `test_lock`,
+//! `test_election`, `test_role` and `test_user` (tests/client.rs), step for
+//! step, then contention through the same client, and a user's client under
+//! auth.
 use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::proto::{PbLeaseServer, PbWatchServer};
-use etcd_client::{Client, ConnectOptions, LockOptions, ProclaimOptions, ResignOptions};
+use etcd_client::{
+    Client, ConnectOptions, LockOptions, Permission, PermissionType, ProclaimOptions, ResignOptions, RoleRevokePermissionOptions, UserAddOptions,
+};
 use meganode_store::config::Config;
-use meganode_store::server::{self, election, kv, lease, lock, watch, Ctx};
+use meganode_store::server::{self, auth, election, kv, lease, lock, watch, Ctx};
 use meganode_store::Store;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
@@ -25,6 +28,7 @@ async fn serve() -> String {
         .add_service(kv::KvRouter::new(ctx.clone(), limit))
         .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())))
         .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())))
+        .add_service(auth::AuthRouter::new(ctx.clone(), limit))
         .add_service(lock::LockRouter::new(ctx.clone(), limit))
         .add_service(election::ElectionRouter::new(ctx.clone(), limit));
     tokio::spawn(router.serve_with_incoming(TcpListenerStream::new(listener)));
@@ -112,5 +116,147 @@ async fn etcd_client_lock_contention_and_observe() -> Result<()> {
     a.resign(Some(ResignOptions::new().with_leader(first.leader().unwrap().clone()))).await?;
     second.await.unwrap()?;
     assert_eq!(obs.message().await?.unwrap().kv().unwrap().value(), b"two");
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_client_test_role() -> Result<()> {
+    let mut client = client(&serve().await).await?;
+
+    let role1 = "role1_";
+    let role2 = "role2_";
+
+    let _ = client.role_delete(role1).await;
+    let _ = client.role_delete(role2).await;
+
+    client.role_add(role1).await?;
+
+    client.role_get(role1).await?;
+
+    client.role_delete(role1).await?;
+    client.role_get(role1).await.unwrap_err();
+
+    client.role_add(role2).await?;
+    client.role_get(role2).await?;
+
+    {
+        let resp = client.role_list().await?;
+        assert!(resp.roles().contains(&role2.to_string()));
+    }
+
+    client.role_grant_permission(role2, Permission::read("123")).await?;
+    client.role_grant_permission(role2, Permission::write("abc").with_from_key()).await?;
+    client.role_grant_permission(role2, Permission::read_write("hi").with_range_end("hjj")).await?;
+    client.role_grant_permission(role2, Permission::new(PermissionType::Write, "pp").with_prefix()).await?;
+    client.role_grant_permission(role2, Permission::new(PermissionType::Read, "xyz").with_all_keys()).await?;
+
+    {
+        let resp = client.role_get(role2).await?;
+        let permissions = resp.permissions();
+        assert!(permissions.contains(&Permission::read("123")));
+        assert!(permissions.contains(&Permission::write("abc").with_from_key()));
+        assert!(permissions.contains(&Permission::read_write("hi").with_range_end("hjj")));
+        assert!(permissions.contains(&Permission::write("pp").with_prefix()));
+        assert!(permissions.contains(&Permission::read("xyz").with_all_keys()));
+    }
+
+    //revoke all permission
+    client.role_revoke_permission(role2, "123", None).await?;
+    client.role_revoke_permission(role2, "abc", Some(RoleRevokePermissionOptions::new().with_from_key())).await?;
+    client.role_revoke_permission(role2, "hi", Some(RoleRevokePermissionOptions::new().with_range_end("hjj"))).await?;
+    client.role_revoke_permission(role2, "pp", Some(RoleRevokePermissionOptions::new().with_prefix())).await?;
+    client.role_revoke_permission(role2, "xyz", Some(RoleRevokePermissionOptions::new().with_all_keys())).await?;
+
+    let resp = client.role_get(role2).await?;
+    assert!(resp.permissions().is_empty());
+
+    client.role_delete(role2).await?;
+
+    Ok(())
+}
+
+#[tokio::test]
+async fn etcd_client_test_user() -> Result<()> {
+    let name1 = "usr1";
+    let password1 = "pwd1";
+    let name2 = "usr2";
+    let password2 = "pwd2";
+    let name3 = "usr3";
+    let password3 = "pwd3";
+    let role1 = "role1";
+
+    let mut client = client(&serve().await).await?;
+
+    // ignore result
+    let _resp = client.user_delete(name1).await;
+    let _resp = client.user_delete(name2).await;
+    let _resp = client.user_delete(name3).await;
+    let _resp = client.role_delete(role1).await;
+
+    client.user_add(name1, password1, Some(UserAddOptions::new())).await?;
+
+    client.user_add(name2, password2, Some(UserAddOptions::new().with_no_pwd())).await?;
+
+    client.user_add(name3, password3, None).await?;
+
+    client.user_get(name1).await?;
+
+    {
+        let resp = client.user_list().await?;
+        assert!(resp.users().contains(&name1.to_string()));
+    }
+
+    client.user_delete(name2).await?;
+    client.user_get(name2).await.unwrap_err();
+
+    client.user_change_password(name1, password2).await?;
+    client.user_get(name1).await?;
+
+    client.role_add(role1).await?;
+    client.user_grant_role(name1, role1).await?;
+    client.user_get(name1).await?;
+
+    client.user_revoke_role(name1, role1).await?;
+    client.user_get(name1).await?;
+
+    let _ = client.user_delete(name1).await;
+    let _ = client.user_delete(name2).await;
+    let _ = client.user_delete(name3).await;
+    let _ = client.role_delete(role1).await;
+
+    Ok(())
+}
+
+/// Auth on: the crate's client logs in with `with_user` (its token on every
+/// call) and gets etcd's refusals where its roles do not reach.
+#[tokio::test]
+async fn etcd_client_user_under_auth() -> Result<()> {
+    let addr = serve().await;
+    let mut admin = client(&addr).await?;
+    admin.user_add("root", "rootpw", None).await?;
+    admin.user_grant_role("root", "root").await?;
+    admin.role_add("ro").await?;
+    admin.role_grant_permission("ro", Permission::read("/a/").with_prefix()).await?;
+    admin.user_add("alice", "alicepw", None).await?;
+    admin.user_grant_role("alice", "ro").await?;
+    admin.auth_enable().await?;
+    let err = admin.get("/a/1", None).await.unwrap_err();
+    assert!(err.to_string().contains("etcdserver: user name is empty"), "{err}");
+
+    let mut root = Client::connect([addr.as_str()], Some(ConnectOptions::new().with_user("root", "rootpw"))).await?;
+    root.put("/a/1", "v", None).await?;
+    assert!(root.user_list().await?.users().contains(&"alice".to_string()));
+
+    let mut alice = Client::connect([addr.as_str()], Some(ConnectOptions::new().with_user("alice", "alicepw"))).await?;
+    assert_eq!(alice.get("/a/1", None).await?.kvs().len(), 1);
+    let err = alice.put("/a/1", "w", None).await.unwrap_err();
+    assert!(err.to_string().contains("etcdserver: permission denied"), "{err}");
+    let err = alice.user_list().await.unwrap_err();
+    assert!(err.to_string().contains("etcdserver: permission denied"), "{err}");
+    let bad = Client::connect([addr.as_str()], Some(ConnectOptions::new().with_user("alice", "wrong"))).await;
+    assert!(bad.is_err(), "a wrong password connects");
+
+    root.auth_disable().await?;
+    admin.put("/a/2", "v", None).await?;
     Ok(())
 }

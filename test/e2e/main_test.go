@@ -65,6 +65,7 @@ type serverOpts struct {
 	ClientTLS       *tls.Config   // TLS config of the connected client (with Certs)
 	NoClient        bool          // start only the server
 	QuotaBytes      int64         // --quota-backend-bytes; 0 keeps the server's default
+	AuthToken       string        // --auth-token; "" keeps the server's default (simple)
 }
 
 func useEtcdForMeganode() bool { return os.Getenv("MEGANODE_E2E_TARGET") == "etcd" }
@@ -78,7 +79,7 @@ func startServer(kind string, o serverOpts) (*target, error) {
 	}
 	if kind == kindEtcd || useEtcdForMeganode() {
 		eo := etcdref.Options{LogLevel: "fatal", MaxRequestBytes: o.MaxRequestBytes, WatchProgressNotifyInterval: o.ProgressNotify,
-			QuotaBackendBytes: o.QuotaBytes}
+			QuotaBackendBytes: o.QuotaBytes, AuthToken: o.AuthToken}
 		if dir, err := os.MkdirTemp(shmDir(), "e2e-etcd-"); err == nil {
 			eo.DataDir = dir
 		}
@@ -111,6 +112,9 @@ func startServer(kind string, o serverOpts) (*target, error) {
 		}
 		if o.QuotaBytes != 0 {
 			so.ExtraArgs = append(so.ExtraArgs, "--quota-backend-bytes", fmt.Sprint(o.QuotaBytes))
+		}
+		if o.AuthToken != "" {
+			so.ExtraArgs = append(so.ExtraArgs, "--auth-token", o.AuthToken)
 		}
 		if o.ProgressNotify > 0 {
 			so.ExtraArgs = append(so.ExtraArgs, "--watch-progress-notify-interval", o.ProgressNotify.String())

@@ -24,6 +24,7 @@ use tokio::sync::watch;
 use tonic::Status;
 
 use super::Ctx;
+use crate::auth::AuthInfo;
 use crate::errors::StoreError;
 use crate::mvcc::shard::{prefix_end, KeyRange};
 use crate::mvcc::watch_hub::{Event, LogRead};
@@ -41,6 +42,37 @@ pub const ERR_MISSING_LEADER_KEY: &str = "\"leader\" field must be provided";
 /// clientv3, whose errors have no gRPC status, so gRPC sends code Unknown.
 pub fn client_err(e: StoreError) -> Status {
     Status::unknown(e.message())
+}
+
+tokio::task_local! {
+    /// The identity the recipe runs as: its caller's, as etcd's in-process client
+    /// carries the caller's token into every step.
+    static CALLER: Option<AuthInfo>;
+}
+
+/// Runs `f` (a Lock or Election call) as the request's caller; an invalid
+/// token is refused as the recipe's first step would be (code Unknown).
+pub async fn as_caller<T, R, F>(ctx: &Ctx, r: &tonic::Request<R>, f: F) -> Result<T, Status>
+where
+    F: std::future::Future<Output = Result<T, Status>>,
+{
+    let ai = ctx.caller(r).map_err(|s| Status::unknown(s.message()))?;
+    CALLER.scope(ai, f).await
+}
+
+/// The identity the current recipe runs as (None: auth off, or nobody).
+pub fn caller() -> Option<AuthInfo> {
+    CALLER.try_with(|c| c.clone()).ok().flatten()
+}
+
+/// `f` running as `ai` (for tasks a recipe spawns).
+pub fn scoped<F: std::future::Future>(ai: Option<AuthInfo>, f: F) -> impl std::future::Future<Output = F::Output> {
+    CALLER.scope(ai, f)
+}
+
+/// A refused step, as the caller sees it through clientv3: code Unknown.
+fn refused(s: Status) -> Status {
+    Status::unknown(s.message())
 }
 
 /// A concurrency package error (errors.New): code Unknown as well.
@@ -73,6 +105,7 @@ pub fn session(ctx: &Ctx, lease: i64) -> Result<i64, Status> {
     if lease != 0 {
         return Ok(lease);
     }
+    ctx.auth.require(caller().as_ref()).map_err(|e| refused(e.into()))?;
     let (id, _) = ctx.store.grant_lease(0, SESSION_TTL).map_err(client_err)?;
     Ok(id)
 }
@@ -175,6 +208,7 @@ pub async fn txn(ctx: &Ctx, req: PbTxnRequest) -> Result<PbTxnResponse, Status> 
     if req.encoded_len() > ctx.cfg.max_request_bytes {
         return Err(client_err(StoreError::RequestTooLarge));
     }
+    super::authz::check_txn(ctx, caller().as_ref(), &req).map_err(refused)?;
     let mut resp = ctx.store.txn(&req).map_err(client_err)?;
     ctx.synced(header_rev(&resp.header)).await;
     ctx.fill(&mut resp.header);
@@ -182,6 +216,7 @@ pub async fn txn(ctx: &Ctx, req: PbTxnRequest) -> Result<PbTxnResponse, Status> 
 }
 
 pub fn range(ctx: &Ctx, req: &PbRangeRequest) -> Result<PbRangeResponse, Status> {
+    ctx.auth.check_read(caller().as_ref(), &req.key, &req.range_end).map_err(|e| refused(e.into()))?;
     let mut resp = ctx.store.range(req).map_err(client_err)?;
     ctx.fill(&mut resp.header);
     Ok(resp)
@@ -193,6 +228,7 @@ pub async fn delete(ctx: &Ctx, key: &[u8]) -> Result<PbDeleteResponse, Status> {
     if req.encoded_len() > ctx.cfg.max_request_bytes {
         return Err(client_err(StoreError::RequestTooLarge));
     }
+    super::authz::check_delete(ctx, caller().as_ref(), &req).map_err(refused)?;
     let mut resp = ctx.store.delete_range(&req).map_err(client_err)?;
     ctx.synced(header_rev(&resp.header)).await;
     ctx.fill(&mut resp.header);

@@ -95,13 +95,14 @@ pub type ObserveStream = Pin<Box<dyn Stream<Item = Result<PbLeaderResponse, Stat
 pub async fn observe(ctx: Arc<Ctx>, r: LeaderRequest) -> Result<ObserveStream, Status> {
     check_request_size(&ctx, r.encoded_len())?;
     let (tx, rx) = mpsc::channel(16);
-    tokio::spawn(async move {
+    let caller = cc::caller();
+    tokio::spawn(cc::scoped(caller, async move {
         let closed = tx.clone();
         tokio::select! {
             _ = observe_loop(ctx, cc::prefix(&r.name), tx) => {}
             _ = closed.closed() => {}
         }
-    });
+    }));
     Ok(Box::pin(ReceiverStream::new(rx)))
 }
 
@@ -170,7 +171,7 @@ macro_rules! unary_route {
         let ctx = $ctx;
         routes::unary($req, $limit, move |r: Request<$ty>| {
             let ctx = ctx.clone();
-            async move { $f(ctx, r.into_inner()).await.map(Response::new) }
+            async move { cc::as_caller(&ctx.clone(), &r, $f(ctx, r.get_ref().clone())).await.map(Response::new) }
         })
     }};
 }
@@ -197,7 +198,7 @@ where
             "/v3electionpb.Election/Resign" => unary_route!(req, limit, ctx, ResignRequest, resign),
             "/v3electionpb.Election/Observe" => routes::server_streaming(req, limit, move |r: Request<LeaderRequest>| {
                 let ctx = ctx.clone();
-                async move { observe(ctx, r.into_inner()).await.map(Response::new) }
+                async move { cc::as_caller(&ctx.clone(), &r, observe(ctx, r.get_ref().clone())).await.map(Response::new) }
             }),
             p => routes::unknown_method(SERVICE, p),
         }

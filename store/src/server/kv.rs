@@ -14,7 +14,8 @@ use tonic::{Request, Response, Status};
 
 use super::routes;
 use super::txn_codec::{TxnCall, TxnCodec};
-use super::{Ctx, Write};
+use super::{authz, Ctx, Write};
+use crate::auth::AuthInfo;
 use crate::errors::StoreError;
 use crate::mvcc::kvstore_txn::{check_txn, check_txn_intervals, txn_is_read_only};
 
@@ -51,7 +52,9 @@ impl KvService {
     /// A Txn in etcd's order: gRPC limit, quota, static checks, proposal limit
     /// and alarms (write txns only: read-only ones are not proposed), then the
     /// txn itself.
-    pub async fn txn_call(&self, call: TxnCall) -> Result<PbTxnResponse, Status> {
+    /// `caller` is the request's identity (`Ctx::identify`: None while auth is
+    /// off), refused (invalid token) where etcd looks at it.
+    pub async fn txn_call(&self, call: TxnCall, caller: Option<Result<Option<AuthInfo>, Status>>) -> Result<PbTxnResponse, Status> {
         self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
         let req = &call.req;
         self.grpc_too_large(call.wire_len)?;
@@ -65,12 +68,20 @@ impl KvService {
             return Err(StoreError::TooManyOps.into());
         }
         check_txn_intervals(req)?;
-        if !txn_is_read_only(req) {
+        let auth = caller.transpose()?;
+        let read_only = txn_is_read_only(req);
+        if !read_only {
             self.proposal_too_large(call.wire_len)?;
             self.0.check_alarms(Write::Txn { cost })?;
             self.0.check_disk(|w| txn_durable(w, req))?;
         }
+        if let Some(ai) = &auth {
+            authz::check_txn(&self.0, ai.as_ref(), req)?;
+        }
         let mut resp = self.0.store.txn_checked(req)?;
+        if let (true, Some(ai)) = (read_only, &auth) {
+            self.0.auth.check_unchanged(ai.as_ref())?;
+        }
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
         Ok(resp)
@@ -82,7 +93,15 @@ impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
         self.grpc_too_large(request.get_ref().encoded_len())?;
-        let mut resp = self.0.store.range(request.get_ref())?;
+        let auth = self.0.identify(&request).transpose()?;
+        let req = request.get_ref();
+        if let Some(ai) = &auth {
+            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        }
+        let mut resp = self.0.store.range(req)?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_unchanged(ai.as_ref())?;
+        }
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -91,7 +110,15 @@ impl PbKvService for KvService {
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
-        let mut resp = self.0.store.range(request.get_ref())?;
+        let auth = self.0.identify(&request).transpose()?;
+        let req = request.get_ref();
+        if let Some(ai) = &auth {
+            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        }
+        let mut resp = self.0.store.range(req)?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_unchanged(ai.as_ref())?;
+        }
         self.0.fill(&mut resp.header);
         // Chunks carry disjoint slices of kvs; header, more and count go on the last one.
         let mut chunks: Vec<Result<PbRangeStreamResponse, Status>> = Vec::new();
@@ -113,9 +140,13 @@ impl PbKvService for KvService {
         self.grpc_too_large(n)?;
         self.0.check_quota(crate::quota::cost_put(req))?;
         crate::mvcc::kvstore::check_put(req)?;
+        let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Put)?;
         self.0.check_disk(|w| w.durable_key(&req.key))?;
+        if let Some(ai) = &auth {
+            authz::check_put(&self.0, ai.as_ref(), req)?;
+        }
         let mut resp = self.0.store.put(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -130,9 +161,13 @@ impl PbKvService for KvService {
         if req.key.is_empty() {
             return Err(StoreError::EmptyKey.into());
         }
+        let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Delete)?;
         self.0.check_disk(|w| w.durable_range(&req.key, &req.range_end))?;
+        if let Some(ai) = &auth {
+            authz::check_delete(&self.0, ai.as_ref(), req)?;
+        }
         let mut resp = self.0.store.delete_range(req)?;
         self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
         self.0.fill(&mut resp.header);
@@ -142,14 +177,17 @@ impl PbKvService for KvService {
     /// Reached only through the generated server; `KvRouter` sends Txn calls
     /// to `txn_call` with the decoder of `txn_codec`.
     async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
+        let caller = self.0.identify(&request);
         let req = request.into_inner();
         let wire_len = req.encoded_len();
-        Ok(Response::new(self.txn_call(TxnCall { req, wire_len, truncated: false }).await?))
+        Ok(Response::new(self.txn_call(TxnCall { req, wire_len, truncated: false }, caller).await?))
     }
 
     async fn compact(&self, request: Request<PbCompactionRequest>) -> Result<Response<PbCompactionResponse>, Status> {
         let n = request.get_ref().encoded_len();
         self.grpc_too_large(n)?;
+        // etcd looks at the token (any user may compact), then at the size.
+        self.0.caller(&request)?;
         self.proposal_too_large(n)?;
         self.0.check_alarms(Write::Compact)?;
         self.0.check_disk(|_| true)?;
@@ -197,7 +235,10 @@ where
         let codec = TxnCodec { grpc_limit: svc.grpc_limit() };
         routes::unary_with_codec(req, codec, self.decode_limit, move |request: tonic::Request<TxnCall>| {
             let svc = svc.clone();
-            async move { svc.txn_call(request.into_inner()).await.map(tonic::Response::new) }
+            async move {
+                let caller = svc.0.identify(&request);
+                svc.txn_call(request.into_inner(), caller).await.map(tonic::Response::new)
+            }
         })
     }
 }

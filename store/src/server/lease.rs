@@ -8,16 +8,19 @@ use etcd_client::proto::*;
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{Ctx, Write};
+use super::{authz, Ctx, Write};
 
 pub struct LeaseService(pub Arc<Ctx>);
 
 #[tonic::async_trait]
 impl PbLeaseService for LeaseService {
     async fn lease_grant(&self, r: Request<PbLeaseGrantRequest>) -> Result<Response<PbLeaseGrantResponse>, Status> {
-        let r = r.get_ref();
-        // etcd: the quota first, then (applying) the alarms, then the lease's own checks.
+        // etcd: the quota first, then the caller (any user may grant), then
+        // (applying) the alarms, then the lease's own checks.
         self.0.check_quota(crate::quota::LEASE_GRANT_COST)?;
+        let ai = self.0.caller(&r)?;
+        self.0.auth.require(ai.as_ref())?;
+        let r = r.get_ref();
         self.0.check_alarms(Write::LeaseGrant)?;
         self.0.check_disk(|_| true)?;
         let (id, ttl) = self.0.store.grant_lease(r.id, r.ttl)?;
@@ -26,8 +29,12 @@ impl PbLeaseService for LeaseService {
     }
 
     async fn lease_revoke(&self, r: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
+        let ai = self.0.caller(&r)?;
+        self.0.auth.require(ai.as_ref())?;
         self.0.check_alarms(Write::LeaseRevoke)?;
         self.0.check_disk(|_| true)?;
+        // Write on every key attached to the lease (etcd's checkLeasePuts).
+        authz::check_lease_puts(&self.0, ai.as_ref(), r.get_ref().id)?;
         let rev = self.0.store.revoke_lease(r.get_ref().id)?;
         self.0.synced(rev).await;
         self.0.settled().await;
@@ -61,7 +68,12 @@ impl PbLeaseService for LeaseService {
         &self,
         r: Request<PbLeaseTimeToLiveRequest>,
     ) -> Result<Response<PbLeaseTimeToLiveResponse>, Status> {
+        let ai = self.0.caller(&r)?;
+        self.0.auth.require(ai.as_ref())?;
         let r = r.get_ref();
+        if r.keys {
+            authz::check_lease_reads(&self.0, ai.as_ref(), &[r.id])?;
+        }
         let header = self.0.header(self.0.store.current_rev());
         let resp = match self.0.store.leases.time_to_live(r.id, r.keys) {
             Some((ttl, granted, keys)) => PbLeaseTimeToLiveResponse {
@@ -76,8 +88,14 @@ impl PbLeaseService for LeaseService {
         Ok(Response::new(resp))
     }
 
-    async fn lease_leases(&self, _r: Request<PbLeaseLeasesRequest>) -> Result<Response<PbLeaseLeasesResponse>, Status> {
-        let leases = self.0.store.leases.ids().into_iter().map(|id| PbLeaseStatus { id }).collect();
+    async fn lease_leases(&self, r: Request<PbLeaseLeasesRequest>) -> Result<Response<PbLeaseLeasesResponse>, Status> {
+        let ids = self.0.store.leases.ids();
+        if self.0.auth.enabled() {
+            // etcd's checkLeaseLeases: an admin, or read on every key of every lease.
+            let ai = self.0.caller(&r)?;
+            authz::check_lease_reads(&self.0, ai.as_ref(), &ids)?;
+        }
+        let leases = ids.into_iter().map(|id| PbLeaseStatus { id }).collect();
         Ok(Response::new(PbLeaseLeasesResponse { header: self.0.header(self.0.store.current_rev()), leases }))
     }
 }

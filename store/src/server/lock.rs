@@ -77,11 +77,11 @@ where
         match req.uri().path() {
             "/v3lockpb.Lock/Lock" => routes::unary(req, self.decode_limit, move |r: Request<LockRequest>| {
                 let ctx = ctx.clone();
-                async move { lock(ctx, r.into_inner()).await.map(Response::new) }
+                async move { concurrency::as_caller(&ctx.clone(), &r, lock(ctx, r.get_ref().clone())).await.map(Response::new) }
             }),
             "/v3lockpb.Lock/Unlock" => routes::unary(req, self.decode_limit, move |r: Request<UnlockRequest>| {
                 let ctx = ctx.clone();
-                async move { unlock(ctx, r.into_inner()).await.map(Response::new) }
+                async move { concurrency::as_caller(&ctx.clone(), &r, unlock(ctx, r.get_ref().clone())).await.map(Response::new) }
             }),
             p => routes::unknown_method(SERVICE, p),
         }

@@ -17,6 +17,25 @@ pub struct MaintenanceService(pub Arc<Ctx>);
 /// Snapshot chunk size, like etcd's 32 KiB.
 const SNAPSHOT_CHUNK: usize = 32 * 1024;
 
+/// etcd's authMaintenanceServer: which methods take an admin (root role), which any user.
+impl MaintenanceService {
+    fn admin<T>(&self, r: &Request<T>) -> Result<(), Status> {
+        if !self.0.auth.enabled() {
+            return Ok(());
+        }
+        let ai = self.0.caller(r)?;
+        Ok(self.0.auth.check_admin(ai.as_ref())?)
+    }
+
+    fn require_user<T>(&self, r: &Request<T>) -> Result<(), Status> {
+        if !self.0.auth.enabled() {
+            return Ok(());
+        }
+        let ai = self.0.caller(r)?;
+        Ok(self.0.auth.require(ai.as_ref())?)
+    }
+}
+
 #[tonic::async_trait]
 impl PbMaintenanceService for MaintenanceService {
     /// etcd's applierV3backend.Alarm: GET lists the alarms of a type (all for
@@ -27,6 +46,12 @@ impl PbMaintenanceService for MaintenanceService {
     /// still does not fit raises it anew. (etcd answers an unknown action with
     /// a nil response its server then dereferences; here it gets no alarms.)
     async fn alarm(&self, r: Request<PbAlarmRequest>) -> Result<Response<PbAlarmResponse>, Status> {
+        // etcd: any user may list the alarms; changing them takes an admin.
+        if r.get_ref().action == ACTION_GET {
+            self.require_user(&r)?;
+        } else {
+            self.admin(&r)?;
+        }
         let r = r.into_inner();
         let ctx = &self.0;
         let alarms: Vec<(u64, i32)> = match r.action {
@@ -43,7 +68,8 @@ impl PbMaintenanceService for MaintenanceService {
     /// memory nothing is allocated and unused the way free pages are in etcd's
     /// file (compaction hands freed memory back at once). dbSizeQuota is the
     /// quota in force, and every raised alarm is listed among the errors, as etcd.
-    async fn status(&self, _r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
+    async fn status(&self, r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
+        self.require_user(&r)?;
         let rev = self.0.store.current_rev();
         let size = self.0.store.size_bytes();
         let errors = self.0.store.alarms.get(ALARM_NONE).into_iter().map(|(m, t)| alarm_text(m, t)).collect();
@@ -66,16 +92,19 @@ impl PbMaintenanceService for MaintenanceService {
     }
 
     /// Nothing to defragment in memory. etcd answers an empty response: no header.
-    async fn defragment(&self, _r: Request<PbDefragmentRequest>) -> Result<Response<PbDefragmentResponse>, Status> {
+    async fn defragment(&self, r: Request<PbDefragmentRequest>) -> Result<Response<PbDefragmentResponse>, Status> {
+        self.admin(&r)?;
         Ok(Response::new(PbDefragmentResponse { header: None }))
     }
 
-    async fn hash(&self, _r: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
+    async fn hash(&self, r: Request<PbHashRequest>) -> Result<Response<PbHashResponse>, Status> {
+        self.admin(&r)?;
         let rev = self.0.store.current_rev();
         Ok(Response::new(PbHashResponse { header: self.0.header(rev), hash: self.0.store.hash_kv(rev) }))
     }
 
     async fn hash_kv(&self, r: Request<PbHashKvRequest>) -> Result<Response<PbHashKvResponse>, Status> {
+        self.admin(&r)?;
         // etcd first looks for the hash it kept at a compaction of exactly this
         // revision (0 included) and answers with the compaction point of then.
         // Otherwise it checks only positive revisions, reads 0 as the current
@@ -100,7 +129,8 @@ impl PbMaintenanceService for MaintenanceService {
 
     type SnapshotStream = Pin<Box<dyn Stream<Item = Result<PbSnapshotResponse, Status>> + Send>>;
 
-    async fn snapshot(&self, _r: Request<PbSnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+    async fn snapshot(&self, r: Request<PbSnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
+        self.admin(&r)?;
         let store = self.0.store.clone();
         let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode(&store))
             .await
@@ -125,6 +155,7 @@ impl PbMaintenanceService for MaintenanceService {
     /// once (etcd answers an empty response, no header); any other id is not a
     /// member, which etcd refuses as a bad transferee.
     async fn move_leader(&self, r: Request<PbMoveLeaderRequest>) -> Result<Response<PbMoveLeaderResponse>, Status> {
+        self.admin(&r)?;
         if r.get_ref().target_id == self.0.member_id {
             Ok(Response::new(PbMoveLeaderResponse { header: None }))
         } else {
@@ -132,7 +163,8 @@ impl PbMaintenanceService for MaintenanceService {
         }
     }
 
-    async fn downgrade(&self, _r: Request<PbDowngradeRequest>) -> Result<Response<PbDowngradeResponse>, Status> {
+    async fn downgrade(&self, r: Request<PbDowngradeRequest>) -> Result<Response<PbDowngradeResponse>, Status> {
+        self.admin(&r)?;
         Err(Status::unimplemented("downgrade is not supported"))
     }
 }

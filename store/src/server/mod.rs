@@ -1,6 +1,8 @@
 //! gRPC services over the store. Each file is one etcd service, except
 //! `concurrency` (etcd's client-side recipes, which Lock and Election run) and
 //! `routes` (serving a service without a generated server).
+pub mod auth;
+pub mod authz;
 pub mod cluster;
 pub mod concurrency;
 pub mod election;
@@ -18,6 +20,7 @@ use std::sync::Arc;
 
 use etcd_client::proto::PbResponseHeader;
 
+use crate::auth::{AuthInfo, AuthStore, Creds};
 use crate::config::Config;
 use crate::errors::StoreError;
 use crate::mvcc::Store;
@@ -49,10 +52,18 @@ pub struct Ctx {
     pub metrics: metrics::Metrics,
     /// The write-ahead log, to wait for fsync-mode prefixes before answering.
     pub wal: Option<Arc<crate::wal::Wal>>,
+    /// Users, roles, tokens and the permission checks (crate::auth).
+    pub auth: Arc<AuthStore>,
 }
 
 impl Ctx {
+    /// With an auth store in memory only (tests, in-process servers).
     pub fn new(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>) -> Arc<Self> {
+        let auth = AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, None).expect("in memory");
+        Self::with_auth(store, cfg, wal, Arc::new(auth))
+    }
+
+    pub fn with_auth(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>, auth: Arc<AuthStore>) -> Arc<Self> {
         let member_id = fnv(cfg.name.as_bytes()) | 1;
         let cluster_id = fnv(format!("cluster/{}", cfg.name).as_bytes()) | 1;
         if let Some(w) = &wal {
@@ -67,7 +78,43 @@ impl Ctx {
                 }
             }));
         }
-        Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal })
+        Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth })
+    }
+
+    /// What the request brings to identify its caller: its `token` (or
+    /// `authorization`, "Bearer " trimmed) metadata and, with
+    /// --client-cert-auth, its verified certificate's common name.
+    pub fn creds<T>(&self, r: &tonic::Request<T>) -> Creds {
+        let md = r.metadata();
+        let token = md
+            .get("token")
+            .or_else(|| md.get("authorization"))
+            .and_then(|v| v.to_str().ok())
+            .map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
+        let cn = if self.cfg.client_cert_auth {
+            r.peer_certs().and_then(|c| c.first().and_then(|c| crate::auth::cn::common_name(c.as_ref())))
+        } else {
+            None
+        };
+        Creds { token, cn }
+    }
+
+    /// The hot path's form of `caller`: None while auth is off (one atomic
+    /// load, nothing else); else the caller, or the refusal of its token.
+    pub fn identify<T>(&self, r: &tonic::Request<T>) -> Option<Result<Option<AuthInfo>, tonic::Status>> {
+        if !self.auth.enabled() {
+            return None;
+        }
+        Some(self.auth.info(&self.creds(r)).map_err(Into::into))
+    }
+
+    /// etcd's AuthInfoFromCtx: who the request runs as. Nobody while auth is off
+    /// (one atomic load); an invalid or expired token is refused.
+    pub fn caller<T>(&self, r: &tonic::Request<T>) -> Result<Option<AuthInfo>, tonic::Status> {
+        if !self.auth.enabled() {
+            return Ok(None);
+        }
+        Ok(self.auth.info(&self.creds(r))?)
     }
 
     pub fn header(&self, rev: i64) -> Option<PbResponseHeader> {

@@ -17,6 +17,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::Ctx;
+use crate::auth::{AuthError, Creds};
 use crate::mvcc::key_history::Version;
 use crate::mvcc::shard::KeyRange;
 use crate::mvcc::watch_hub::{Event, LogRead};
@@ -86,6 +87,8 @@ struct Session {
     next_id: i64,
     /// This stream's low-water mark in the watch log (see WatchHub::trim_below).
     mark: Arc<std::sync::atomic::AtomicI64>,
+    /// The stream's token / certificate, checked at each create as etcd does.
+    creds: Creds,
 }
 
 type Closed = ();
@@ -111,8 +114,37 @@ impl Session {
         PbWatchResponse { header: self.ctx.header(rev), watch_id: id, ..Default::default() }
     }
 
+    /// etcd's isWatchPermitted: read on the watched range (an empty key is "\0").
+    /// The refusal is a created-and-canceled response with etcd's reason.
+    fn refusal(&self, c: &PbWatchCreate) -> Option<String> {
+        if !self.ctx.auth.enabled() {
+            return None;
+        }
+        let key: &[u8] = if c.key.is_empty() { &[0] } else { &c.key };
+        let res = self.ctx.auth.info(&self.creds).and_then(|ai| self.ctx.auth.check_read(ai.as_ref(), key, &c.range_end));
+        // etcd's reason is the text of its gRPC error: "rpc error: code = ... desc = ...".
+        let e = match res {
+            Ok(()) => return None,
+            Err(e @ (AuthError::InvalidAuthToken | AuthError::AuthOldRevision | AuthError::UserEmpty)) => e,
+            Err(_) => AuthError::PermissionDenied,
+        };
+        let code = match e.code() {
+            tonic::Code::Unauthenticated => "Unauthenticated",
+            tonic::Code::PermissionDenied => "PermissionDenied",
+            _ => "InvalidArgument",
+        };
+        Some(format!("rpc error: code = {code} desc = {}", e.message()))
+    }
+
     async fn create(&mut self, c: PbWatchCreate) -> Result<(), Closed> {
         let cur = self.ctx.store.current_rev();
+        if let Some(reason) = self.refusal(&c) {
+            let mut r = self.resp(cur, -1);
+            r.created = true;
+            r.canceled = true;
+            r.cancel_reason = reason;
+            return self.send(r).await;
+        }
         let id = if c.watch_id != 0 {
             if self.watchers.contains_key(&c.watch_id) {
                 let mut r = self.resp(cur, -1);
@@ -313,14 +345,14 @@ struct PbWatchCreate {
     fragment: bool,
 }
 
-async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Result<PbWatchResponse, Status>>) {
+async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Result<PbWatchResponse, Status>>, creds: Creds) {
     ctx.metrics.watch_streams.fetch_add(1, Ordering::Relaxed);
     ctx.store.watch_bytes.fetch_add(crate::quota::WATCH_STREAM_OVERHEAD, Ordering::Relaxed);
     let mut rev_rx = ctx.store.hub.subscribe();
     let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
     progress.tick().await;
     let mark = ctx.store.hub.register_mark();
-    let mut s = Session { ctx: ctx.clone(), tx, watchers: BTreeMap::new(), next_id: 0, mark };
+    let mut s = Session { ctx: ctx.clone(), tx, watchers: BTreeMap::new(), next_id: 0, mark, creds };
     let result: Result<(), Closed> = async {
         loop {
             tokio::select! {
@@ -383,7 +415,8 @@ impl PbWatchService for WatchService {
 
     async fn watch(&self, r: Request<Streaming<PbWatchRequest>>) -> Result<Response<Self::WatchStream>, Status> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-        tokio::spawn(run(self.0.clone(), r.into_inner(), tx));
+        let creds = self.0.creds(&r);
+        tokio::spawn(run(self.0.clone(), r.into_inner(), tx, creds));
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 }
