@@ -158,7 +158,7 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                     value.parse().map_err(|_| format!("invalid value {value:?} for --quota-backend-bytes: want a number of bytes"))?
             }
             "auth-token" => {
-                // etcd's form: TYPE[,k=v...]; only simple tokens are served (docs/design.md §6).
+                // etcd's form: TYPE[,k=v...]: simple, or jwt with its options (crate::auth::jwt).
                 match value.split(',').next().unwrap_or("") {
                     "simple" => c.auth_token = value,
                     "jwt" => c.auth_token = value,

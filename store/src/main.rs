@@ -141,7 +141,7 @@ async fn run(cfg: Config) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
     }
-    // The auth state is kept when anything is (docs/design.md §6): in auth.state, fsynced per change.
+    // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.
     let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
     let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));
     let mut auth = meganode_store::auth::AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir).map_err(|e| e.message().to_string())?;
