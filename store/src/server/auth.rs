@@ -9,12 +9,10 @@
 //! also open to the user itself and RoleGet to a holder of the role.
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use etcd_client::proto::PbResponseHeader;
 use prost::Message;
-use tonic::codegen::{http, BoxFuture, Service, StdError};
-use tonic::server::NamedService;
+use tonic::codegen::{http, BoxFuture, StdError};
 use tonic::{Request, Response, Status};
 
 use super::routes::{self, HttpResponse};
@@ -298,33 +296,19 @@ async fn role_revoke_permission(ctx: Arc<Ctx>, r: Request<RevokePermissionReques
     done(&ctx, ctx.auth.role_revoke_permission(&r.role, &r.key, &r.range_end))
 }
 
-#[derive(Clone)]
-pub struct AuthRouter {
-    ctx: Arc<Ctx>,
-    decode_limit: usize,
-}
+/// The Auth service's methods; served as `AuthRouter`.
+pub struct AuthMethods;
 
-impl AuthRouter {
-    pub fn new(ctx: Arc<Ctx>, decode_limit: usize) -> Self {
-        AuthRouter { ctx, decode_limit }
-    }
-}
+pub type AuthRouter = routes::Router<AuthMethods>;
 
-impl<B> Service<http::Request<B>> for AuthRouter
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
+impl routes::Methods for AuthMethods {
+    const NAME: &'static str = SERVICE;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let (ctx, limit) = (self.ctx.clone(), self.decode_limit);
+    fn call<B>(ctx: Arc<Ctx>, limit: usize, req: http::Request<B>) -> BoxFuture<HttpResponse, Infallible>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
         macro_rules! route {
             ($f:ident) => {
                 routes::unary(req, limit, move |r| {
@@ -354,10 +338,6 @@ where
             _ => routes::unknown_method(SERVICE, req.uri().path()),
         }
     }
-}
-
-impl NamedService for AuthRouter {
-    const NAME: &'static str = SERVICE;
 }
 
 #[cfg(test)]

@@ -15,14 +15,17 @@
 //!
 //! Waiting uses the store's revision signal and the watch log, as etcd's
 //! recipes use watches.
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 
 use etcd_client::proto::*;
 use prost::Message;
 use tokio::sync::watch;
+use tonic::codegen::{http, BoxFuture, StdError};
 use tonic::Status;
 
+use super::routes::{self, HttpResponse};
 use super::Ctx;
 use crate::auth::AuthInfo;
 use crate::errors::StoreError;
@@ -58,6 +61,23 @@ where
 {
     let ai = ctx.caller(r).map_err(|s| Status::unknown(s.message()))?;
     CALLER.scope(ai, f).await
+}
+
+/// Answers a unary call of the Lock or Election service: `f` runs the recipe on the
+/// request's message as the request's caller (`as_caller`).
+pub fn unary_as_caller<Req, Resp, B, F, Fut>(req: http::Request<B>, decode_limit: usize, ctx: Arc<Ctx>, f: F) -> BoxFuture<HttpResponse, Infallible>
+where
+    Req: prost::Message + Default + Clone + Send + Sync + 'static,
+    Resp: prost::Message + Send + 'static,
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+    F: Fn(Arc<Ctx>, Req) -> Fut + Copy + Send + Sync + 'static,
+    Fut: std::future::Future<Output = Result<Resp, Status>> + Send + 'static,
+{
+    routes::unary(req, decode_limit, move |r: tonic::Request<Req>| {
+        let ctx = ctx.clone();
+        async move { as_caller(&ctx.clone(), &r, f(ctx, r.get_ref().clone())).await.map(tonic::Response::new) }
+    })
 }
 
 /// The identity the current recipe runs as (None: auth off, or nobody).

@@ -4,7 +4,6 @@
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use etcd_client::proto::{
     PbCampaignResponse, PbKeyValue, PbLeaderKey, PbLeaderResponse, PbProclaimResponse, PbResignResponse, PbResponseHeader,
@@ -13,8 +12,7 @@ use futures::Stream;
 use prost::Message;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::codegen::{http, BoxFuture, Service, StdError};
-use tonic::server::NamedService;
+use tonic::codegen::{http, BoxFuture, StdError};
 use tonic::{Request, Response, Status};
 
 use super::concurrency::{self as cc, check_request_size, Follow};
@@ -154,48 +152,24 @@ async fn observe_loop(ctx: Arc<Ctx>, pfx: Vec<u8>, tx: Tx) {
     }
 }
 
-#[derive(Clone)]
-pub struct ElectionRouter {
-    ctx: Arc<Ctx>,
-    decode_limit: usize,
-}
+/// The Election service's methods; served as `ElectionRouter`.
+pub struct ElectionMethods;
 
-impl ElectionRouter {
-    pub fn new(ctx: Arc<Ctx>, decode_limit: usize) -> Self {
-        ElectionRouter { ctx, decode_limit }
-    }
-}
+pub type ElectionRouter = routes::Router<ElectionMethods>;
 
-macro_rules! unary_route {
-    ($req:expr, $limit:expr, $ctx:expr, $ty:ty, $f:path) => {{
-        let ctx = $ctx;
-        routes::unary($req, $limit, move |r: Request<$ty>| {
-            let ctx = ctx.clone();
-            async move { cc::as_caller(&ctx.clone(), &r, $f(ctx, r.get_ref().clone())).await.map(Response::new) }
-        })
-    }};
-}
+impl routes::Methods for ElectionMethods {
+    const NAME: &'static str = SERVICE;
 
-impl<B> Service<http::Request<B>> for ElectionRouter
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
-
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let (ctx, limit) = (self.ctx.clone(), self.decode_limit);
+    fn call<B>(ctx: Arc<Ctx>, limit: usize, req: http::Request<B>) -> BoxFuture<HttpResponse, Infallible>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
         match req.uri().path() {
-            "/v3electionpb.Election/Campaign" => unary_route!(req, limit, ctx, CampaignRequest, campaign),
-            "/v3electionpb.Election/Proclaim" => unary_route!(req, limit, ctx, ProclaimRequest, proclaim),
-            "/v3electionpb.Election/Leader" => unary_route!(req, limit, ctx, LeaderRequest, leader),
-            "/v3electionpb.Election/Resign" => unary_route!(req, limit, ctx, ResignRequest, resign),
+            "/v3electionpb.Election/Campaign" => cc::unary_as_caller(req, limit, ctx, campaign),
+            "/v3electionpb.Election/Proclaim" => cc::unary_as_caller(req, limit, ctx, proclaim),
+            "/v3electionpb.Election/Leader" => cc::unary_as_caller(req, limit, ctx, leader),
+            "/v3electionpb.Election/Resign" => cc::unary_as_caller(req, limit, ctx, resign),
             "/v3electionpb.Election/Observe" => routes::server_streaming(req, limit, move |r: Request<LeaderRequest>| {
                 let ctx = ctx.clone();
                 async move { cc::as_caller(&ctx.clone(), &r, observe(ctx, r.get_ref().clone())).await.map(Response::new) }
@@ -203,10 +177,6 @@ where
             p => routes::unknown_method(SERVICE, p),
         }
     }
-}
-
-impl NamedService for ElectionRouter {
-    const NAME: &'static str = SERVICE;
 }
 
 #[cfg(test)]

@@ -2,13 +2,11 @@
 //! server answers them, with the recipe of `concurrency::lock`.
 use std::convert::Infallible;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 
 use etcd_client::proto::{PbLockResponse, PbUnlockResponse};
 use prost::Message;
-use tonic::codegen::{http, BoxFuture, Service, StdError};
-use tonic::server::NamedService;
-use tonic::{Request, Response, Status};
+use tonic::codegen::{http, BoxFuture, StdError};
+use tonic::Status;
 
 use super::concurrency::{self, check_request_size};
 use super::routes::{self, HttpResponse};
@@ -47,49 +45,25 @@ pub async fn unlock(ctx: Arc<Ctx>, r: UnlockRequest) -> Result<PbUnlockResponse,
     Ok(PbUnlockResponse { header: resp.header })
 }
 
-#[derive(Clone)]
-pub struct LockRouter {
-    ctx: Arc<Ctx>,
-    decode_limit: usize,
-}
+/// The Lock service's methods; served as `LockRouter`.
+pub struct LockMethods;
 
-impl LockRouter {
-    pub fn new(ctx: Arc<Ctx>, decode_limit: usize) -> Self {
-        LockRouter { ctx, decode_limit }
-    }
-}
+pub type LockRouter = routes::Router<LockMethods>;
 
-impl<B> Service<http::Request<B>> for LockRouter
-where
-    B: tonic::codegen::Body + Send + 'static,
-    B::Error: Into<StdError> + Send + 'static,
-{
-    type Response = HttpResponse;
-    type Error = Infallible;
-    type Future = BoxFuture<Self::Response, Self::Error>;
+impl routes::Methods for LockMethods {
+    const NAME: &'static str = SERVICE;
 
-    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, req: http::Request<B>) -> Self::Future {
-        let ctx = self.ctx.clone();
+    fn call<B>(ctx: Arc<Ctx>, limit: usize, req: http::Request<B>) -> BoxFuture<HttpResponse, Infallible>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static,
+    {
         match req.uri().path() {
-            "/v3lockpb.Lock/Lock" => routes::unary(req, self.decode_limit, move |r: Request<LockRequest>| {
-                let ctx = ctx.clone();
-                async move { concurrency::as_caller(&ctx.clone(), &r, lock(ctx, r.get_ref().clone())).await.map(Response::new) }
-            }),
-            "/v3lockpb.Lock/Unlock" => routes::unary(req, self.decode_limit, move |r: Request<UnlockRequest>| {
-                let ctx = ctx.clone();
-                async move { concurrency::as_caller(&ctx.clone(), &r, unlock(ctx, r.get_ref().clone())).await.map(Response::new) }
-            }),
+            "/v3lockpb.Lock/Lock" => concurrency::unary_as_caller(req, limit, ctx, lock),
+            "/v3lockpb.Lock/Unlock" => concurrency::unary_as_caller(req, limit, ctx, unlock),
             p => routes::unknown_method(SERVICE, p),
         }
     }
-}
-
-impl NamedService for LockRouter {
-    const NAME: &'static str = SERVICE;
 }
 
 #[cfg(test)]

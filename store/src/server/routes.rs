@@ -6,13 +6,18 @@
 //! (KV's Txn: its own codec for deep nests; Health's List: not in tonic-health).
 use std::convert::Infallible;
 use std::future::Future;
+use std::marker::PhantomData;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 
 use futures::Stream;
 use tonic::codec::Codec;
-use tonic::codegen::{http, BoxFuture, StdError};
-use tonic::server::{Grpc, ServerStreamingService, UnaryService};
+use tonic::codegen::{http, BoxFuture, Service, StdError};
+use tonic::server::{Grpc, NamedService, ServerStreamingService, UnaryService};
 use tonic::{Request, Response, Status};
 use tonic_prost::ProstCodec;
+
+use super::Ctx;
 
 pub type HttpResponse = http::Response<tonic::body::Body>;
 
@@ -99,4 +104,55 @@ where
 pub fn unknown_method(service: &'static str, path: &str) -> BoxFuture<HttpResponse, Infallible> {
     let method = path.rsplit('/').next().unwrap_or("").to_string();
     Box::pin(async move { Ok(Status::unimplemented(format!("unknown method {method} for service {service}")).into_http()) })
+}
+
+/// A service whose methods `Router` serves: its name and the dispatch of one call by path.
+pub trait Methods: Send + Sync + 'static {
+    const NAME: &'static str;
+
+    fn call<B>(ctx: Arc<Ctx>, decode_limit: usize, req: http::Request<B>) -> BoxFuture<HttpResponse, Infallible>
+    where
+        B: tonic::codegen::Body + Send + 'static,
+        B::Error: Into<StdError> + Send + 'static;
+}
+
+/// Serves the service `M` as a generated server would (always ready, one call per request).
+pub struct Router<M> {
+    ctx: Arc<Ctx>,
+    decode_limit: usize,
+    methods: PhantomData<fn() -> M>,
+}
+
+impl<M> Router<M> {
+    pub fn new(ctx: Arc<Ctx>, decode_limit: usize) -> Self {
+        Router { ctx, decode_limit, methods: PhantomData }
+    }
+}
+
+impl<M> Clone for Router<M> {
+    fn clone(&self) -> Self {
+        Router { ctx: self.ctx.clone(), decode_limit: self.decode_limit, methods: PhantomData }
+    }
+}
+
+impl<M: Methods, B> Service<http::Request<B>> for Router<M>
+where
+    B: tonic::codegen::Body + Send + 'static,
+    B::Error: Into<StdError> + Send + 'static,
+{
+    type Response = HttpResponse;
+    type Error = Infallible;
+    type Future = BoxFuture<Self::Response, Self::Error>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: http::Request<B>) -> Self::Future {
+        M::call(self.ctx.clone(), self.decode_limit, req)
+    }
+}
+
+impl<M: Methods> NamedService for Router<M> {
+    const NAME: &'static str = M::NAME;
 }
