@@ -88,12 +88,11 @@ impl KvService {
     }
 }
 
-#[tonic::async_trait]
-impl PbKvService for KvService {
-    async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
-        self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
-        self.grpc_too_large(request.get_ref().encoded_len())?;
-        let auth = self.0.identify(&request).transpose()?;
+impl KvService {
+    /// A Range as Range and RangeStream answer it: the caller's read permission, the
+    /// read, the auth revision unchanged across it, the header filled.
+    fn checked_range(&self, request: &Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
+        let auth = self.0.identify(request).transpose()?;
         let req = request.get_ref();
         if let Some(ai) = &auth {
             self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
@@ -103,6 +102,16 @@ impl PbKvService for KvService {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
         self.0.fill(&mut resp.header);
+        Ok(resp)
+    }
+}
+
+#[tonic::async_trait]
+impl PbKvService for KvService {
+    async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
+        self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
+        self.grpc_too_large(request.get_ref().encoded_len())?;
+        let resp = self.checked_range(&request)?;
         Ok(Response::new(resp))
     }
 
@@ -110,16 +119,7 @@ impl PbKvService for KvService {
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
-        let auth = self.0.identify(&request).transpose()?;
-        let req = request.get_ref();
-        if let Some(ai) = &auth {
-            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
-        }
-        let mut resp = self.0.store.range(req)?;
-        if let Some(ai) = &auth {
-            self.0.auth.check_unchanged(ai.as_ref())?;
-        }
-        self.0.fill(&mut resp.header);
+        let mut resp = self.checked_range(&request)?;
         // Chunks carry disjoint slices of kvs; header, more and count go on the last one.
         let mut chunks: Vec<Result<PbRangeStreamResponse, Status>> = Vec::new();
         let mut kvs = std::mem::take(&mut resp.kvs);
