@@ -170,7 +170,7 @@ impl Ctx {
     /// are left reserved on disk (crate::wal::FLOOR_MARGIN).
     pub fn check_disk(&self, durable: impl FnOnce(&crate::wal::Wal) -> bool) -> Result<(), tonic::Status> {
         match &self.wal {
-            Some(w) if w.refuses(durable(w), self.store.current_rev()) => Err(StoreError::NoSpace.into()),
+            Some(w) if w.refuses(durable, self.store.current_rev()) => Err(StoreError::NoSpace.into()),
             _ => Ok(()),
         }
     }
