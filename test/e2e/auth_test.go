@@ -188,6 +188,15 @@ func (s *authSide) setupUsers() {
 	s.rec("user add svc (no password)", err)
 }
 
+// enableWithUsers sets the users up (setupUsers), enables auth and returns root's and alice's tokens.
+func (s *authSide) enableWithUsers() (root, alice string) {
+	s.t.Helper()
+	s.setupUsers()
+	_, err := s.auth.AuthEnable(ctxT(s.t), &pb.AuthEnableRequest{})
+	s.rec("enable", err)
+	return s.login("root", "rootpw"), s.login("alice", "alicepw")
+}
+
 func TestAuth(t *testing.T) {
 	tr := transcripts{}
 	forEachDedicated(t, serverOpts{}, func(t *testing.T, tg *target) {
@@ -438,11 +447,7 @@ func TestAuthRestart(t *testing.T) {
 	tr := transcripts{}
 	forEachDedicated(t, serverOpts{}, func(t *testing.T, tg *target) {
 		s := newAuthSide(t, tg, tr)
-		s.setupUsers()
-		_, err := s.auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{})
-		s.rec("enable", err)
-		root := s.login("root", "rootpw")
-		alice := s.login("alice", "alicepw")
+		root, alice := s.enableWithUsers()
 		s.put(root, "root put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
 		s.status(root)
 		restart(t, tg, serverOpts{})
@@ -514,14 +519,10 @@ func TestAuthLockElection(t *testing.T) {
 	tr := transcripts{}
 	forEachDedicated(t, serverOpts{}, func(t *testing.T, tg *target) {
 		s := newAuthSide(t, tg, tr)
-		s.setupUsers()
-		_, err := s.auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{})
-		s.rec("enable", err)
-		root := s.login("root", "rootpw")
-		alice := s.login("alice", "alicepw")
+		root, alice := s.enableWithUsers()
 		conn := tg.Cli.ActiveConnection()
 		lk, el := v3lockpb.NewLockClient(conn), v3electionpb.NewElectionClient(conn)
-		_, err = s.auth.RoleGrantPermission(s.as(root), &pb.AuthRoleGrantPermissionRequest{Name: "rw", Perm: perm(authpb.READWRITE, "/l/", "/l0")})
+		_, err := s.auth.RoleGrantPermission(s.as(root), &pb.AuthRoleGrantPermissionRequest{Name: "rw", Perm: perm(authpb.READWRITE, "/l/", "/l0")})
 		s.rec("grant readwrite on /l/ to rw", err)
 		_, err = s.tg.Lease.LeaseGrant(s.as(root), &pb.LeaseGrantRequest{ID: 9001, TTL: 60})
 		s.rec("root lease grant", err)
@@ -568,11 +569,7 @@ func TestAuthJWT(t *testing.T) {
 	tr := transcripts{}
 	forEachDedicated(t, o, func(t *testing.T, tg *target) {
 		s := newAuthSide(t, tg, tr)
-		s.setupUsers()
-		_, err := s.auth.AuthEnable(ctxT(t), &pb.AuthEnableRequest{})
-		s.rec("enable", err)
-		root := s.login("root", "rootpw")
-		alice := s.login("alice", "alicepw")
+		root, alice := s.enableWithUsers()
 		if n := strings.Count(alice, "."); n != 2 {
 			t.Errorf("token %q is not a JWT", alice)
 		}

@@ -47,6 +47,18 @@ func client(t *testing.T, p *storeproc.Proc) *clientv3.Client {
 	return c
 }
 
+// killAndRestart SIGKILLs the store, starts it again on its data dir and returns a new client.
+func killAndRestart(t *testing.T, p *storeproc.Proc) *clientv3.Client {
+	t.Helper()
+	if err := p.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	return client(t, p)
+}
+
 func kills() int {
 	if v, err := strconv.Atoi(os.Getenv("MEGANODE_CRASH_KILLS")); err == nil && v > 0 {
 		return v

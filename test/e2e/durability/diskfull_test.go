@@ -190,13 +190,7 @@ func testDiskFull(t *testing.T, mode string) {
 	// Nothing acknowledged is lost across a crash.
 	wcancel()
 	cli.Close()
-	if err := p.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	cli = client(t, p)
+	cli = killAndRestart(t, p)
 	defer cli.Close()
 	g, err = cli.Get(bg, "/registry/pods/", clientv3.WithPrefix())
 	if err != nil {

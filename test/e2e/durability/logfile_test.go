@@ -218,13 +218,7 @@ func TestRestartEquivalence(t *testing.T) {
 		t.Fatal(err)
 	}
 	cli.Close()
-	if err := p.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	if err := p.Restart(); err != nil {
-		t.Fatal(err)
-	}
-	cli = client(t, p)
+	cli = killAndRestart(t, p)
 	defer cli.Close()
 	after := dump(t, cli, prefixes, from, end)
 	if !reflect.DeepEqual(before, after) {

@@ -218,14 +218,7 @@ func checkReadsAgainstRevisions(h *History) []string {
 		case opGet, opGetSerial:
 			expect(o, o.Key, o.Rev, o.Found, o.Got)
 		case opRange:
-			got := map[string]KV{}
-			for _, kv := range o.KVs {
-				got[kv.Key] = kv
-			}
-			for _, k := range h.Keys {
-				kv, ok := got[k]
-				expect(o, k, o.Rev, ok, kv)
-			}
+			o.rangeOf(h.Keys, func(k string, kv KV, ok bool) { expect(o, k, o.Rev, ok, kv) })
 		case opDelete:
 			if o.Deleted == 0 { // the key was absent at the header's revision
 				expect(o, o.Key, o.Rev, false, KV{})

@@ -121,6 +121,18 @@ func foundString(found bool, kv KV) string {
 }
 
 // Event is one watch event.
+// rangeOf calls f for each of keys with what the range op o returned for it (ok false: absent).
+func (o *Op) rangeOf(keys []string, f func(k string, kv KV, ok bool)) {
+	got := map[string]KV{}
+	for _, kv := range o.KVs {
+		got[kv.Key] = kv
+	}
+	for _, k := range keys {
+		kv, ok := got[k]
+		f(k, kv, ok)
+	}
+}
+
 type Event struct {
 	Key, Value string
 	Delete     bool

@@ -175,14 +175,9 @@ func porcupineOps(h *History) []porcupine.Operation {
 			add(o, keyInput{Kind: opTxn, Key: o.Key, Value: o.Value, Expect: o.Expect},
 				keyOutput{Rev: o.Rev, Succeeded: o.Succeeded, Found: o.Found, Value: o.Got.Value, ModRev: o.Got.ModRev})
 		case opRange:
-			got := map[string]KV{}
-			for _, kv := range o.KVs {
-				got[kv.Key] = kv
-			}
-			for _, k := range h.Keys {
-				kv, ok := got[k]
+			o.rangeOf(h.Keys, func(k string, kv KV, ok bool) {
 				add(o, keyInput{Kind: opGet, Key: k}, keyOutput{Rev: o.Rev, Found: ok, Value: kv.Value, ModRev: kv.ModRev})
-			}
+			})
 		}
 	}
 	return out
