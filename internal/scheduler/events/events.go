@@ -24,8 +24,7 @@ import (
 //
 // `kubectl describe pod` and tools that wait on these events work unchanged. They cost the
 // apiserver one write per pod, which the stock scheduler pays too; benchmarks compare like
-// with like. The recording itself is asynchronous (the broadcaster's queue), off the hot path,
-// and the writes queue behind the Bindings (sink.go: InFlight at once).
+// with like. The recording itself is asynchronous (the broadcaster's queue), off the hot path.
 type Recorders struct {
 	b      k8sevents.EventBroadcaster
 	mu     sync.Mutex
@@ -38,7 +37,7 @@ func New(ctx context.Context, cs kubernetes.Interface) *Recorders {
 	if cs == nil {
 		return nil
 	}
-	b := k8sevents.NewBroadcaster(newDeferredSink(&k8sevents.EventSinkImpl{Interface: cs.EventsV1()}, InFlight, MaxWaiting))
+	b := k8sevents.NewBroadcaster(&k8sevents.EventSinkImpl{Interface: cs.EventsV1()})
 	b.StartRecordingToSink(ctx.Done())
 	go func() {
 		<-ctx.Done()

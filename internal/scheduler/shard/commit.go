@@ -9,7 +9,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
-	"github.com/meganode/meganode/internal/scheduler/events"
 	"github.com/meganode/meganode/internal/scheduler/wire"
 )
 
@@ -57,10 +56,7 @@ func (s *Shard) commit(ctx context.Context, h *heldPod) wire.CommitResult {
 		return fail(st, "prebind")
 	}
 	tb := time.Now()
-	events.BindStarted() // this process's events wait while Bindings are written (events/sink.go)
-	st := fw.RunBindPlugins(ctx, state, assumed, h.node)
-	events.BindDone()
-	if !st.IsSuccess() {
+	if st := fw.RunBindPlugins(ctx, state, assumed, h.node); !st.IsSuccess() {
 		return fail(st, "bind")
 	}
 	s.m.Observe("bind", time.Since(tb))
