@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,6 +27,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/meganode/meganode/internal/bench"
@@ -154,19 +156,30 @@ func checkCapacity(workload string, nodes, pods int) error {
 
 // Row is one scheduler's result.
 type Row struct {
-	Scheduler    string        `json:"scheduler"`
-	Shards       int           `json:"shards,omitempty"`
-	Pods         int           `json:"pods"`
-	DrainSeconds float64       `json:"drain_seconds"` // pre-created pods: scheduler resumed → last bound
-	PodsPerSec   float64       `json:"pods_per_sec"`
-	CPUMsPerPod  float64       `json:"cpu_ms_per_pod"` // scheduler process CPU during the drain / pods
-	Latency      bench.Latency `json:"latency"`        // paced phase: creation → bound
-	LatencyQPS   float64       `json:"latency_qps"`
-	UtilMean     float64       `json:"util_mean"`   // mean over nodes of requested CPU / allocatable
-	UtilStddev   float64       `json:"util_stddev"` // spread of that (lower = more even)
-	UtilMax      float64       `json:"util_max"`
-	EmptyNodes   int           `json:"empty_nodes"` // nodes without requested CPU
-	Unscheduled  int           `json:"unscheduled"`
+	Scheduler    string  `json:"scheduler"`
+	Shards       int     `json:"shards,omitempty"`
+	Pods         int     `json:"pods"`
+	DrainSeconds float64 `json:"drain_seconds"` // pre-created pods: scheduler resumed → last bound
+	PodsPerSec   float64 `json:"pods_per_sec"`
+	CPUMsPerPod  float64 `json:"cpu_ms_per_pod"` // scheduler process CPU, resumed → every pod bound and its Scheduled event written, / pods
+	// The drain's Scheduled events: how many were seen (watch from before the drain) and when the
+	// last one came (resumed → last event). A scheduler may write them behind its Bindings, so the
+	// drain's CPU is taken when they are written, not when the last pod is bound.
+	EventsSeen       int     `json:"events_seen"`
+	EventsSeconds    float64 `json:"events_seconds"`
+	CPUMsPerPodBound float64 `json:"cpu_ms_per_pod_bound"` // the same CPU up to the last Binding only
+	// The whole machine during the drain (resumed → last bound; /proc/stat, every process: the
+	// apiserver, the store, KWOK, the controller manager, the scheduler, this bench): CPU per pod
+	// and cores busy. When the drain keeps every core busy, pods/s = cores / machine CPU per pod.
+	MachineCPUMsPerPod float64       `json:"machine_cpu_ms_per_pod"`
+	MachineCoresBusy   float64       `json:"machine_cores_busy"`
+	Latency            bench.Latency `json:"latency"` // paced phase: creation → bound
+	LatencyQPS         float64       `json:"latency_qps"`
+	UtilMean           float64       `json:"util_mean"`   // mean over nodes of requested CPU / allocatable
+	UtilStddev         float64       `json:"util_stddev"` // spread of that (lower = more even)
+	UtilMax            float64       `json:"util_max"`
+	EmptyNodes         int           `json:"empty_nodes"` // nodes without requested CPU
+	Unscheduled        int           `json:"unscheduled"`
 	// Placement by pod count, over every node, of the drained pods once the drain ended.
 	PodsPerNodeMean   float64 `json:"pods_per_node_mean"`
 	PodsPerNodeStddev float64 `json:"pods_per_node_stddev"`
@@ -184,6 +197,9 @@ type Row struct {
 	BindCeilingErrors  int     `json:"bind_ceiling_errors,omitempty"` // Bindings that failed (after retries)
 	BindCeilingRetries int     `json:"bind_ceiling_retries,omitempty"`
 	OfCeiling          float64 `json:"of_ceiling,omitempty"`
+	// The whole machine during the Bindings-only ceiling: CPU per Binding, cores busy.
+	CeilingMachineCPUMsPerPod float64 `json:"ceiling_machine_cpu_ms_per_pod,omitempty"`
+	CeilingMachineCoresBusy   float64 `json:"ceiling_machine_cores_busy,omitempty"`
 	// The same with each Binding followed by the pod's Scheduled Event (events.k8s.io/v1, as
 	// both schedulers write one per bound pod): the apiserver's ceiling for scheduled pods.
 	// OfEventCeiling = PodsPerSec / BindEventCeilingPerSec.
@@ -281,7 +297,12 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	}); err != nil {
 		return nil, err
 	}
-	cpu0 := procCPU(sched.Pid)
+	evs, err := watchScheduledEvents(ctx, cs)
+	if err != nil {
+		return nil, err
+	}
+	defer evs.stop()
+	cpu0, mach0 := procCPU(sched.Pid), machineCPU()
 	t0 := time.Now()
 	_ = syscall.Kill(sched.Pid, syscall.SIGCONT)
 	resumed = true
@@ -299,11 +320,17 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	defer func() { <-profDone }()
 	n, err := waitAllBound(ctx, cs, o.Pods, 10*time.Minute)
 	el := time.Since(t0)
-	cpu := procCPU(sched.Pid) - cpu0
+	cpu, mach := procCPU(sched.Pid)-cpu0, machineCPU()-mach0
 	if err != nil {
 		return nil, fmt.Errorf("drain: %d of %d bound: %w", n, o.Pods, err)
 	}
-	row.DrainSeconds, row.PodsPerSec, row.CPUMsPerPod = el.Seconds(), float64(o.Pods)/el.Seconds(), cpu*1e3/float64(o.Pods)
+	row.DrainSeconds, row.PodsPerSec, row.CPUMsPerPodBound = el.Seconds(), float64(o.Pods)/el.Seconds(), cpu*1e3/float64(o.Pods)
+	row.MachineCPUMsPerPod, row.MachineCoresBusy = mach*1e3/float64(o.Pods), mach/el.Seconds()
+	row.EventsSeen, row.EventsSeconds = evs.wait(ctx, o.Pods, 3*time.Minute, t0)
+	row.CPUMsPerPod = (procCPU(sched.Pid) - cpu0) * 1e3 / float64(o.Pods)
+	if row.EventsSeen < o.Pods {
+		prog.Printf("   only %d of %d Scheduled events seen within 3 min of the last Binding", row.EventsSeen, o.Pods)
+	}
 	if o.ProfileDir != "" && kind == cluster.SchedulerMeganode {
 		if err := saveURL(ctx, sched.URL+"/metrics", filepath.Join(o.ProfileDir, strings.ReplaceAll(label, "/", "-")+".metrics")); err != nil {
 			prog.Printf("   metrics: %v", err)
@@ -312,6 +339,9 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	if err := utilisation(ctx, cs, row); err != nil {
 		return nil, err
 	}
+	prog.Printf("   the drain's %d Scheduled events written by %.2fs; CPU to the last Binding %.2f ms/pod, to the last event %.2f ms/pod",
+		row.EventsSeen, row.EventsSeconds, row.CPUMsPerPodBound, row.CPUMsPerPod)
+	prog.Printf("   the machine during the drain: %.2f of %d cores busy, %.2f ms CPU per pod (every process)", row.MachineCoresBusy, runtime.NumCPU(), row.MachineCPUMsPerPod)
 	prog.Printf("   drained %d pods in %.2fs = %.0f pods/s, %.2f ms CPU/pod, utilisation mean %.3f stddev %.4f max %.3f, %d empty nodes; pods/node stddev %.2f max %d",
 		o.Pods, el.Seconds(), row.PodsPerSec, row.CPUMsPerPod, row.UtilMean, row.UtilStddev, row.UtilMax, row.EmptyNodes,
 		row.PodsPerNodeStddev, row.PodsPerNodeMax)
@@ -343,6 +373,8 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 		}
 		prog.Printf("   bind ceiling: %d Bindings in %.2fs = %.0f binds/s (%d failed, %d retried); the drain ran at %.0f%% of it",
 			c.Binds, c.Seconds, c.PerSec, c.Errors, c.Retries, row.OfCeiling*100)
+		prog.Printf("   bind ceiling: the machine %.2f cores busy, %.2f ms CPU per Binding (every process)", c.MachineCoresBusy, c.MachineCPUMsPerPod)
+		row.CeilingMachineCPUMsPerPod, row.CeilingMachineCoresBusy = c.MachineCPUMsPerPod, c.MachineCoresBusy
 		prog.Printf("   bind+event ceiling: %d more pods, each Binding followed by its Scheduled Event", o.Pods)
 		e, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, true)
 		if err != nil {
@@ -354,6 +386,7 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 		}
 		prog.Printf("   bind+event ceiling: %d pods in %.2fs = %.0f pods/s (%d failed, %d retried); the drain ran at %.0f%% of it",
 			e.Binds, e.Seconds, e.PerSec, e.Errors, e.Retries, row.OfEventCeiling*100)
+		prog.Printf("   bind+event ceiling: the machine %.2f cores busy, %.2f ms CPU per pod to its last Binding (every process)", e.MachineCoresBusy, e.MachineCPUMsPerPod)
 	}
 	return row, nil
 }
@@ -372,6 +405,8 @@ const (
 type ceilingResult struct {
 	Binds, Errors, Retries int
 	Seconds, PerSec        float64
+	// The whole machine from the first Binding to the last (as MachineCPUMsPerPod for the drain).
+	MachineCPUMsPerPod, MachineCoresBusy float64
 }
 
 // bindCeiling measures how fast this cluster's apiserver takes Bindings: it creates o.Pods pods
@@ -431,6 +466,7 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 	var last time.Time
 	var firstErr error
 	var wg sync.WaitGroup
+	mach0 := machineCPU()
 	t0 := time.Now()
 	for range workers {
 		wg.Add(1)
@@ -487,11 +523,13 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 		}()
 	}
 	wg.Wait()
-	evWG.Wait() // the last events are written after the last Binding, as a scheduler's are
+	mach, machEl := machineCPU()-mach0, time.Since(t0) // to the last Binding answered, as the time
+	evWG.Wait()                                        // the last events are written after the last Binding, as a scheduler's are
 	r := &ceilingResult{Binds: int(binds.Load()), Errors: int(errs.Load()) + int(evErrs.Load()), Retries: int(retries.Load())}
 	if r.Binds > 0 {
 		r.Seconds = last.Sub(t0).Seconds()
 		r.PerSec = float64(r.Binds) / r.Seconds
+		r.MachineCPUMsPerPod, r.MachineCoresBusy = mach*1e3/float64(r.Binds), mach/machEl.Seconds()
 	}
 	if r.Binds == 0 && firstErr != nil {
 		return r, firstErr
@@ -819,7 +857,7 @@ func Print(w io.Writer, o Options, rows []Row) {
 		fmt.Fprintf(w, "bind ceiling: %d Bindings of pods no scheduler serves, %d in flight, client QPS %d (as the meganode scheduler's); +ev: each Binding followed by its Scheduled Event, as both schedulers write\n",
 			o.Pods, cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers), ceilingClientQPS)
 	}
-	fmt.Fprintf(w, "%-16s %8s %8s %8s %8s %10s %8s %10s %8s %8s %9s %8s %8s %6s %7s %7s %6s\n", "scheduler", "pods/s", "drain s", "ceiling/s", "of ceil", "+ev ceil/s", "of +ev",
+	fmt.Fprintf(w, "%-16s %8s %8s %8s %9s %8s %10s %8s %10s %8s %8s %9s %8s %8s %6s %7s %7s %6s\n", "scheduler", "pods/s", "drain s", "events s", "ceiling/s", "of ceil", "+ev ceil/s", "of +ev",
 		"CPU ms/pod", "p50 ms", "p99 ms", "util mean", "util sd", "util max", "empty", "ppn sd", "ppn max", "unsch")
 	for _, r := range rows {
 		ceil, of, evCeil, evOf, p50, p99 := "-", "-", "-", "-", "-", "-"
@@ -832,9 +870,95 @@ func Print(w io.Writer, o Options, rows []Row) {
 		if r.Latency.Count > 0 {
 			p50, p99 = fmt.Sprintf("%.1f", r.Latency.P50Us/1e3), fmt.Sprintf("%.1f", r.Latency.P99Us/1e3)
 		}
-		fmt.Fprintf(w, "%-16s %8.0f %8.2f %9s %8s %10s %8s %10.2f %8s %8s %9.4f %8.4f %8.4f %6d %7.2f %7d %6d\n", r.Scheduler, r.PodsPerSec, r.DrainSeconds, ceil, of, evCeil, evOf,
+		fmt.Fprintf(w, "%-16s %8.0f %8.2f %8.2f %9s %8s %10s %8s %10.2f %8s %8s %9.4f %8.4f %8.4f %6d %7.2f %7d %6d\n", r.Scheduler, r.PodsPerSec, r.DrainSeconds, r.EventsSeconds, ceil, of, evCeil, evOf,
 			r.CPUMsPerPod, p50, p99, r.UtilMean, r.UtilStddev, r.UtilMax, r.EmptyNodesByPods,
 			r.PodsPerNodeStddev, r.PodsPerNodeMax, r.Unscheduled)
 	}
+	fmt.Fprintf(w, "(drain s: resumed → last pod bound; events s: → last Scheduled event written; CPU ms/pod: the scheduler's CPU until then)\n")
 	fmt.Fprintf(w, "(util: requested CPU / allocatable per node; empty: nodes without a drained pod; ppn: drained pods per node; all over every node)\n")
+}
+
+// scheduledEvents counts the drain pods' Scheduled events (events.k8s.io/v1 — core/v1 events
+// are the same objects) from a watch opened before the scheduler resumes.
+type scheduledEvents struct {
+	w     watch.Interface
+	mu    sync.Mutex
+	seen  map[string]bool
+	last  time.Time
+	added chan struct{}
+}
+
+func watchScheduledEvents(ctx context.Context, cs kubernetes.Interface) (*scheduledEvents, error) {
+	l, err := cs.EventsV1().Events(benchNS).List(ctx, metav1.ListOptions{Limit: 1})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	w, err := cs.EventsV1().Events(benchNS).Watch(ctx, metav1.ListOptions{ResourceVersion: l.ResourceVersion})
+	if err != nil {
+		return nil, fmt.Errorf("events: %w", err)
+	}
+	e := &scheduledEvents{w: w, seen: map[string]bool{}, added: make(chan struct{}, 1)}
+	go func() {
+		for ev := range w.ResultChan() {
+			o, ok := ev.Object.(*eventsv1.Event)
+			if !ok || ev.Type != watch.Added || o.Reason != "Scheduled" || !strings.HasPrefix(o.Regarding.Name, "drain-") {
+				continue
+			}
+			e.mu.Lock()
+			if !e.seen[o.Regarding.Name] {
+				e.seen[o.Regarding.Name], e.last = true, time.Now()
+			}
+			e.mu.Unlock()
+			select {
+			case e.added <- struct{}{}:
+			default:
+			}
+		}
+	}()
+	return e, nil
+}
+
+// wait returns once want events were seen or timeout passed: how many, and t0 → the last one.
+func (e *scheduledEvents) wait(ctx context.Context, want int, timeout time.Duration, t0 time.Time) (int, float64) {
+	deadline := time.After(timeout)
+	for {
+		e.mu.Lock()
+		n, last := len(e.seen), e.last
+		e.mu.Unlock()
+		if n >= want {
+			return n, last.Sub(t0).Seconds()
+		}
+		select {
+		case <-e.added:
+		case <-deadline:
+			return n, last.Sub(t0).Seconds()
+		case <-ctx.Done():
+			return n, last.Sub(t0).Seconds()
+		}
+	}
+}
+
+func (e *scheduledEvents) stop() { e.w.Stop() }
+
+// machineCPU is the CPU time every process on the machine has used since boot, in seconds
+// (/proc/stat: user, nice, system, irq, softirq, steal; not idle or iowait).
+func machineCPU() float64 {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return 0
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	f := strings.Fields(line)
+	if len(f) < 9 || f[0] != "cpu" {
+		return 0
+	}
+	var busy float64
+	for i, v := range f[1:9] {
+		if i == 3 || i == 4 { // idle, iowait
+			continue
+		}
+		n, _ := strconv.ParseFloat(v, 64)
+		busy += n
+	}
+	return busy / 100 // USER_HZ: 100 on Linux
 }
