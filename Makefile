@@ -54,7 +54,7 @@ test-k8s: build k8s-bins
 LIN_DURATION_LONG ?= 60s
 LIN_RESTARTS_LONG ?= 10
 test-long: build
-	MEGANODE_DIFF_OPS=200000 MEGANODE_LIN_DURATION=$(LIN_DURATION_LONG) MEGANODE_LIN_RESTARTS=$(LIN_RESTARTS_LONG) MEGANODE_LIN_STRICT=1 $(GO) test -count=1 -timeout 120m ./test/e2e/...
+	MEGANODE_DIFF_OPS=200000 MEGANODE_LIN_DURATION=$(LIN_DURATION_LONG) MEGANODE_LIN_RESTARTS=$(LIN_RESTARTS_LONG) $(GO) test -count=1 -timeout 120m ./test/e2e/...
 
 # The cluster demo: `meganode up` on meganode-store (kube-apiserver, controller-manager, scheduler, KWOK)
 # with DEMO_NODES KWOK nodes, DEMO_PODS pods under measurement, the SLO report, then `down`.
