@@ -427,6 +427,9 @@ impl Store {
     /// Runs `apply` under the sequencer with the next revision; if it produced
     /// events the revision is committed (sink, watch log, counter), otherwise
     /// it was never handed out (etcd does not bump the revision for no-op writes).
+    /// A returned batch must reach `durable` (on the same thread, nothing
+    /// fallible in between): until then a batch that went to a buffered log
+    /// holds back the publication of every later revision.
     pub fn commit<F, T>(&self, apply: F) -> (T, Option<WriteBatch>)
     where
         F: FnOnce(&mut WriteBatch) -> T,
