@@ -11,7 +11,9 @@ pub const MAGIC: &[u8; 8] = b"MGNSNAP1";
 pub fn encode(store: &Store) -> Vec<u8> {
     let shards = store.all_shards();
     let locked = store.lock_read(shards);
-    let rev = store.current_rev();
+    // Committed: the shards hold every version up to it; the server streams
+    // the snapshot only once it is published (durable).
+    let rev = store.committed_rev();
     let mut out = Vec::with_capacity(1 << 16);
     out.put_slice(MAGIC);
     out.put_i64_le(rev);

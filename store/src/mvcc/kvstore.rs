@@ -20,6 +20,7 @@ use parking_lot::{Mutex, RawRwLock, RwLock};
 
 use super::key_history::{KeyHistory, Version};
 use super::shard::{prefix_of, KeyRange, ShardData};
+use super::visibility::Visibility;
 use super::watch_hub::{Event, WatchHub};
 use crate::errors::{Result, StoreError};
 use crate::lease::LeaseTable;
@@ -41,9 +42,13 @@ struct ShardTable {
 /// client is answered (the write-ahead log implements it).
 pub trait CommitSink: Send + Sync {
     /// Called with the shard lock(s) and the sequencer held: cheap appends only.
-    fn committed(&self, rev: i64, events: &[Event]);
-    /// Called after the sequencer is released and before the client is answered:
-    /// returns once the write is as durable as its prefix's mode promises.
+    /// Marks the revision in `Visibility` if it waits for the fsync flusher;
+    /// returns whether it went to a buffered-mode log (then `wait_durable`
+    /// must write it before the revision can be published).
+    fn committed(&self, rev: i64, events: &[Event]) -> bool;
+    /// Called after the sequencer is released, for a write `committed` said
+    /// went to a buffered log: returns once those logs are written (a failed
+    /// write is marked for the fsync flusher's retries instead).
     fn wait_durable(&self, rev: i64, events: &[Event]);
     fn lease_granted(&self, id: i64, ttl: i64);
     fn lease_revoked(&self, id: i64);
@@ -58,7 +63,8 @@ pub const NEVER_COMPACTED: i64 = -1;
 pub struct Store {
     table: RwLock<ShardTable>,
     seq: Mutex<()>,
-    rev: AtomicI64,
+    /// The committed and the published revision (`visibility`).
+    pub vis: Arc<Visibility>,
     compacted: AtomicI64,
     pub leases: LeaseTable,
     pub hub: WatchHub,
@@ -191,11 +197,13 @@ pub struct WriteBatch {
     pub lease_moves: Vec<(Bytes, i64, i64)>,
     /// Accounted bytes this batch added to its shards (new keys and versions).
     pub bytes: i64,
+    /// Went to a buffered log: `Store::durable` writes it, then marks it done.
+    flush: bool,
 }
 
 impl WriteBatch {
     pub fn new(rev: i64) -> Self {
-        WriteBatch { rev, events: Vec::new(), lease_moves: Vec::new(), bytes: 0 }
+        WriteBatch { rev, events: Vec::new(), lease_moves: Vec::new(), bytes: 0, flush: false }
     }
 
     /// Writes `value` to `key` at this batch's revision.
@@ -253,7 +261,7 @@ impl Store {
         Store {
             table: RwLock::new(ShardTable { by_prefix: HashMap::new(), all: vec![fallback] }),
             seq: Mutex::new(()),
-            rev: AtomicI64::new(1),
+            vis: Arc::new(Visibility::new(1)),
             compacted: AtomicI64::new(NEVER_COMPACTED),
             leases: LeaseTable::new(),
             hub: WatchHub::new(100_000, 1),
@@ -271,9 +279,30 @@ impl Store {
         *self.sink.write() = Some(sink);
     }
 
-    /// The newest committed revision (etcd starts at 1 on an empty store).
+    /// The newest published revision (etcd starts at 1 on an empty store):
+    /// what default reads are served at, headers report and watchers get up
+    /// to. Every revision up to it is durable (`visibility`).
     pub fn current_rev(&self) -> i64 {
-        self.rev.load(Ordering::Acquire)
+        self.vis.published()
+    }
+
+    /// The newest committed revision: applied, possibly not durable yet. Only
+    /// for what runs under shard write locks (compares, the answer of a write
+    /// that changed nothing, which then waits for `wait_visible`) and for
+    /// revision bookkeeping; never served to a reader as is.
+    pub fn committed_rev(&self) -> i64 {
+        self.vis.committed()
+    }
+
+    /// Resolves once `rev` is published: a write's answer (and any answer
+    /// that read committed state) waits for it.
+    pub async fn wait_visible(&self, rev: i64) {
+        self.vis.wait(rev).await
+    }
+
+    /// The published revision as it moves (watch streams, Observe).
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<i64> {
+        self.vis.subscribe()
     }
 
     /// The last compaction revision, NEVER_COMPACTED (-1) before the first.
@@ -306,9 +335,9 @@ impl Store {
 
     /// Sets the revision counters after recovery.
     pub fn set_revisions(&self, rev: i64, compacted: i64) {
-        self.rev.store(rev, Ordering::Release);
         self.compacted.store(compacted, Ordering::Release);
         self.hub.reset(rev);
+        self.vis.reset(rev);
     }
 
     pub fn shard_for(&self, key: &[u8]) -> Arc<Shard> {
@@ -398,13 +427,16 @@ impl Store {
     /// Runs `apply` under the sequencer with the next revision; if it produced
     /// events the revision is committed (sink, watch log, counter), otherwise
     /// it was never handed out (etcd does not bump the revision for no-op writes).
+    /// A returned batch must reach `durable` (on the same thread, nothing
+    /// fallible in between): until then a batch that went to a buffered log
+    /// holds back the publication of every later revision.
     pub fn commit<F, T>(&self, apply: F) -> (T, Option<WriteBatch>)
     where
         F: FnOnce(&mut WriteBatch) -> T,
     {
         let sink = self.sink.read().clone();
         let guard = self.seq.lock();
-        let rev = self.rev.load(Ordering::Relaxed) + 1;
+        let rev = self.vis.committed() + 1;
         let mut batch = WriteBatch::new(rev);
         let out = apply(&mut batch);
         if batch.events.is_empty() {
@@ -415,24 +447,30 @@ impl Store {
             self.leases.rebind(key, *old, *new);
         }
         self.kv_bytes.fetch_add(batch.bytes, Ordering::Relaxed);
-        if let Some(s) = &sink {
-            s.committed(rev, &batch.events);
-        }
+        batch.flush = sink.as_ref().is_some_and(|s| s.committed(rev, &batch.events));
         self.hub.publish(rev, batch.events.clone());
-        self.rev.store(rev, Ordering::Release);
+        self.vis.commit(rev);
         drop(guard);
+        if !batch.flush {
+            // Memory-only, or fsync-mode logs only (the flusher's part): done here.
+            self.vis.mark_done(rev);
+        }
         (out, Some(batch))
     }
 
-    /// Waits until a committed batch is as durable as its prefixes promise and
-    /// returns the revision to report. Called after the shard locks are released,
-    /// so writers queue on the log (and share its fsync), not on the shard.
+    /// Writes a committed batch's buffered logs (fsync-mode logs are the
+    /// flusher's) and returns the revision to report; the answer then waits
+    /// for `wait_visible(rev)`. Called after the shard locks are released, so
+    /// writers queue on the log (and share its write), not on the shard.
     pub fn durable(&self, batch: Option<WriteBatch>) -> i64 {
         match batch {
             None => self.current_rev(),
             Some(b) => {
-                if let Some(s) = self.sink.read().clone() {
-                    s.wait_durable(b.rev, &b.events);
+                if b.flush {
+                    if let Some(s) = self.sink.read().clone() {
+                        s.wait_durable(b.rev, &b.events);
+                    }
+                    self.vis.mark_done(b.rev);
                 }
                 b.rev
             }
@@ -528,7 +566,8 @@ impl Store {
         let r = KeyRange::new(&req.key, &req.range_end);
         let shards = self.shards_for(std::slice::from_ref(&r), true);
         let mut locked = self.lock_write(shards);
-        let cur = self.current_rev();
+        // Committed, not published: read under the write locks; the answer waits for it.
+        let cur = self.committed_rev();
         let keys: Vec<Bytes> = locked.range(&r).into_iter().filter(|(_, h)| h.latest().is_some()).map(|(k, _)| k.clone()).collect();
         let (prevs, batch) = self.commit(|b| {
             let mut prevs = Vec::new();

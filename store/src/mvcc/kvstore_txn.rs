@@ -43,7 +43,9 @@ impl Store {
         }
         let shards = self.shards_for(&ranges, true);
         let mut locked = self.lock_write(shards);
-        let cur = self.current_rev();
+        // Compares see the committed state (the sequencer's order); an answer
+        // that depends on an unpublished write waits for it (`wait_visible`).
+        let cur = self.committed_rev();
         let succeeded = eval_compares(&locked, &req.compare, i64::MAX);
         let ops = if succeeded { &req.success } else { &req.failure };
         self.check_ops(&locked, ops, cur)?;

@@ -8,7 +8,6 @@ use std::sync::{Arc, Weak};
 
 use bytes::Bytes;
 use parking_lot::Mutex;
-use tokio::sync::watch;
 
 use super::key_history::Version;
 
@@ -40,7 +39,6 @@ pub struct WatchHub {
     /// The log's event count, readable without its lock (quota accounting).
     events: AtomicI64,
     cap: usize,
-    tx: watch::Sender<i64>,
     /// Per watch stream: the lowest revision one of its watchers still has to
     /// read (i64::MAX without watchers). Compaction trims the log below the
     /// compaction revision but never past a mark, so a watcher that is
@@ -74,12 +72,10 @@ fn batch_size(events: &[Event]) -> (usize, usize) {
 
 impl WatchHub {
     pub fn new(cap: usize, rev: i64) -> Self {
-        let (tx, _) = watch::channel(rev);
         WatchHub {
             log: Mutex::new(Log { batches: VecDeque::with_capacity(cap.min(1 << 16)), events: 0, bytes: 0, start: rev + 1 }),
             events: AtomicI64::new(0),
             cap,
-            tx,
             marks: Mutex::new(Vec::new()),
         }
     }
@@ -121,7 +117,8 @@ impl WatchHub {
         dropped
     }
 
-    /// Appends the events of revision `rev`. Called in revision order.
+    /// Appends the events of revision `rev`. Called in revision order, under
+    /// the sequencer; watchers read it once `rev` is published (`Store::subscribe`).
     pub fn publish(&self, rev: i64, events: Vec<Event>) {
         {
             let (n, b) = batch_size(&events);
@@ -139,7 +136,6 @@ impl WatchHub {
             log.start = log.batches[0].rev;
             self.events.store(log.events as i64, Ordering::Relaxed);
         }
-        self.tx.send_replace(rev);
     }
 
     /// Moves the log past revisions that never reach it (recovery, restore):
@@ -151,12 +147,6 @@ impl WatchHub {
         log.bytes = 0;
         log.start = rev + 1;
         self.events.store(0, Ordering::Relaxed);
-        drop(log);
-        self.tx.send_replace(rev);
-    }
-
-    pub fn subscribe(&self) -> watch::Receiver<i64> {
-        self.tx.subscribe()
     }
 
     /// Batches with revision >= `from`, at most `max` of them.

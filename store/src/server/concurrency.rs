@@ -286,7 +286,7 @@ impl<F: FnOnce()> Drop for OnDrop<F> {
 /// revision of the store, it reads that one key each time; unlike a watch from
 /// a revision, this cannot fail when history is compacted meanwhile.
 async fn wait_delete(ctx: &Ctx, key: &[u8], create_rev: i64) -> Result<(), Status> {
-    let mut rx = ctx.store.hub.subscribe();
+    let mut rx = ctx.store.subscribe();
     loop {
         rx.borrow_and_update();
         let r = range(ctx, &get(key))?;
@@ -459,7 +459,7 @@ pub struct Compacted;
 
 impl Follow {
     pub fn new(ctx: Arc<Ctx>, key: Vec<u8>, end: Vec<u8>, start: i64) -> Result<Follow, Compacted> {
-        let rx = ctx.store.hub.subscribe();
+        let rx = ctx.store.subscribe();
         let mark = ctx.store.hub.register_mark();
         mark.store(start, Ordering::Release);
         if start < ctx.store.floor_for(&KeyRange::new(&key, &end)) {

@@ -135,6 +135,8 @@ impl PbMaintenanceService for MaintenanceService {
         let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode(&store))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
+        // It holds every committed write: sent only once they are all durable.
+        self.0.synced(i64::from_le_bytes(blob[8..16].try_into().unwrap())).await;
         let total = blob.len();
         // Chunks are copied out as the client takes them, not all up front: the
         // encoded store is held once, not twice (the quota leaves room for one copy).

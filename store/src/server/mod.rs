@@ -121,14 +121,12 @@ impl Ctx {
         Some(PbResponseHeader { cluster_id: self.cluster_id, member_id: self.member_id, revision: rev, raft_term: 2 })
     }
 
-    /// Before answering a write at `rev`: waits for the fsync that covers it
-    /// when it touched an fsync-mode prefix (other writes return at once).
+    /// Before answering a write at `rev` (or anything that read the committed
+    /// state at `rev`): waits until `rev` is published, i.e. it and every
+    /// revision before it are durable (mvcc::visibility). One atomic load when
+    /// it already is (memory-only prefixes, nothing pending).
     pub async fn synced(&self, rev: i64) {
-        if let Some(w) = &self.wal {
-            if w.needs_sync(rev) {
-                w.wait_synced(rev).await;
-            }
-        }
+        self.store.wait_visible(rev).await;
     }
 
     /// etcd's quota check in front of Put, Txn and LeaseGrant (v3rpc/quota.go),
@@ -170,7 +168,7 @@ impl Ctx {
     /// are left reserved on disk (crate::wal::FLOOR_MARGIN).
     pub fn check_disk(&self, durable: impl FnOnce(&crate::wal::Wal) -> bool) -> Result<(), tonic::Status> {
         match &self.wal {
-            Some(w) if w.refuses(durable, self.store.current_rev()) => Err(StoreError::NoSpace.into()),
+            Some(w) if w.refuses(durable, self.store.committed_rev()) => Err(StoreError::NoSpace.into()),
             _ => Ok(()),
         }
     }

@@ -348,7 +348,7 @@ struct PbWatchCreate {
 async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Result<PbWatchResponse, Status>>, creds: Creds) {
     ctx.metrics.watch_streams.fetch_add(1, Ordering::Relaxed);
     ctx.store.watch_bytes.fetch_add(crate::quota::WATCH_STREAM_OVERHEAD, Ordering::Relaxed);
-    let mut rev_rx = ctx.store.hub.subscribe();
+    let mut rev_rx = ctx.store.subscribe();
     let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
     progress.tick().await;
     let mark = ctx.store.hub.register_mark();

@@ -41,7 +41,8 @@ impl Wal {
                 self.failed(&log, &e, 0);
                 return Err(named(&log.path, e));
             }
-            let rev = store.current_rev();
+            // Committed: the shard holds (and the log just wrote) every version up to it.
+            let rev = store.committed_rev();
             let mut out = Vec::new();
             out.put_slice(CKPT_MAGIC);
             out.put_i64_le(rev);

@@ -73,7 +73,7 @@ impl Health {
             let what = (log.path.clone(), e.to_string());
             if s.last.as_ref() != Some(&what) {
                 eprintln!(
-                    "meganode-store: error: write to {} failed: {e}; alarm NOSPACE: writes to durable prefixes are refused, reads, watches and memory-only prefixes are served, and the write is retried until it succeeds",
+                    "meganode-store: error: write to {} failed: {e}; alarm NOSPACE: writes to durable prefixes are refused (to memory-only ones too while a key's write is held), reads and watches are served, and the write is retried until it succeeds",
                     log.path.display()
                 );
                 s.last = Some(what);

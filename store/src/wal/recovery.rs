@@ -1,6 +1,6 @@
 //! Opening a data directory: lock it, replay meta log, checkpoints and logs
 //! into the store (docs/design.md, "Recovery rules"), and start the sink.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -16,7 +16,7 @@ use super::health::Health;
 use super::logfile::LogFile;
 use super::metrics::WalMetrics;
 use super::record::{encode_pair, read_log, Record, Replayed, REC_LEASE_GRANT, REC_REV_FLOOR};
-use super::sink::{SyncState, Wal, REV_BLOCK, TOUCHED_RING};
+use super::sink::{SyncState, Wal, REV_BLOCK};
 use super::{Durability, Mode};
 use crate::mvcc::key_history::Version;
 use crate::mvcc::Store;
@@ -174,13 +174,11 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         wake: Mutex::new(false),
         cv: parking_lot::Condvar::new(),
         appended: AtomicI64::new(0),
-        touched: (0..TOUCHED_RING).map(|_| AtomicI64::new(0)).collect(),
-        synced: AtomicI64::new(0),
-        waiters: Mutex::new(BTreeMap::new()),
         logs: RwLock::new(Vec::new()),
     });
     let wal = Arc::new(Wal {
         sync,
+        vis: store.vis.clone(),
         dir: dir.to_path_buf(),
         dur,
         logs: RwLock::new(HashMap::new()),

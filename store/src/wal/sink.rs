@@ -1,7 +1,7 @@
 //! The store's commit sink: which log each write goes to, the buffered
 //! writers' flush, the fsync flusher thread (group commit, and the retries of
 //! failed writes, see `health`), the meta log.
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
@@ -18,6 +18,7 @@ use super::record::{encode_event, encode_pair, REC_COMPACT, REC_LEASE_GRANT, REC
 use super::{file_stem, Durability, Mode};
 use crate::mvcc::kvstore::CommitSink;
 use crate::mvcc::shard::prefix_of;
+use crate::mvcc::visibility::Visibility;
 use crate::mvcc::watch_hub::Event;
 
 /// Revisions reserved at a time in the meta log, so that a restart resumes
@@ -30,32 +31,24 @@ pub(super) const REV_BLOCK: i64 = 100_000;
 /// disk has 50,000 revisions of memory-only writes before this bites.
 pub const FLOOR_MARGIN: i64 = 1_000;
 
-/// fsync-mode logs are written and synced by one flusher thread; writers wait
-/// asynchronously until `synced` reaches their revision. Every writer that
-/// arrives during an fsync joins the next one (group commit), and no thread
-/// is parked per waiting writer.
+/// fsync-mode logs are written and synced by one flusher thread; a revision
+/// that touched one is marked in `Visibility` (its fsync ring) and published
+/// once the flusher reports `synced` past it. Writers wait asynchronously for
+/// the publication (`Visibility::wait`, which wakes exactly the writers a
+/// publication covers). Every writer that arrives during an fsync joins the
+/// next one (group commit), and no thread is parked per waiting writer.
 pub struct SyncState {
     pub(super) wake: Mutex<bool>,
     pub(super) cv: parking_lot::Condvar,
     /// Newest revision appended to any fsync-mode log, or whose buffered write failed.
     pub(super) appended: AtomicI64,
-    /// touched[rev % N] == rev when that revision wrote to an fsync-mode log
-    /// (or its buffered write failed: it waits for the retry as an fsync).
-    pub(super) touched: Vec<AtomicI64>,
-    /// Newest revision every fsync-mode log is on disk up to.
-    pub(super) synced: AtomicI64,
-    /// Writers waiting for an fsync, by revision. The flusher wakes exactly
-    /// those its fsync covered: a broadcast channel woke every waiter on every
-    /// fsync, and at 1000 clients most went back to sleep (≈1000/batch wakeups
-    /// per write).
-    pub(super) waiters: Mutex<BTreeMap<i64, Vec<tokio::sync::oneshot::Sender<()>>>>,
     pub(super) logs: RwLock<Vec<Arc<LogFile>>>,
 }
 
-pub(super) const TOUCHED_RING: usize = 1 << 16;
-
 pub struct Wal {
     pub(super) sync: Arc<SyncState>,
+    /// The store's published revision: the flusher moves it after each sync.
+    pub(super) vis: Arc<Visibility>,
     pub(super) dir: PathBuf,
     pub dur: Durability,
     /// Per shard prefix: its log, or None for memory-only prefixes.
@@ -133,7 +126,7 @@ impl Wal {
     pub(super) fn failed(&self, log: &Arc<LogFile>, e: &std::io::Error, rev: i64) {
         self.health.fail(log, e);
         if rev > 0 {
-            self.sync.touched[rev as usize % TOUCHED_RING].fetch_max(rev, Ordering::AcqRel);
+            self.vis.mark_fsync(rev);
             self.sync.appended.fetch_max(rev, Ordering::AcqRel);
         }
         *self.sync.wake.lock() = true;
@@ -141,12 +134,20 @@ impl Wal {
     }
 
     /// Whether a write must be refused now: one to a durable prefix (or a
-    /// lease, or a compaction) while a failed write is outstanding, and any
+    /// lease, or a compaction) while a failed write is outstanding; any write
+    /// while a prefix log holds a failed write (a revision nothing after can
+    /// be published before, so a memory-only write would only hang); and any
     /// write when too few revisions are left reserved (`FLOOR_MARGIN`).
     /// `durable` (whether the write would go to a log) is asked only while a log write is failing:
     /// a healthy disk costs a write two atomic loads, not a look-up of its prefix's mode.
     pub fn refuses(&self, durable: impl FnOnce(&Self) -> bool, cur_rev: i64) -> bool {
-        (self.health.down() && durable(self)) || cur_rev + FLOOR_MARGIN >= self.floor.load(Ordering::Acquire)
+        (self.health.down() && (durable(self) || self.holds_writes())) || cur_rev + FLOOR_MARGIN >= self.floor.load(Ordering::Acquire)
+    }
+
+    /// Whether a failed log is a prefix's (it holds written revisions back),
+    /// not only the lease or meta log (whose records hold no revision).
+    fn holds_writes(&self) -> bool {
+        self.health.snapshot().1.iter().any(|l| !Arc::ptr_eq(l, &self.meta) && !Arc::ptr_eq(l, &self.leases))
     }
 
     /// Whether writes to `key` go to a log.
@@ -169,27 +170,15 @@ impl Wal {
 }
 
 impl Wal {
-    /// Whether the write that committed `rev` must wait for an fsync. When the
-    /// ring slot was reused by a later revision the answer is a safe "yes".
+    /// Whether the write that committed `rev` waits for the fsync flusher. When
+    /// the ring slot was reused by a later revision the answer is a safe "yes".
     pub fn needs_sync(&self, rev: i64) -> bool {
-        rev > 0 && self.sync.touched[rev as usize % TOUCHED_RING].load(Ordering::Acquire) >= rev
+        self.vis.needs_fsync(rev)
     }
 
-    /// Resolves once every fsync-mode log is on disk up to `rev`.
-    pub async fn wait_synced(&self, rev: i64) {
-        if self.sync.synced.load(Ordering::Acquire) >= rev {
-            return;
-        }
-        let (tx, rx) = tokio::sync::oneshot::channel();
-        {
-            let mut w = self.sync.waiters.lock();
-            // Checked again under the lock the flusher takes after publishing.
-            if self.sync.synced.load(Ordering::Acquire) >= rev {
-                return;
-            }
-            w.entry(rev).or_default().push(tx);
-        }
-        let _ = rx.await;
+    /// Every fsync-mode log (and every failed log) is on disk up to this.
+    pub fn synced(&self) -> i64 {
+        self.vis.synced()
     }
 
     /// Resolves once no failed write is outstanding: a lease or compaction
@@ -243,21 +232,14 @@ impl Wal {
             }
             backoff = Duration::ZERO;
             self.health.recovered(gen);
-            self.sync.synced.fetch_max(target, Ordering::AcqRel);
-            let ready = {
-                let mut w = self.sync.waiters.lock();
-                let later = w.split_off(&(target + 1));
-                std::mem::replace(&mut *w, later)
-            };
-            for tx in ready.into_values().flatten() {
-                let _ = tx.send(());
-            }
+            // Publishes what this sync made durable and wakes its writers.
+            self.vis.set_synced(target);
         }
     }
 }
 
 impl CommitSink for Wal {
-    fn committed(&self, rev: i64, events: &[Event]) {
+    fn committed(&self, rev: i64, events: &[Event]) -> bool {
         // Reserve the next block while half of this one is left, so that a
         // meta write that fails has room to be retried (refuses, FLOOR_MARGIN).
         if rev + REV_BLOCK / 2 >= *self.floor_wanted.lock() {
@@ -277,6 +259,7 @@ impl CommitSink for Wal {
         }
         let mut last: Option<(&[u8], Option<Arc<LogFile>>)> = None;
         let mut fsync_touched = false;
+        let mut buffered = false;
         for e in events {
             let p = prefix_of(&e.key).unwrap_or(b"");
             let log = match &last {
@@ -294,20 +277,23 @@ impl CommitSink for Wal {
                 });
                 if l.mode == Mode::Fsync {
                     fsync_touched = true;
+                } else {
+                    buffered = true;
                 }
             }
         }
         if fsync_touched {
-            self.sync.touched[rev as usize % TOUCHED_RING].store(rev, Ordering::Release);
+            self.vis.mark_fsync(rev);
             self.sync.appended.fetch_max(rev, Ordering::AcqRel);
             *self.sync.wake.lock() = true;
             self.sync.cv.notify_one();
         }
+        buffered
     }
 
-    /// Buffered logs: write before the answer. fsync logs are the flusher's;
-    /// the server awaits them with `wait_synced`, and so a buffered write that
-    /// failed (`failed`): it is answered once the flusher's retry wrote it.
+    /// Buffered logs: written here, before the revision can be published.
+    /// fsync logs are the flusher's, and so is a buffered write that failed
+    /// (`failed` marks it): it is published once the flusher's retry wrote it.
     fn wait_durable(&self, rev: i64, events: &[Event]) {
         let mut done: Vec<*const LogFile> = Vec::new();
         for e in events {
@@ -386,30 +372,77 @@ mod tests {
             wal.faults.set(Some(hook.clone()));
             let put = |k: &str, v: &str| store.put(&PbPutRequest { key: k.into(), value: v.into(), ..Default::default() }).unwrap().header.unwrap().revision;
             let r1 = put("/registry/pods/a", "1");
-            wait_until("first write", || !wal.needs_sync(r1) || wal.sync.synced.load(Ordering::Acquire) >= r1);
+            wait_until("first write", || store.current_rev() >= r1);
             hook.full.store(true, Ordering::SeqCst);
             let r2 = put("/registry/pods/b", "2");
             assert!(wal.needs_sync(r2), "{mode:?}: a failed write must wait for its retry");
             wait_until("the failure", || wal.health.down());
             assert!(alarm.load(Ordering::SeqCst));
             assert!(wal.refuses(|w| w.durable_key(b"/registry/pods/c"), store.current_rev()));
-            assert!(!wal.refuses(|w| w.durable_key(b"/registry/events/e"), store.current_rev()));
+            // Memory-only writes too: they could not be published before the held one.
+            assert!(wal.refuses(|w| w.durable_key(b"/registry/events/e"), store.current_rev()));
             assert!(!wal.durable_range(b"/registry/events/", b"/registry/events0"));
             assert!(wal.durable_range(b"/registry/", b"/registry0"));
             std::thread::sleep(Duration::from_millis(100));
-            assert!(wal.sync.synced.load(Ordering::Acquire) < r2, "{mode:?}: acknowledged while not written");
+            assert!(wal.synced() < r2, "{mode:?}: acknowledged while not written");
+            assert!(store.current_rev() < r2, "{mode:?}: visible while not written");
             assert!(hook.failures.load(Ordering::SeqCst) >= 2, "retried");
             // The log holds the first write only.
             let log = dir.join("registry+pods+.wal");
             assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1);
             hook.full.store(false, Ordering::SeqCst);
-            wait_until("the retry", || wal.sync.synced.load(Ordering::Acquire) >= r2 && !wal.health.down());
+            wait_until("the retry", || wal.synced() >= r2 && !wal.health.down() && store.current_rev() >= r2);
             assert!(!alarm.load(Ordering::SeqCst));
             assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 2);
             assert!(!wal.refuses(|_| true, store.current_rev()));
             drop((store, wal));
             std::fs::remove_dir_all(&dir).unwrap();
         }
+    }
+
+    /// A slow fsync (a hook holds it): the write that waits for it, and a
+    /// memory-only write committed after it, are invisible — to the default
+    /// revision, to reads, to watch subscribers — until the fsync returns; then
+    /// both are published at once. A memory-only write alone is published at commit.
+    #[test]
+    fn a_write_is_published_only_once_durable() {
+        struct HoldSync(AtomicBool);
+        impl crate::wal::fault::FaultHook for HoldSync {
+            fn before(&self, op: crate::wal::fault::FileOp, _: &std::path::Path, _: usize) -> std::io::Result<()> {
+                while op == crate::wal::fault::FileOp::Sync && self.0.load(Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Ok(())
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("mgn-wal-vis-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::new();
+        let (wal, _, _lock) = crate::wal::open(&dir, Durability::new(Mode::Fsync, &[]), &store, None).unwrap();
+        store.set_sink(wal.clone());
+        let put = |k: &str| store.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap().header.unwrap().revision;
+        let get = |k: &str| store.range(&etcd_client::proto::PbRangeRequest { key: k.into(), ..Default::default() }).unwrap();
+        let r0 = put("/registry/events/e0");
+        assert_eq!(store.current_rev(), r0, "memory-only: published at commit");
+        let hook = Arc::new(HoldSync(AtomicBool::new(true)));
+        wal.faults.set(Some(hook.clone()));
+        let mut rx = store.subscribe();
+        rx.borrow_and_update();
+        let r1 = put("/registry/pods/a");
+        let r2 = put("/registry/events/e1");
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!((store.committed_rev(), store.current_rev()), (r2, r0), "published before its fsync");
+        let g = get("/registry/pods/a");
+        assert!(g.kvs.is_empty() && g.header.unwrap().revision == r0, "read an undurable write");
+        assert!(get("/registry/events/e1").kvs.is_empty(), "read a write queued behind an undurable one");
+        assert!(store.range(&etcd_client::proto::PbRangeRequest { key: b"/registry/pods/a".to_vec(), revision: r1, ..Default::default() }).is_err());
+        assert!(!rx.has_changed().unwrap(), "watchers told of an undurable revision");
+        hook.0.store(false, Ordering::SeqCst);
+        wait_until("the fsync", || store.current_rev() == r2);
+        assert_eq!(*rx.borrow_and_update(), r2);
+        assert_eq!(get("/registry/pods/a").kvs.len(), 1);
+        drop((store, wal));
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A lease record that fails is retried too, and `settled` waits for it.
@@ -425,6 +458,9 @@ mod tests {
         hook.full.store(true, Ordering::SeqCst);
         store.grant_lease(5, 30).unwrap();
         assert!(wal.health.down());
+        // No revision is held: memory-only writes are served, durable ones refused.
+        assert!(!wal.refuses(|w| w.durable_key(b"/registry/events/e"), store.current_rev()));
+        assert!(wal.refuses(|w| w.durable_key(b"/registry/pods/p"), store.current_rev()));
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let w = wal.clone();
         let settled = rt.block_on(async move { tokio::time::timeout(Duration::from_millis(100), w.settled()).await.is_ok() });

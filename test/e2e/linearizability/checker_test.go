@@ -166,9 +166,9 @@ func TestCheckerCatchesWrongCompare(t *testing.T) {
 	wantCaught(t, hist(ops, []Event{ev("v1", 2), ev("v2", 3), ev("t1", 4)}), "linearizable", "reads-vs-revisions")
 }
 
-// The known visible-before-durable bug is excused only where it is: reads and watch
-// events of revisions lost in a kill. A lost acknowledged write is still caught.
-func TestCheckerExcusesOnlyLostRevisions(t *testing.T) {
+// A write seen by a read and a watcher before a kill, then lost in it (the
+// visible-before-durable bug, README.md), is caught by the reads' and the watch's checks.
+func TestCheckerCatchesSeenThenLostInAKill(t *testing.T) {
 	restart := []Restart{{At: 100 * ms, Took: 50 * ms, Resume: 100000}}
 	ops := []Op{
 		put(0, 0, 10, "v1", 2),
@@ -181,13 +181,4 @@ func TestCheckerExcusesOnlyLostRevisions(t *testing.T) {
 	w := WatchLog{Name: "w", Events: []Event{ev("v1", 2), ev("v2", 3), ev("v3", 100002)}}
 	h := &History{Keys: []string{kA}, Prefix: testPrefix, Ops: ops, Final: final, Watches: []WatchLog{w}, Restarts: restart}
 	wantCaught(t, h, "linearizable", "reads-vs-revisions", "watch")
-	h2, excused := excuseVisibleBeforeDurable(h)
-	if len(excused) != 2 {
-		t.Fatalf("want the read and the event excused, got %q", excused)
-	}
-	wantClean(t, h2)
-	// An acknowledged write lost in the kill is never excused.
-	h.Ops[1] = put(1, 20, 40, "v2", 3)
-	h2, _ = excuseVisibleBeforeDurable(h)
-	wantCaught(t, h2, "final-history")
 }
