@@ -95,7 +95,9 @@ func checkDashboard(ctx context.Context, t *testing.T, st *cluster.State) {
 	_, names, _ := grafana.AllMetricNames(grafana.Dashboard)
 	from := map[string][]string{}
 	for _, n := range names {
-		from[exported[n]] = append(from[exported[n]], n)
+		if what, ok := exported[n]; ok {
+			from[what] = append(from[what], n)
+		}
 	}
 	for what, ns := range from {
 		t.Logf("%d from %s: %s", len(ns), what, strings.Join(ns, " "))
