@@ -166,8 +166,12 @@ func SizeScheduler(projs []SimProjection, nodes, pods int, target float64) (Sche
 		return SchedulerSize{}, fmt.Errorf("no projection with batch 1 (run simulate with --batch-list including 1)")
 	}
 	f := best.From
-	best.Basis = fmt.Sprintf("shape S=%d d=%d K=%d batch 1 (%s costs) placed %d pods on %d nodes in %.1f s on %d cores; ×%.2f model margin, %d nodes per shard kept, scaled to %d pods",
-		f.Shards, f.D, f.K, strings.Fields(f.Costs + " ?")[0], f.Pods, f.Nodes, f.Seconds, f.Cores, SimModelMargin, int(math.Round(float64(f.Nodes)/float64(f.Shards))), pods)
+	costs := "costs measured under unrecorded conditions"
+	if w := strings.Fields(f.Costs); len(w) > 0 {
+		costs = "costs measured " + w[0]
+	}
+	best.Basis = fmt.Sprintf("shape S=%d d=%d K=%d batch 1 (%s) placed %d pods on %d nodes in %.1f s on %d cores; ×%.2f model margin, %d nodes per shard kept, scaled to %d pods",
+		f.Shards, f.D, f.K, costs, f.Pods, f.Nodes, f.Seconds, f.Cores, SimModelMargin, int(math.Round(float64(f.Nodes)/float64(f.Shards))), pods)
 	for _, p := range projs {
 		if p.Batch > 1 && p.Shards == f.Shards && p.D == f.D && p.K == f.K && p.Costs == f.Costs {
 			b := p.scale(nodes, pods, math.Inf(1))

@@ -65,7 +65,7 @@ func TestSizeScheduler(t *testing.T) {
 		}
 	}
 	z, _ := SizeScheduler(ps, 100_000, 100_000, 60)
-	if !strings.Contains(z.Basis, "S=16 d=2 K=1 batch 1 (shared costs)") || !strings.Contains(z.Basis, "batched by 32: 2.5 s on 16 shards") {
+	if !strings.Contains(z.Basis, "S=16 d=2 K=1 batch 1 (costs measured shared)") || !strings.Contains(z.Basis, "batched by 32: 2.5 s on 16 shards") {
 		t.Errorf("basis %q", z.Basis)
 	}
 	if _, err := SizeScheduler([]SimProjection{{Shards: 4, Batch: 32, Nodes: 1, Pods: 1, Seconds: 1, Cores: 4}}, 10, 10, 60); err == nil {
