@@ -559,7 +559,9 @@ func Plan(in PlanInput) PlanOutput {
 		sc.Shards = 1
 	} else {
 		sc.Shards, sc.Cores, sc.Seconds, sc.Basis = z.Shards, z.Cores, z.Seconds, z.Basis
-		sc.Scatter, sc.ParallelPods, sc.Collectors = min(z.From.D, z.Shards), z.From.K, z.From.Collectors
+		// Collectors scale with the shards, as the cores do.
+		sc.Scatter, sc.ParallelPods = min(z.From.D, z.Shards), z.From.K
+		sc.Collectors = max(1, int(math.Ceil(float64(z.From.Collectors)*float64(z.Shards)/float64(z.From.Shards))))
 	}
 	sc.RelayLevels = RelayTree(sc.Shards, sc.Fanout)
 	for _, l := range sc.RelayLevels {

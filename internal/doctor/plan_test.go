@@ -79,8 +79,8 @@ func TestPlanMillion(t *testing.T) {
 		t.Errorf("kubelet %+v", p.Kubelet)
 	}
 	// The committed simulate run: S=256 d=2 K=1 singles took 70.2 s × 1.25 on 272 cores; 60 s
-	// needs 256 × 87.7 / 60 → 375 shards of that cost, 272 × 375 / 256 → 399 cores.
-	if sc := p.Scheduler; sc.Shards != 375 || sc.Cores != 399 || sc.Relays != 42 || sc.Scatter != 2 || sc.ParallelPods != 1 || sc.Collectors != 16 {
+	// needs 256 × 87.7 / 60 → 375 shards of that cost, 272 × 375 / 256 → 399 cores, 16 × 375 / 256 → 24 collectors.
+	if sc := p.Scheduler; sc.Shards != 375 || sc.Cores != 399 || sc.Relays != 42 || sc.Scatter != 2 || sc.ParallelPods != 1 || sc.Collectors != 24 {
 		t.Errorf("scheduler %+v", sc)
 	}
 	v4 := p.Addresses.IPv4
@@ -194,7 +194,7 @@ func TestPlanOutputs(t *testing.T) {
 		"--max-pods=110\n",
 		"--proxy-mode=nftables\n",
 		"# scheduler shards (× 375, 42 relays, fanout 10)",
-		"--shards=375\n--scatter=2\n--parallel-pods=1\n--collectors=16\n",
+		"--shards=375\n--scatter=2\n--parallel-pods=1\n--collectors=24\n",
 	} {
 		if !strings.Contains(flags, w) {
 			t.Errorf("flags output lacks %q:\n%s", w, flags)
