@@ -172,6 +172,9 @@ func SizeScheduler(projs []SimProjection, nodes, pods int, target float64) (Sche
 	}
 	best.Basis = fmt.Sprintf("shape S=%d d=%d K=%d batch 1 (%s) placed %d pods on %d nodes in %.1f s on %d cores; ×%.2f model margin, %d nodes per shard kept, scaled to %d pods",
 		f.Shards, f.D, f.K, costs, f.Pods, f.Nodes, f.Seconds, f.Cores, SimModelMargin, int(math.Round(float64(f.Nodes)/float64(f.Shards))), pods)
+	if pods == 0 {
+		best.Basis += " (no pods given: shards sized to hold the nodes only; pass --pods)"
+	}
 	for _, p := range projs {
 		if p.Batch > 1 && p.Shards == f.Shards && p.D == f.D && p.K == f.K && p.Costs == f.Costs {
 			b := p.scale(nodes, pods, math.Inf(1))

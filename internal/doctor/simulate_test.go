@@ -68,6 +68,10 @@ func TestSizeScheduler(t *testing.T) {
 	if !strings.Contains(z.Basis, "S=16 d=2 K=1 batch 1 (costs measured shared)") || !strings.Contains(z.Basis, "batched by 32: 2.5 s on 16 shards") {
 		t.Errorf("basis %q", z.Basis)
 	}
+	// No pods: shards hold the measured nodes per shard, and the basis says so.
+	if z, _ := SizeScheduler(ps, 100_000, 0, 60); z.Shards != 16 || z.Seconds != 0 || !strings.Contains(z.Basis, "no pods given") {
+		t.Errorf("no pods: %+v", z)
+	}
 	if _, err := SizeScheduler([]SimProjection{{Shards: 4, Batch: 32, Nodes: 1, Pods: 1, Seconds: 1, Cores: 4}}, 10, 10, 60); err == nil {
 		t.Error("no batch-1 shape: no error")
 	}
