@@ -276,7 +276,8 @@ func doctorPlan(args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("doctor plan", flag.ContinueOnError)
 	nodes := fs.Int("nodes", 0, "nodes in the cluster (required)")
 	pods := fs.Int("pods", 0, "pods in the cluster")
-	bench := fs.String("bench-json", "", "`meganode bench` JSON result: its store throughput replaces the ~50K writes/s assumption")
+	bench := fs.String("bench-json", "", "`meganode bench` JSON result (lease-flood preferred) from the target machine: the store capacity to plan with (default: the committed docs/benchmarks.md run)")
+	simJSON := fs.String("simulate-json", "", "`meganode scheduler simulate --json` output: the scheduler shapes, costs and cores to size shards from (default: the committed docs/bench/scheduler-sim/run-100k.json)")
 	storeWPS := fs.Float64("store-writes-per-sec", 0, "store write throughput to plan with (overrides --bench-json)")
 	cores := fs.Int("cores", 0, "CPU cores per node (maxPods guideline min(110, 10 × cores))")
 	format := fs.String("format", "table", "output: table, yaml, flags or json")
@@ -318,6 +319,17 @@ func doctorPlan(args []string, stdout, stderr io.Writer) error {
 			return fmt.Errorf("--bench-json %s: %w", *bench, err)
 		}
 		in.StoreWritesPerSec, in.StoreSource = ops, desc+" ("+*bench+")"
+	}
+	if *simJSON != "" {
+		data, err := os.ReadFile(*simJSON)
+		if err != nil {
+			return fmt.Errorf("--simulate-json: %w", err)
+		}
+		projs, err := doctor.SimulateProjections(data)
+		if err != nil {
+			return fmt.Errorf("--simulate-json %s: %w", *simJSON, err)
+		}
+		in.SimProjections, in.SimSource = projs, fmt.Sprintf("measured: %d projections from %s", len(projs), *simJSON)
 	}
 	if *storeWPS > 0 {
 		in.StoreWritesPerSec, in.StoreSource = *storeWPS, "given: --store-writes-per-sec"

@@ -13,13 +13,19 @@ import (
 
 // Defaults for PlanInput's zero values.
 const (
-	DefaultLeaseDurationSeconds = 40     // kubelet nodeLeaseDurationSeconds; renewed every 1/4
-	DefaultScheduleSeconds      = 60     // design §4 goal: 1M pods in 60 s
-	DefaultStoreWritesPerSec    = 50_000 // k8s-1m: "a usual etcd on modern hardware ≈ 50K modifications/s"
-	DefaultStoreHost            = "127.0.0.1"
-	DefaultStoreBasePort        = 2379
-	DefaultPodCIDRv4            = "10.0.0.0/8"
-	DefaultKubeMinor            = 36 // the Kubernetes we build (1.36.3)
+	DefaultLeaseDurationSeconds = 40 // kubelet nodeLeaseDurationSeconds; renewed every 1/4
+	DefaultScheduleSeconds      = 60 // design §4 goal: 1M pods in 60 s
+	// DefaultStoreWritesPerSec is meganode-store's lease-flood throughput in the committed
+	// benchmark run (DefaultStoreSource); --bench-json replaces it with a measurement on the
+	// target machine. TestDefaultStoreIsTheCommittedRun keeps it equal to docs/bench/results.json.
+	DefaultStoreWritesPerSec = 38_233
+	DefaultStoreSource       = "default: meganode-store lease-flood (the apiserver's lease Txn), 1000 clients, buffered durability, median of 2 rounds, " +
+		"docs/benchmarks.md run of 2026-11-23 05:18 UTC on 2 CPUs shared with the load generator (client-bound: server 21.3 µs CPU per write); " +
+		"pass --bench-json with a `meganode bench lease-flood` result from the target machine"
+	DefaultStoreHost     = "127.0.0.1"
+	DefaultStoreBasePort = 2379
+	DefaultPodCIDRv4     = "10.0.0.0/8"
+	DefaultKubeMinor     = 36 // the Kubernetes we build (1.36.3)
 	// StoreTargetUtilisation leaves headroom in each store for bursts,
 	// compaction and LISTs: a resource is split off when the main store would
 	// run above half its measured capacity.
@@ -39,11 +45,6 @@ const (
 	SchedulerFanout = 10
 )
 
-// SchedulerCostSeconds calibrates the sharded scheduler on the reference run
-// (design §4, k8s-1m): 256 shards placed 1M pods on 1M nodes in ~70 s, so one
-// shard spends 70 × 256 / (10^6 × 10^6) s per pod per node it holds.
-const SchedulerCostSeconds = 70.0 * 256 / 1e12
-
 // PlanInput is what the plan is sized for. Zero values take the defaults above.
 type PlanInput struct {
 	Nodes                int     `json:"nodes"`
@@ -60,6 +61,10 @@ type PlanInput struct {
 	PodCIDRv4            string  `json:"pod_cidr_v4"`
 	KubeMinor            int     `json:"kube_minor"`
 	BridgePorts          int     `json:"bridge_ports"`
+	// SimProjections are `meganode scheduler simulate` projections to size the scheduler
+	// from (SimulateProjections), and SimSource where they came from; none: the committed run's.
+	SimProjections []SimProjection `json:"-"`
+	SimSource      string          `json:"sim_source"`
 }
 
 func (in PlanInput) normalise() PlanInput {
@@ -68,7 +73,11 @@ func (in PlanInput) normalise() PlanInput {
 	}
 	if in.StoreWritesPerSec <= 0 {
 		in.StoreWritesPerSec = DefaultStoreWritesPerSec
-		in.StoreSource = "assumed: ~50K writes/s for one etcd (k8s-1m); pass --bench-json to use a measured figure"
+		in.StoreSource = DefaultStoreSource
+	}
+	if len(in.SimProjections) == 0 {
+		in.SimProjections = DefaultSimProjections
+		in.SimSource = "default: " + DefaultSimSource + "; pass --simulate-json with `meganode scheduler simulate --json` output"
 	}
 	if in.ScheduleSeconds <= 0 {
 		in.ScheduleSeconds = DefaultScheduleSeconds
@@ -194,11 +203,16 @@ type KubeletPlan struct {
 // SchedulerPlan is the scheduler layout.
 type SchedulerPlan struct {
 	Shards       int      `json:"shards"`
+	Cores        int      `json:"cores"`
+	Scatter      int      `json:"scatter"`       // d: shards each pod is sent to
+	ParallelPods int      `json:"parallel_pods"` // K: pods a shard evaluates at once
+	Collectors   int      `json:"collectors"`
 	Relays       int      `json:"relays"`
 	RelayLevels  []int    `json:"relay_levels,omitempty"`
 	Fanout       int      `json:"fanout"`
 	Seconds      float64  `json:"estimated_seconds"`
 	Basis        string   `json:"basis"`
+	Source       string   `json:"source"` // the simulate JSON the figures came from
 	KubeAPIQPS   int      `json:"kube_api_qps"`
 	KubeAPIBurst int      `json:"kube_api_burst"`
 	GOGC         int      `json:"gogc"`
@@ -249,8 +263,17 @@ type PlanOutput struct {
 	Kubelet           KubeletPlan           `json:"kubelet"`
 	Scheduler         SchedulerPlan         `json:"scheduler"`
 	Addresses         AddressPlan           `json:"addresses"`
+	Figures           []Figure              `json:"figures"`
 	Problems          []string              `json:"problems"`
 	Notes             []string              `json:"notes"`
+}
+
+// Figure is a measured (or default) figure the plan used: which lines of the plan it sized,
+// its value, and where it came from.
+type Figure struct {
+	Lines  string `json:"lines"`
+	Value  string `json:"value"`
+	Source string `json:"source"`
 }
 
 // APIServerCountTable is the tuning guide's control-plane sizing.
@@ -294,17 +317,6 @@ func MaxPodsGuideline(cores int) int {
 		return 110
 	}
 	return min(110, 10*cores)
-}
-
-// SchedulerShards is how many scatter/gather shards place pods on nodes within
-// seconds, from the reference calibration (SchedulerCostSeconds).
-func SchedulerShards(nodes, pods int, seconds float64) int {
-	if seconds <= 0 {
-		seconds = DefaultScheduleSeconds
-	}
-	// The epsilon keeps float rounding from adding a shard (the reference itself gives 256.000…1).
-	s := int(math.Ceil(SchedulerCostSeconds*float64(pods)*float64(nodes)/seconds - 1e-9))
-	return max(1, s)
 }
 
 // RelayTree is the relay count per level for shards leaves with the given
@@ -358,7 +370,7 @@ func Plan(in PlanInput) PlanOutput {
 
 	// --- store ---
 	sp := &out.Store
-	sp.Sources = []string{"design-5", "tuning-guide", "k8s-1m", "k8s-kubelet", "k8s-apiserver"}
+	sp.Sources = []string{"meganode-bench", "design-5", "tuning-guide", "k8s-kubelet", "k8s-apiserver"}
 	sp.CapacityWritesPerSec = in.StoreWritesPerSec
 	sp.CapacitySource = in.StoreSource
 	sp.LeaseRenewSeconds = float64(in.LeaseDurationSeconds) / 4
@@ -539,15 +551,22 @@ func Plan(in PlanInput) PlanOutput {
 
 	// --- scheduler ---
 	sc := &out.Scheduler
-	sc.Sources = []string{"design-4", "k8s-1m", "tuning-guide", "k8s-scheduler"}
+	sc.Sources = []string{"scheduler-simulate", "design-4", "tuning-guide", "k8s-scheduler"}
 	sc.Fanout = SchedulerFanout
-	sc.Shards = SchedulerShards(in.Nodes, in.Pods, in.ScheduleSeconds)
+	sc.Source = in.SimSource
+	if z, err := SizeScheduler(in.SimProjections, in.Nodes, in.Pods, in.ScheduleSeconds); err != nil {
+		out.Problems = append(out.Problems, "scheduler: "+err.Error()+" ("+in.SimSource+")")
+		sc.Shards = 1
+	} else {
+		sc.Shards, sc.Cores, sc.Seconds, sc.Basis = z.Shards, z.Cores, z.Seconds, z.Basis
+		// Collectors scale with the shards, as the cores do.
+		sc.Scatter, sc.ParallelPods = min(z.From.D, z.Shards), z.From.K
+		sc.Collectors = max(1, int(math.Ceil(float64(z.From.Collectors)*float64(z.Shards)/float64(z.From.Shards))))
+	}
 	sc.RelayLevels = RelayTree(sc.Shards, sc.Fanout)
 	for _, l := range sc.RelayLevels {
 		sc.Relays += l
 	}
-	sc.Seconds = SchedulerCostSeconds * float64(in.Pods) * float64(in.Nodes) / float64(sc.Shards)
-	sc.Basis = fmt.Sprintf("reference: 256 shards placed 1M pods on 1M nodes in ~70 s; shards = ceil(%.3g s × pods × nodes / %g s)", SchedulerCostSeconds, in.ScheduleSeconds)
 	if sc.Shards == 1 {
 		sc.Basis += "; one stock kube-scheduler suffices"
 	}
@@ -557,9 +576,19 @@ func Plan(in PlanInput) PlanOutput {
 	sc.GOGC = 800
 	sc.GOMEMLIMIT = "90% of the shard's memory limit"
 	sc.Flags = []string{fmt.Sprintf("--kube-api-qps=%d", sc.KubeAPIQPS), fmt.Sprintf("--kube-api-burst=%d", sc.KubeAPIBurst)}
+	if sc.Shards > 1 {
+		sc.Flags = append(sc.Flags, fmt.Sprintf("--shards=%d", sc.Shards), fmt.Sprintf("--scatter=%d", sc.Scatter),
+			fmt.Sprintf("--parallel-pods=%d", sc.ParallelPods), fmt.Sprintf("--collectors=%d", sc.Collectors))
+	}
 
 	// --- addresses ---
 	out.Addresses = planAddresses(in, kp.MaxPods, kp.PodsPerNodeNeeded)
+
+	out.Figures = []Figure{
+		{"store capacity (store shards, lease fit, inflight)", fmt.Sprintf("%.0f writes/s per store", c), in.StoreSource},
+		{"scheduler (shards, cores, shape, estimate, relays)", fmt.Sprintf("%d shards, %d cores, %.1f s for %d pods", sc.Shards, sc.Cores, sc.Seconds, in.Pods), in.SimSource},
+		{"apiserver count", fmt.Sprint(ap.Count), "not measured here: " + ap.CountBasis},
+	}
 	return out
 }
 

@@ -170,6 +170,11 @@ func (p PlanOutput) WriteTable(w io.Writer) {
 		fmt.Fprintf(w, "\n%s  [sources: %s]\n", s, strings.Join(src, ", "))
 	}
 
+	fmt.Fprintln(w, "\nFIGURES USED")
+	for _, f := range p.Figures {
+		row(f.Lines, f.Value, f.Source)
+	}
+
 	s := p.Store
 	head("STORE", s.Sources)
 	row("capacity", fmt.Sprintf("%.0f writes/s per store", s.CapacityWritesPerSec), s.CapacitySource)
@@ -217,8 +222,12 @@ func (p PlanOutput) WriteTable(w io.Writer) {
 	sc := p.Scheduler
 	head("SCHEDULER", sc.Sources)
 	row("shards", fmt.Sprint(sc.Shards), sc.Basis)
+	row("cores", fmt.Sprint(sc.Cores), "S·K + collectors of the shape above, scaled with the shards")
+	if sc.Shards > 1 {
+		row("shape", fmt.Sprintf("--scatter=%d --parallel-pods=%d --collectors=%d", sc.Scatter, sc.ParallelPods, sc.Collectors), "the simulated shape the shards and cores come from")
+	}
 	row("relays", fmt.Sprintf("%d %v (fanout %d)", sc.Relays, sc.RelayLevels, sc.Fanout), "levels bottom-up; the top level watches the apiserver")
-	row("estimate", fmt.Sprintf("%.1f s", sc.Seconds), "to place all pods")
+	row("estimate", fmt.Sprintf("%.1f s", sc.Seconds), fmt.Sprintf("to place all pods (the model's seconds × %.2f margin)", SimModelMargin))
 	row("env", fmt.Sprintf("GOGC=%d GOMEMLIMIT=%s", sc.GOGC, sc.GOMEMLIMIT), "design §4")
 	for _, f := range sc.Flags {
 		row("flag", f, "")

@@ -90,9 +90,13 @@ func New(cfg Config) *Collector {
 	if cfg.AwaitAfterMisses <= 0 {
 		cfg.AwaitAfterMisses = 3
 	}
-	return &Collector{cfg: cfg, pending: map[wire.AttemptKey]*attempt{}, decided: map[wire.AttemptKey]time.Time{},
+	c := &Collector{cfg: cfg, pending: map[wire.AttemptKey]*attempt{}, decided: map[wire.AttemptKey]time.Time{},
 		commits: map[wire.AttemptKey]*time.Timer{}, misses: map[int]int{}, awaited: map[int]bool{}, heard: map[int]time.Time{},
 		m: metrics.For(fmt.Sprintf("collector/%d", cfg.Index)), sc: newScatterState()}
+	// What deploy/grafana/meganode.json plots, on /metrics from the start.
+	c.m.Declare([]string{"bound", "conflicts", "late_proposals", "unknown_proposals", "unschedulable", "decided"},
+		[]string{"proposal_latency", "gather"})
+	return c
 }
 
 // Expect registers an attempt sent to every live shard (see ExpectScatter).
@@ -152,6 +156,10 @@ func (c *Collector) Propose(ctx context.Context, p wire.Proposal) error {
 	}
 	if _, dup := a.got[p.Shard]; !dup && a.targets != nil && a.targeted(p.Shard) {
 		c.sc.outstanding[p.Shard]--
+	}
+	if _, dup := a.got[p.Shard]; !dup {
+		// Proposal latency: the attempt registered (just before its scatter) to this shard's answer here.
+		c.m.Observe("proposal_latency", now.Sub(a.expected))
 	}
 	a.got[p.Shard] = p
 	a.feasible = a.feasible || p.Feasible

@@ -74,6 +74,10 @@ func TestCollectorPicksBestScore(t *testing.T) {
 	if recs[0].Decisions()[0].Allow || len(recs[2].Decisions()) != 0 {
 		t.Fatalf("loser decisions: %v / %v", recs[0].Decisions(), recs[2].Decisions())
 	}
+	// One proposal latency per shard's answer (Grafana's shard proposal latency panel).
+	if l := metrics.For("collector/0").Hist("proposal_latency"); l.Count != 3 {
+		t.Errorf("proposal latencies recorded: %d, want 3", l.Count)
+	}
 }
 
 func TestCollectorTiesAtRandom(t *testing.T) {

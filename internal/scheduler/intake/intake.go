@@ -98,6 +98,7 @@ func New(cfg Config, collector *collector.Collector) *Intake {
 	in := &Intake{cfg: cfg, collector: collector, state: map[string]*podState{}, uids: map[string]string{}, names: map[string]bool{},
 		window: make(chan struct{}, cfg.InFlight), holding: map[wire.AttemptKey]bool{},
 		queue: workqueue.NewTypedDelayingQueue[string](), m: metrics.For(fmt.Sprintf("intake/%d", cfg.Collector))}
+	in.m.Declare(nil, []string{"schedule"}) // plotted by deploy/grafana/meganode.json
 	if cfg.Source == ModeWebhook {
 		in.wh = newWebhookStore(cfg.Webhook)
 	}

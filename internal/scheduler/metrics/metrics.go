@@ -55,6 +55,24 @@ func (m *Counters) get(k string) int64 {
 	return 0
 }
 
+// Declare creates counters at zero and histograms empty, so that their series are on /metrics
+// from the start (a dashboard's query finds a conflict count of 0 rather than no series).
+// Names already present keep their values.
+func (m *Counters) Declare(counters []string, hists []string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, k := range counters {
+		if _, ok := m.c[k]; !ok {
+			m.c[k] = &atomic.Int64{}
+		}
+	}
+	for _, k := range hists {
+		if _, ok := m.hists[k]; !ok {
+			m.hists[k] = bench.NewHistogram()
+		}
+	}
+}
+
 // Observe records d in histogram k.
 func (m *Counters) Observe(k string, d time.Duration) {
 	m.mu.Lock()

@@ -143,6 +143,8 @@ func New(ctx context.Context, cfg Config) (*Shard, error) {
 	s := &Shard{cfg: cfg, live: slices.Clone(cfg.Live), logger: klog.FromContext(ctx).WithValues("shard", cfg.Index),
 		queue: make(chan []byte, cfg.QueueLen), m: metrics.For(fmt.Sprintf("shard/%d", cfg.Index)),
 		bindSem: make(chan struct{}, cfg.BindWorkers), stopped: make(chan struct{}), eq: newEquivCache(cfg.EquivalenceTTL)}
+	// What deploy/grafana/meganode.json plots, on /metrics from the start.
+	s.m.Declare([]string{"evaluated", "bound", "conflicts", "late", "missed_decisions"}, []string{"propose", "scatter"})
 	registerSchedulerMetrics() // before the cache: its metrics loop records into kube-scheduler's gauges
 	s.cache = internalcache.New(ctx, nil, false)
 	s.snapshot = internalcache.NewEmptySnapshot()

@@ -1,7 +1,6 @@
 //! KV service: Range, RangeStream, Put, DeleteRange, Txn, Compact.
 use std::convert::Infallible;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -14,7 +13,7 @@ use tonic::{Request, Response, Status};
 
 use super::routes;
 use super::txn_codec::{TxnCall, TxnCodec};
-use super::{authz, Ctx, Write};
+use super::{authz, metrics, Ctx, Write};
 use crate::auth::AuthInfo;
 use crate::errors::StoreError;
 use crate::mvcc::kvstore_txn::{check_txn, check_txn_intervals, txn_is_read_only};
@@ -55,7 +54,7 @@ impl KvService {
     /// `caller` is the request's identity (`Ctx::identify`: None while auth is
     /// off), refused (invalid token) where etcd looks at it.
     pub async fn txn_call(&self, call: TxnCall, caller: Option<Result<Option<AuthInfo>, Status>>) -> Result<PbTxnResponse, Status> {
-        self.0.metrics.txn.fetch_add(1, Ordering::Relaxed);
+        let _timed = self.0.metrics.request(metrics::TXN);
         let req = &call.req;
         self.grpc_too_large(call.wire_len)?;
         // Costed on the levels decoded: a truncated nest's deeper puts are not seen,
@@ -109,7 +108,7 @@ impl KvService {
 #[tonic::async_trait]
 impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
-        self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
+        let _timed = self.0.metrics.request(metrics::RANGE);
         self.grpc_too_large(request.get_ref().encoded_len())?;
         let resp = self.checked_range(&request)?;
         Ok(Response::new(resp))
@@ -118,7 +117,7 @@ impl PbKvService for KvService {
     type RangeStreamStream = Pin<Box<dyn Stream<Item = Result<PbRangeStreamResponse, Status>> + Send>>;
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
-        self.0.metrics.range.fetch_add(1, Ordering::Relaxed);
+        let _timed = self.0.metrics.request(metrics::RANGE);
         let mut resp = self.checked_range(&request)?;
         // Chunks carry disjoint slices of kvs; header, more and count go on the last one.
         let mut chunks: Vec<Result<PbRangeStreamResponse, Status>> = Vec::new();
@@ -134,7 +133,7 @@ impl PbKvService for KvService {
     }
 
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
-        self.0.metrics.put.fetch_add(1, Ordering::Relaxed);
+        let _timed = self.0.metrics.request(metrics::PUT);
         let req = request.get_ref();
         let n = req.encoded_len();
         self.grpc_too_large(n)?;
@@ -154,7 +153,7 @@ impl PbKvService for KvService {
     }
 
     async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
-        self.0.metrics.delete.fetch_add(1, Ordering::Relaxed);
+        let _timed = self.0.metrics.request(metrics::DELETE);
         let req = request.get_ref();
         let n = req.encoded_len();
         self.grpc_too_large(n)?;

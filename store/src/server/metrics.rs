@@ -2,6 +2,7 @@
 //! names where etcd has one. A tiny HTTP/1 responder: nothing here is hot.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
@@ -17,6 +18,75 @@ pub struct Metrics {
     pub watch_streams: AtomicU64,
     pub watchers: AtomicU64,
     pub slow_watcher_catchups: AtomicU64,
+    /// Handling time of the KV RPCs, by method (the order of METHODS).
+    pub latency: [Histogram; 4],
+}
+
+/// The KV methods counted and timed, as their gRPC names.
+pub const METHODS: [&str; 4] = ["Range", "Put", "DeleteRange", "Txn"];
+pub const RANGE: usize = 0;
+pub const PUT: usize = 1;
+pub const DELETE: usize = 2;
+pub const TXN: usize = 3;
+
+/// Upper bounds of the latency buckets in seconds (etcd's gRPC handling buckets start at 100 µs too).
+const LATENCY_BOUNDS: [f64; 14] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
+
+/// A Prometheus histogram: one counter per bucket (not cumulative: rendering sums them), the sum in µs.
+#[derive(Default)]
+pub struct Histogram {
+    buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
+    sum_us: AtomicU64,
+}
+
+impl Histogram {
+    pub fn observe(&self, secs: f64) {
+        let i = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
+        self.buckets[i].fetch_add(1, Ordering::Relaxed);
+        self.sum_us.fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
+    }
+
+    /// The series of one histogram: cumulative `_bucket`s, `_sum`, `_count`, with `labels` (`k="v"`) on each.
+    fn render(&self, name: &str, labels: &str, o: &mut String) {
+        let mut n = 0;
+        for (i, b) in LATENCY_BOUNDS.iter().enumerate() {
+            n += self.buckets[i].load(Ordering::Relaxed);
+            o.push_str(&format!("{name}_bucket{{{labels},le=\"{b}\"}} {n}\n"));
+        }
+        n += self.buckets[LATENCY_BOUNDS.len()].load(Ordering::Relaxed);
+        o.push_str(&format!("{name}_bucket{{{labels},le=\"+Inf\"}} {n}\n"));
+        o.push_str(&format!("{name}_sum{{{labels}}} {}\n", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6));
+        o.push_str(&format!("{name}_count{{{labels}}} {n}\n"));
+    }
+}
+
+/// Counts a request of a method and, when dropped (on every return path), records its handling time.
+pub struct Timed<'a> {
+    h: &'a Histogram,
+    t0: Instant,
+}
+
+impl Drop for Timed<'_> {
+    fn drop(&mut self) {
+        self.h.observe(self.t0.elapsed().as_secs_f64());
+    }
+}
+
+impl Metrics {
+    /// Count one request of `METHODS[method]` and time it until the guard drops.
+    pub fn request(&self, method: usize) -> Timed<'_> {
+        [&self.range, &self.put, &self.delete, &self.txn][method].fetch_add(1, Ordering::Relaxed);
+        Timed { h: &self.latency[method], t0: Instant::now() }
+    }
+}
+
+/// Resident set size of this process from /proc/self/status (VmRSS), 0 where unreadable.
+fn rss_bytes() -> u64 {
+    let s = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    s.lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map_or(0, |kb| kb * 1024)
 }
 
 pub fn render(ctx: &Ctx) -> String {
@@ -48,9 +118,14 @@ pub fn render(ctx: &Ctx) -> String {
         o.push_str(&format!("etcd_debugging_server_alarms{{alarm_type=\"{}\",server_id=\"{m:x}\"}} 1\n", crate::quota::alarm_name(t)));
     }
     o.push_str("# HELP meganode_requests_total gRPC KV requests by method.\n# TYPE meganode_requests_total counter\n");
-    for (name, c) in [("Range", &m.range), ("Put", &m.put), ("DeleteRange", &m.delete), ("Txn", &m.txn)] {
+    for (name, c) in METHODS.iter().zip([&m.range, &m.put, &m.delete, &m.txn]) {
         o.push_str(&format!("meganode_requests_total{{method=\"{name}\"}} {}\n", c.load(Ordering::Relaxed)));
     }
+    o.push_str("# HELP meganode_request_duration_seconds Handling time of gRPC KV requests by method (Range includes RangeStream).\n# TYPE meganode_request_duration_seconds histogram\n");
+    for (name, h) in METHODS.iter().zip(&m.latency) {
+        h.render("meganode_request_duration_seconds", &format!("method=\"{name}\""), &mut o);
+    }
+    o.push_str(&format!("# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n", rss_bytes()));
     if let Some(extra) = crate::server::metrics::EXTRA.get() {
         o.push_str(&extra());
     }
@@ -102,5 +177,40 @@ pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
             let resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
             let _ = sock.write_all(resp.as_bytes()).await;
         });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn histogram_renders_cumulative_buckets() {
+        let h = Histogram::default();
+        for s in [0.00005, 0.0003, 0.0003, 0.02, 7.0] {
+            h.observe(s);
+        }
+        let mut o = String::new();
+        h.render("x_seconds", "method=\"Put\"", &mut o);
+        assert!(o.contains("x_seconds_bucket{method=\"Put\",le=\"0.0001\"} 1\n"), "{o}");
+        assert!(o.contains("x_seconds_bucket{method=\"Put\",le=\"0.0005\"} 3\n"), "{o}");
+        assert!(o.contains("x_seconds_bucket{method=\"Put\",le=\"0.025\"} 4\n"), "{o}");
+        assert!(o.contains("x_seconds_bucket{method=\"Put\",le=\"2.5\"} 4\n"), "{o}");
+        assert!(o.contains("x_seconds_bucket{method=\"Put\",le=\"+Inf\"} 5\n"), "{o}");
+        assert!(o.contains("x_seconds_count{method=\"Put\"} 5\n"), "{o}");
+        assert!(o.contains("x_seconds_sum{method=\"Put\"} 7.02065\n"), "{o}");
+    }
+
+    #[test]
+    fn request_counts_and_times_until_dropped() {
+        let m = Metrics::default();
+        {
+            let _t = m.request(PUT);
+            assert_eq!(m.put.load(Ordering::Relaxed), 1);
+            assert_eq!(m.latency[PUT].buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum::<u64>(), 0);
+        }
+        assert_eq!(m.latency[PUT].buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum::<u64>(), 1);
+        assert_eq!(m.txn.load(Ordering::Relaxed), 0);
+        assert!(rss_bytes() > 0);
     }
 }

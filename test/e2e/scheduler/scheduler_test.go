@@ -416,4 +416,7 @@ func TestMeganodeSchedulerOnCluster(t *testing.T) {
 		t.Logf("shard 1 killed: its %d nodes took %d pods after the takeover", len(victim), onVictim)
 		deleteAll(t, ctx, cs, ns)
 	})
+
+	// After the pods above, on the same cluster: the Grafana dashboard's metrics exist.
+	t.Run("grafana dashboard metrics exported", func(t *testing.T) { checkDashboard(ctx, t, st) })
 }
