@@ -23,8 +23,42 @@ func TestWatchLaggingWatcherIsCut(t *testing.T) {
 		lagging(t, tg, "/registry/configmaps/lag/", 400, false)
 		if tg.Proc != nil {
 			lagging(t, tg, "/registry/configmaps/lag2/", 2000, true)
+			stalledThenGone(t, tg)
 		}
 	})
+}
+
+// A client that stops reading and then goes away while its stream waits for it: the stream
+// ends (its task, watchers and accounting with it).
+func stalledThenGone(t *testing.T, tg *target) {
+	t.Helper()
+	streams := func() string { return scrape(t, tg.Proc.MetricsURL)["etcd_debugging_mvcc_watch_stream_total"] }
+	before := streams()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ws, err := pb.NewWatchClient(smallWindowConn(t, tg.Endpoint)).Watch(ctx)
+	must(t, "open", err)
+	p := "/registry/configmaps/gone/"
+	req := &pb.WatchCreateRequest{Key: b(p), RangeEnd: prefixEnd(p)}
+	must(t, "create", ws.Send(&pb.WatchRequest{RequestUnion: &pb.WatchRequest_CreateRequest{CreateRequest: req}}))
+	_, err = ws.Recv()
+	must(t, "created", err)
+	value := b(strings.Repeat("x", 100<<10))
+	for i := range 200 { // 20 MiB: past the stream's queue and windows
+		_, err := tg.KV.Put(ctxT(t), &pb.PutRequest{Key: b(p + string(rune('a'+i%20))), Value: value})
+		must(t, "put", err)
+	}
+	if s := streams(); s == before {
+		t.Fatalf("watch streams %s with the stalled stream open, as before it", s)
+	}
+	cancel()
+	deadline := time.Now().Add(10 * time.Second)
+	for streams() != before && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if s := streams(); s != before {
+		t.Fatalf("watch streams %s after the stalled client went away, want %s", s, before)
+	}
 }
 
 // lagging runs the scenario on prefix p with the given number of 100 KiB writes; with measure,

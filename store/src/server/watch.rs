@@ -475,6 +475,15 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
     ctx.metrics.watch_streams.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// Closes a stream's queue budget when the response stream is dropped.
+struct CloseOnDrop(Arc<Semaphore>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 #[tonic::async_trait]
 impl PbWatchService for WatchService {
     type WatchStream = Pin<Box<dyn Stream<Item = Result<PbWatchResponse, Status>> + Send>>;
@@ -484,9 +493,11 @@ impl PbWatchService for WatchService {
         let budget = Arc::new(Semaphore::new(STREAM_BUFFER_BYTES));
         let creds = self.0.creds(&r);
         tokio::spawn(run(self.0.clone(), r.into_inner(), tx, budget.clone(), creds));
-        // A response taken by the client's stream gives its bytes back to the budget.
+        // A response taken by the client's stream gives its bytes back to the budget;
+        // the stream gone (client away), the budget is closed so a task waiting on it ends.
+        let guard = CloseOnDrop(budget);
         let out = ReceiverStream::new(rx).map(move |(r, n)| {
-            budget.add_permits(n as usize);
+            guard.0.add_permits(n as usize);
             r
         });
         Ok(Response::new(Box::pin(out)))
