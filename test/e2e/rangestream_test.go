@@ -393,3 +393,53 @@ func TestRangeStreamStalledReaderMemory(t *testing.T) {
 		t.Fatalf("stream after the stall: %d keys, count %d", len(got.Kvs), got.Count)
 	}
 }
+
+// With auth on, a stream is permitted or refused as the Range of the same request and token
+// (Range is compared with etcd in auth_test.go).
+func TestRangeStreamAuth(t *testing.T) {
+	if useEtcdForMeganode() {
+		t.Skip("MEGANODE_E2E_TARGET=etcd: etcd v3.6 has no RangeStream")
+	}
+	tg, err := startServer(kindMeganode, serverOpts{})
+	must(t, "start store", err)
+	defer tg.Close()
+	s := newAuthSide(t, tg, transcripts{})
+	root, alice := s.enableWithUsers()
+	for i := range 30 {
+		s.put(root, "root put", &pb.PutRequest{Key: b(fmt.Sprintf("/a/%02d", i)), Value: b("v")})
+	}
+	conn := tg.Cli.ActiveConnection()
+	refused, streamed := 0, int64(0)
+	for _, c := range []struct {
+		who, token, key, end string
+	}{
+		{"alice", alice, "/a/", "/a0"},
+		{"alice", alice, "/b/", "/b0"},
+		{"root", root, "/", "\x00"},
+		{"nobody", "", "/a/", "/a0"},
+		{"a bad token", "bad", "/a/", "/a0"},
+	} {
+		req := &pb.RangeRequest{Key: b(c.key), RangeEnd: b(c.end)}
+		want, werr := tg.KV.Range(s.as(c.token), req)
+		st, err := openRangeStream(s.as(c.token), conn, req)
+		var chunks []*pb.RangeResponse
+		if err == nil {
+			chunks, err = st.all()
+		}
+		what := fmt.Sprintf("%s streams [%q, %q)", c.who, c.key, c.end)
+		if werr != nil {
+			wantErr(t, what, err, status.Code(werr), status.Convert(werr).Message())
+			refused++
+			continue
+		}
+		must(t, what, err)
+		got := merged(t, chunks)
+		if got.Count != want.Count || len(got.Kvs) != len(want.Kvs) {
+			t.Errorf("%s: count %d, %d keys; Range: %d, %d", what, got.Count, len(got.Kvs), want.Count, len(want.Kvs))
+		}
+		streamed += got.Count
+	}
+	if refused != 3 || streamed < 60 {
+		t.Fatalf("%d requests refused (want 3: alice outside her roles, no token, a bad token), %d keys streamed (want >= 60)", refused, streamed)
+	}
+}
