@@ -3,6 +3,7 @@
 pub mod key_history;
 pub mod kvstore;
 pub mod kvstore_range;
+pub mod kvstore_stream;
 pub mod kvstore_txn;
 pub mod shard;
 pub mod visibility;

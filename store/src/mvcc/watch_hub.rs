@@ -151,12 +151,27 @@ impl WatchHub {
 
     /// Batches with revision >= `from`, at most `max` of them.
     pub fn read_from(&self, from: i64, max: usize) -> LogRead {
+        self.read_from_bounded(from, max, usize::MAX)
+    }
+
+    /// As read_from, and no more batches than hold `max_bytes` (at least one):
+    /// what a reader holds in hand while it waits for its client.
+    pub fn read_from_bounded(&self, from: i64, max: usize, max_bytes: usize) -> LogRead {
         let log = self.log.lock();
         if from < log.start {
             return LogRead::Gap;
         }
         let skip = (from - log.start) as usize;
-        LogRead::Batches(log.batches.iter().skip(skip).take(max).cloned().collect())
+        let mut bytes = 0usize;
+        let mut out = Vec::new();
+        for b in log.batches.iter().skip(skip).take(max) {
+            if !out.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            bytes += batch_size(&b.events).1;
+            out.push(b.clone());
+        }
+        LogRead::Batches(out)
     }
 
     /// Accounted bytes of the log (crate::quota): its events' own records; the
@@ -202,5 +217,17 @@ mod tests {
         assert!(matches!(hub.read_from(11, 10), LogRead::Batches(ref b) if b.is_empty()));
         hub.publish(11, ev(11));
         assert!(matches!(hub.read_from(11, 10), LogRead::Batches(ref b) if b.len() == 1 && b[0].rev == 11));
+    }
+
+    #[test]
+    fn a_bounded_read_stops_at_its_bytes_but_takes_one_batch() {
+        let hub = WatchHub::new(1000, 0);
+        for rev in 1..=10 {
+            hub.publish(rev, ev(rev));
+        }
+        let one = batch_size(&ev(1)).1;
+        assert!(matches!(hub.read_from_bounded(1, 100, 3 * one), LogRead::Batches(ref b) if b.len() == 3 && b[2].rev == 3));
+        assert!(matches!(hub.read_from_bounded(4, 100, 0), LogRead::Batches(ref b) if b.len() == 1 && b[0].rev == 4));
+        assert!(matches!(hub.read_from_bounded(9, 100, usize::MAX), LogRead::Batches(ref b) if b.len() == 2));
     }
 }

@@ -20,10 +20,6 @@ use crate::mvcc::kvstore_txn::{check_txn, check_txn_intervals, txn_is_read_only}
 
 pub struct KvService(pub Arc<Ctx>);
 
-/// Keys per RangeStream chunk: small enough to keep each message far below
-/// the gRPC limit for Kubernetes objects, large enough to amortise framing.
-const STREAM_CHUNK: usize = 500;
-
 impl KvService {
     fn grpc_limit(&self) -> usize {
         self.0.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD
@@ -88,7 +84,7 @@ impl KvService {
 }
 
 impl KvService {
-    /// A Range as Range and RangeStream answer it: the caller's read permission, the
+    /// A Range: the caller's read permission, the
     /// read, the auth revision unchanged across it, the header filled.
     fn checked_range(&self, request: &Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
         let auth = self.0.identify(request).transpose()?;
@@ -118,18 +114,15 @@ impl PbKvService for KvService {
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         let _timed = self.0.metrics.request(metrics::RANGE);
-        let mut resp = self.checked_range(&request)?;
-        // Chunks carry disjoint slices of kvs; header, more and count go on the last one.
-        let mut chunks: Vec<Result<PbRangeStreamResponse, Status>> = Vec::new();
-        let mut kvs = std::mem::take(&mut resp.kvs);
-        while kvs.len() > STREAM_CHUNK {
-            let rest = kvs.split_off(STREAM_CHUNK);
-            chunks.push(Ok(PbRangeStreamResponse { range_response: Some(PbRangeResponse { kvs, ..Default::default() }) }));
-            kvs = rest;
+        self.grpc_too_large(request.get_ref().encoded_len())?;
+        super::range_stream::check(request.get_ref())?;
+        let auth = self.0.identify(&request).transpose()?;
+        if let Some(ai) = &auth {
+            let req = request.get_ref();
+            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
         }
-        resp.kvs = kvs;
-        chunks.push(Ok(PbRangeStreamResponse { range_response: Some(resp) }));
-        Ok(Response::new(Box::pin(futures::stream::iter(chunks))))
+        let stream = super::range_stream::start(self.0.clone(), request.into_inner(), auth)?;
+        Ok(Response::new(stream))
     }
 
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {

@@ -12,6 +12,7 @@ pub mod lease;
 pub mod lock;
 pub mod maintenance;
 pub mod metrics;
+pub mod range_stream;
 pub mod routes;
 pub mod txn_codec;
 pub mod watch;

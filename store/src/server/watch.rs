@@ -3,6 +3,10 @@
 //! sends what matches. A slow client only slows its own task: writers never
 //! wait for it, and once it falls off the log it catches up from history
 //! (or is cancelled with compact_revision if that history was compacted).
+//! A client that stops reading holds at most STREAM_BUFFER_BYTES of queued
+//! responses and the one being built; its stream is then lagging (etcd's
+//! victims), and each of its watchers that a compaction passes meanwhile is
+//! cancelled with compact_revision, to relist, once it reads again.
 use std::collections::BTreeMap;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -10,9 +14,9 @@ use std::sync::Arc;
 
 use etcd_client::proto::*;
 use etcd_client::proto::PbWatchRequestUnion as Union;
-use futures::Stream;
+use futures::{Stream, StreamExt};
 use prost::Message;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Semaphore};
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -27,11 +31,20 @@ pub struct WatchService(pub Arc<Ctx>);
 /// Revisions read from the log per watcher per round, so one busy watcher
 /// cannot monopolise its stream.
 const LOG_READ_BATCH: usize = 1024;
+/// Event bytes read from the log per watcher per round (at least one revision):
+/// what a stream holds in hand besides its queue while its client is slow.
+const LOG_READ_BYTES: usize = 4 << 20;
 /// Events of several revisions share one response up to about this size.
 const RESPONSE_BYTES: usize = 1 << 20;
 /// Responses queued towards one client before its task waits for it.
 const STREAM_BUFFER: usize = 256;
+/// Encoded bytes of responses queued towards one client before its task waits
+/// for it (a larger response takes the whole budget): what a client that
+/// stops reading costs, with the response being built and the few the
+/// HTTP/2 stream holds.
+const STREAM_BUFFER_BYTES: usize = 8 << 20;
 
+#[derive(Clone)]
 struct Watcher {
     id: i64,
     key: Vec<u8>,
@@ -80,9 +93,22 @@ fn kv_of(key: &[u8], v: &Version) -> PbKeyValue {
     crate::mvcc::kvstore::to_kv(key, v, false)
 }
 
+/// A queued response and the bytes of the stream's budget it holds.
+type Queued = (Result<PbWatchResponse, Status>, u32);
+
 struct Session {
     ctx: Arc<Ctx>,
-    tx: mpsc::Sender<Result<PbWatchResponse, Status>>,
+    tx: mpsc::Sender<Queued>,
+    /// The stream's queue budget in bytes (STREAM_BUFFER_BYTES), given back as
+    /// the client takes responses.
+    budget: Arc<Semaphore>,
+    /// A send had to wait for the client in this delivery round (`blocked`)
+    /// or the last one (`lagging`): while lagging, a watcher whose next
+    /// revision a compaction has passed is cancelled instead of read on from
+    /// the log (etcd moves such a watcher to its victims, then to unsynced,
+    /// where the compaction cancels it).
+    blocked: bool,
+    lagging: bool,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
     /// This stream's low-water mark in the watch log (see WatchHub::trim_below).
@@ -106,8 +132,22 @@ impl Session {
         }
     }
 
-    async fn send(&self, r: PbWatchResponse) -> Result<(), Closed> {
-        self.tx.send(Ok(r)).await.map_err(|_| ())
+    async fn send(&mut self, r: PbWatchResponse) -> Result<(), Closed> {
+        let n = r.encoded_len().clamp(1, STREAM_BUFFER_BYTES) as u32;
+        let permit = match self.budget.try_acquire_many(n) {
+            Ok(p) => p,
+            Err(_) => {
+                self.blocked = true;
+                self.lagging = true;
+                // Lagging: the watch log need not be kept for this stream (its
+                // watchers relist if compaction passes them, or catch up from
+                // history); what it holds in hand is in this task.
+                self.mark.store(i64::MAX, Ordering::Release);
+                self.budget.acquire_many(n).await.map_err(|_| ())?
+            }
+        };
+        permit.forget();
+        self.tx.send((Ok(r), n)).await.map_err(|_| ())
     }
 
     fn resp(&self, rev: i64, id: i64) -> PbWatchResponse {
@@ -213,6 +253,7 @@ impl Session {
 
     /// Sends every event up to `cur` to every watcher.
     async fn deliver(&mut self, cur: i64) -> Result<(), Closed> {
+        self.blocked = false;
         let ids: Vec<i64> = self.watchers.keys().copied().collect();
         for id in ids {
             loop {
@@ -220,18 +261,28 @@ impl Session {
                 if w.next_rev > cur {
                     break;
                 }
-                let read = if w.catch_up { LogRead::Gap } else { self.ctx.store.hub.read_from(w.next_rev, LOG_READ_BATCH) };
+                if self.lagging && !w.catch_up {
+                    let floor = self.ctx.store.floor_for(&KeyRange::new(&w.key, &w.end));
+                    if w.next_rev < floor {
+                        self.cancel_compacted(id, cur, floor).await?;
+                        break;
+                    }
+                }
+                let read = if w.catch_up { LogRead::Gap } else { self.ctx.store.hub.read_from_bounded(w.next_rev, LOG_READ_BATCH, LOG_READ_BYTES) };
                 match read {
                     LogRead::Batches(batches) => {
                         if batches.is_empty() {
                             break;
                         }
-                        // Every revision read this round goes out in one response (split
-                        // near RESPONSE_BYTES), as etcd batches a watcher that fell behind:
-                        // under a write storm a watcher gets few large messages instead of
-                        // one per revision. A watcher that keeps up still sees one revision
-                        // per response. The header carries the newest revision included.
-                        let mut outs: Vec<(i64, Vec<PbEvent>)> = Vec::new();
+                        // Every revision read this round goes out in as few responses as
+                        // fit RESPONSE_BYTES each, as etcd batches a watcher that fell
+                        // behind: under a write storm a watcher gets few large messages
+                        // instead of one per revision. A watcher that keeps up still sees
+                        // one revision per response. Each response carries the newest
+                        // revision it includes, and is sent as soon as it is full, so a
+                        // round holds at most one response besides the stream's queue.
+                        let w = w.clone();
+                        let mut pending: Option<(i64, Vec<PbEvent>)> = None;
                         let mut size = 0usize;
                         let mut last = w.next_rev - 1;
                         for b in &batches {
@@ -242,24 +293,27 @@ impl Session {
                             for e in b.events.iter().filter(|e| w.matches(e)) {
                                 let pe = pb_event(e, w.prev_kv);
                                 let n = pe.encoded_len();
-                                match outs.last_mut() {
+                                match &mut pending {
                                     Some((rev, evs)) if size + n <= RESPONSE_BYTES => {
                                         *rev = b.rev;
                                         evs.push(pe);
                                         size += n;
                                     }
                                     _ => {
-                                        outs.push((b.rev, vec![pe]));
+                                        if let Some((rev, evs)) = pending.take() {
+                                            self.send_events(id, rev, evs, w.fragment).await?;
+                                        }
+                                        pending = Some((b.rev, vec![pe]));
                                         size = n;
                                     }
                                 }
                             }
                         }
-                        let fragment = w.fragment;
-                        self.watchers.get_mut(&id).unwrap().next_rev = last + 1;
-                        for (rev, evs) in outs {
-                            self.send_events(id, rev, evs, fragment).await?;
+                        drop(batches);
+                        if let Some((rev, evs)) = pending {
+                            self.send_events(id, rev, evs, w.fragment).await?;
                         }
+                        self.watchers.get_mut(&id).unwrap().next_rev = last + 1;
                     }
                     LogRead::Gap => {
                         // New with a past start revision, or behind the log: rebuild the
@@ -274,27 +328,39 @@ impl Session {
                                 w.next_rev = cur + 1;
                                 w.catch_up = false;
                                 let evs: Vec<PbEvent> = events.iter().filter(|e| w.matches(e)).map(|e| pb_event(e, prev)).collect();
+                                drop(events);
                                 if !evs.is_empty() {
                                     self.send_events(id, cur, evs, fragment).await?;
                                 }
                             }
                             Err(_) => {
-                                self.drop_watcher(id);
-                                let mut r = self.resp(cur, id);
-                                r.compact_revision = self.ctx.store.floor_for(&KeyRange::new(&key, &end));
-                                r.canceled = true;
-                                self.send(r).await?;
+                                let floor = self.ctx.store.floor_for(&KeyRange::new(&key, &end));
+                                self.cancel_compacted(id, cur, floor).await?;
                             }
                         }
                     }
                 }
             }
         }
+        // A round that never waited for the client: the stream keeps up again.
+        self.lagging = self.blocked;
         self.update_mark();
         Ok(())
     }
 
-    async fn send_events(&self, id: i64, rev: i64, events: Vec<PbEvent>, fragment: bool) -> Result<(), Closed> {
+    /// Cancels a watcher whose next revision is compacted: etcd's response
+    /// with compact_revision, which tells the client to relist.
+    async fn cancel_compacted(&mut self, id: i64, cur: i64, floor: i64) -> Result<(), Closed> {
+        self.drop_watcher(id);
+        // No cancel reason, as etcd: the Go client would pass a reason on to
+        // every watcher of the stream.
+        let mut r = self.resp(cur, id);
+        r.compact_revision = floor;
+        r.canceled = true;
+        self.send(r).await
+    }
+
+    async fn send_events(&mut self, id: i64, rev: i64, events: Vec<PbEvent>, fragment: bool) -> Result<(), Closed> {
         let limit = self.ctx.cfg.max_request_bytes;
         let mut r = self.resp(rev, id);
         if fragment && events.iter().map(|e| e.encoded_len()).sum::<usize>() > limit {
@@ -345,14 +411,14 @@ struct PbWatchCreate {
     fragment: bool,
 }
 
-async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Result<PbWatchResponse, Status>>, creds: Creds) {
+async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Sender<Queued>, budget: Arc<Semaphore>, creds: Creds) {
     ctx.metrics.watch_streams.fetch_add(1, Ordering::Relaxed);
     ctx.store.watch_bytes.fetch_add(crate::quota::WATCH_STREAM_OVERHEAD, Ordering::Relaxed);
     let mut rev_rx = ctx.store.subscribe();
     let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
     progress.tick().await;
     let mark = ctx.store.hub.register_mark();
-    let mut s = Session { ctx: ctx.clone(), tx, watchers: BTreeMap::new(), next_id: 0, mark, creds };
+    let mut s = Session { ctx: ctx.clone(), tx, budget, blocked: false, lagging: false, watchers: BTreeMap::new(), next_id: 0, mark, creds };
     let result: Result<(), Closed> = async {
         loop {
             tokio::select! {
@@ -409,14 +475,31 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
     ctx.metrics.watch_streams.fetch_sub(1, Ordering::Relaxed);
 }
 
+/// Closes a stream's queue budget when the response stream is dropped.
+struct CloseOnDrop(Arc<Semaphore>);
+
+impl Drop for CloseOnDrop {
+    fn drop(&mut self) {
+        self.0.close();
+    }
+}
+
 #[tonic::async_trait]
 impl PbWatchService for WatchService {
     type WatchStream = Pin<Box<dyn Stream<Item = Result<PbWatchResponse, Status>> + Send>>;
 
     async fn watch(&self, r: Request<Streaming<PbWatchRequest>>) -> Result<Response<Self::WatchStream>, Status> {
         let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+        let budget = Arc::new(Semaphore::new(STREAM_BUFFER_BYTES));
         let creds = self.0.creds(&r);
-        tokio::spawn(run(self.0.clone(), r.into_inner(), tx, creds));
-        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+        tokio::spawn(run(self.0.clone(), r.into_inner(), tx, budget.clone(), creds));
+        // A response taken by the client's stream gives its bytes back to the budget;
+        // the stream gone (client away), the budget is closed so a task waiting on it ends.
+        let guard = CloseOnDrop(budget);
+        let out = ReceiverStream::new(rx).map(move |(r, n)| {
+            guard.0.add_permits(n as usize);
+            r
+        });
+        Ok(Response::new(Box::pin(out)))
     }
 }
