@@ -379,7 +379,7 @@ func TestProxyForwardsRangeStreamToMeganodeStore(t *testing.T) {
 		if err != nil {
 			t.Fatalf("RangeStream through the proxy: %v", status.Convert(err))
 		}
-		rr, err := rangeStreamChunk(f.b)
+		rr, err := RangeStreamChunk(f.b)
 		if err != nil {
 			t.Fatal(err)
 		}

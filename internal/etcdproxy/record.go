@@ -193,7 +193,7 @@ func appendMsg(b []byte, method string, resp bool, msg any) []byte {
 				if err := req.Unmarshal(m.b); err == nil {
 					return appendMsg(b, "", false, &req)
 				}
-			} else if rr, err := rangeStreamChunk(m.b); err == nil {
+			} else if rr, err := RangeStreamChunk(m.b); err == nil {
 				b = append(b, `{"rangeResponse":`...)
 				b = appendMsg(b, "", true, rr)
 				return append(b, '}')
@@ -216,9 +216,9 @@ func appendRaw(b, raw []byte, err error) []byte {
 	return append(b, '}')
 }
 
-// rangeStreamChunk decodes an etcd v3.7 RangeStreamResponse{range_response = 1}, a type the
+// RangeStreamChunk decodes an etcd v3.7 RangeStreamResponse{range_response = 1}, a type the
 // v3.6 Go API does not have, into its RangeResponse.
-func rangeStreamChunk(b []byte) (*pb.RangeResponse, error) {
+func RangeStreamChunk(b []byte) (*pb.RangeResponse, error) {
 	rr := &pb.RangeResponse{}
 	for len(b) > 0 {
 		num, typ, n := protowire.ConsumeTag(b)

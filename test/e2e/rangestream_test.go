@@ -23,7 +23,8 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
-	"google.golang.org/protobuf/encoding/protowire"
+
+	"github.com/meganode/meganode/internal/etcdproxy"
 )
 
 const methodRangeStream = "/etcdserverpb.KV/RangeStream"
@@ -35,35 +36,6 @@ type rawFrame struct{ b []byte }
 func (f *rawFrame) Unmarshal(data []byte) error {
 	f.b = append([]byte(nil), data...)
 	return nil
-}
-
-// decodeChunk decodes a RangeStreamResponse{range_response = 1}.
-func decodeChunk(b []byte) (*pb.RangeResponse, error) {
-	out := &pb.RangeResponse{}
-	for len(b) > 0 {
-		num, typ, n := protowire.ConsumeTag(b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
-		}
-		b = b[n:]
-		if num == 1 && typ == protowire.BytesType {
-			v, n := protowire.ConsumeBytes(b)
-			if n < 0 {
-				return nil, protowire.ParseError(n)
-			}
-			if err := out.Unmarshal(v); err != nil {
-				return nil, err
-			}
-			b = b[n:]
-			continue
-		}
-		n = protowire.ConsumeFieldValue(num, typ, b)
-		if n < 0 {
-			return nil, protowire.ParseError(n)
-		}
-		b = b[n:]
-	}
-	return out, nil
 }
 
 // rangeStream is an open RangeStream call.
@@ -90,7 +62,7 @@ func (s *rangeStream) next() (*pb.RangeResponse, error) {
 	if err := s.cs.RecvMsg(&f); err != nil {
 		return nil, err
 	}
-	return decodeChunk(f.b)
+	return etcdproxy.RangeStreamChunk(f.b)
 }
 
 // all reads the rest of the stream.

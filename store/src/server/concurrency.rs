@@ -76,7 +76,42 @@ where
 {
     routes::unary(req, decode_limit, move |r: tonic::Request<Req>| {
         let ctx = ctx.clone();
-        async move { as_caller(&ctx.clone(), &r, f(ctx, r.get_ref().clone())).await.map(tonic::Response::new) }
+        async move {
+            let deadline = grpc_timeout(r.metadata()).map(|d| d.saturating_sub(DEADLINE_MARGIN));
+            let own = ctx.clone();
+            let answer = as_caller(&own, &r, f(ctx, r.get_ref().clone()));
+            match deadline {
+                Some(d) => match tokio::time::timeout(d, answer).await {
+                    Ok(a) => a.map(tonic::Response::new),
+                    Err(_) => Err(Status::deadline_exceeded("context deadline exceeded")),
+                },
+                None => answer.await.map(tonic::Response::new),
+            }
+        }
+    })
+}
+
+/// A waiting Lock or Campaign whose caller's deadline (grpc-timeout) passes answers as etcd's
+/// does — DeadlineExceeded, "context deadline exceeded" — and its recipe cleans up (OnDrop).
+/// tonic's own grpc-timeout handling, outside our services, would answer Cancelled ("Timeout
+/// expired") at the same moment, and a caller whose own timer ran late under load saw that
+/// instead of etcd's code; our timer therefore ends DEADLINE_MARGIN before tonic's.
+const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// The request's grpc-timeout (gRPC over HTTP/2: up to 8 digits and a unit H, M, S, m, u, n).
+fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
+    let v = md.get("grpc-timeout")?.to_str().ok()?;
+    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
+    let n: u64 = digits.parse().ok()?;
+    use std::time::Duration as D;
+    Some(match unit {
+        "H" => D::from_secs(n.saturating_mul(3600)),
+        "M" => D::from_secs(n.saturating_mul(60)),
+        "S" => D::from_secs(n),
+        "m" => D::from_millis(n),
+        "u" => D::from_micros(n),
+        "n" => D::from_nanos(n),
+        _ => return None,
     })
 }
 
@@ -654,5 +689,30 @@ mod tests {
         assert_eq!(lease_hex(-1), "-1");
         assert_eq!(lease_hex(i64::MIN), "-8000000000000000");
         assert_eq!(session_key(&prefix(b"job"), 10), b"job/a");
+    }
+}
+
+#[cfg(test)]
+mod grpc_timeout_tests {
+    use super::grpc_timeout;
+    use std::time::Duration;
+
+    #[test]
+    fn parses_every_unit_and_refuses_the_rest() {
+        let t = |v: &str| {
+            let mut md = tonic::metadata::MetadataMap::new();
+            md.insert("grpc-timeout", v.parse().unwrap());
+            grpc_timeout(&md)
+        };
+        assert_eq!(t("2H"), Some(Duration::from_secs(7200)));
+        assert_eq!(t("3M"), Some(Duration::from_secs(180)));
+        assert_eq!(t("5S"), Some(Duration::from_secs(5)));
+        assert_eq!(t("199m"), Some(Duration::from_millis(199)));
+        assert_eq!(t("199875u"), Some(Duration::from_micros(199875)));
+        assert_eq!(t("12n"), Some(Duration::from_nanos(12)));
+        assert_eq!(t("12"), None);
+        assert_eq!(t("m"), None);
+        assert_eq!(t("1x"), None);
+        assert_eq!(grpc_timeout(&tonic::metadata::MetadataMap::new()), None);
     }
 }
