@@ -46,6 +46,21 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
+// storeOnTmpfs starts the store with --durability=mode, its data in <dir>/data on a fresh
+// 16 MiB tmpfs dir, and a client of it; both are stopped when the test ends.
+func storeOnTmpfs(t *testing.T, mode string) (dir string, p *storeproc.Proc, cli *clientv3.Client) {
+	t.Helper()
+	dir = mountTmpfs(t, "16m")
+	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: []string{"--durability=" + mode}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	cli = client(t, p)
+	t.Cleanup(func() { _ = cli.Close() })
+	return dir, p, cli
+}
+
 // fill writes a file until the file system has no room left.
 func fill(t *testing.T, path string) {
 	t.Helper()
@@ -79,15 +94,8 @@ func isNoSpace(err error) bool {
 }
 
 func testDiskFull(t *testing.T, mode string) {
-	dir := mountTmpfs(t, "16m")
+	dir, p, cli := storeOnTmpfs(t, mode)
 	data := filepath.Join(dir, "data")
-	p, err := storeproc.Start(storeproc.Options{DataDir: data, ExtraArgs: []string{"--durability=" + mode}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-	cli := client(t, p)
-	defer cli.Close()
 	bg := context.Background()
 	value := strings.Repeat("x", 3000)
 	acked := map[string]string{}

@@ -12,8 +12,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/meganode/meganode/internal/storeproc"
 )
 
 // A write is visible only once it is durable (docs/design.md §2,
@@ -30,14 +28,7 @@ func TestHeldWriteIsInvisibleUntilDurable(t *testing.T) {
 }
 
 func testHeldWriteInvisible(t *testing.T, mode string) {
-	dir := mountTmpfs(t, "16m")
-	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: []string{"--durability=" + mode}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-	cli := client(t, p)
-	defer cli.Close()
+	dir, p, cli := storeOnTmpfs(t, mode)
 	bg := context.Background()
 	for i := 0; i < 5; i++ {
 		if _, err := cli.Put(bg, fmt.Sprintf("/registry/pods/ns/before-%d", i), "v"); err != nil {
@@ -77,7 +68,9 @@ func testHeldWriteInvisible(t *testing.T, mode string) {
 		t.Fatalf("memory-only put behind a held write: want NOSPACE, got %v", err)
 	}
 	// Invisible to watchers.
-	notDelivered(t, pods, held, 1500*time.Millisecond)
+	if rev, ok := deliveredWithin(pods, held, 1500*time.Millisecond); ok {
+		t.Fatalf("held write %s delivered to a watcher at revision %d before it is durable", held, rev)
+	}
 	select {
 	case r := <-events:
 		t.Fatalf("event behind a held write delivered: %+v", r.Events)
@@ -142,39 +135,20 @@ func holdAWrite(t *testing.T, cli *clientv3.Client) string {
 	return ""
 }
 
-// notDelivered fails if the watch delivers an event of key within d
-// (events of other keys, acknowledged before, may come).
-func notDelivered(t *testing.T, wch clientv3.WatchChan, key string, d time.Duration) {
-	t.Helper()
+// deliveredWithin reads the watch for up to d and returns the revision of the first event of
+// key (events of other keys, acknowledged before, may come); ok false if none came.
+func deliveredWithin(wch clientv3.WatchChan, key string, d time.Duration) (rev int64, ok bool) {
 	deadline := time.After(d)
 	for {
 		select {
 		case r := <-wch:
 			for _, e := range r.Events {
 				if string(e.Kv.Key) == key {
-					t.Fatalf("held write %s delivered to a watcher at revision %d before it is durable", key, e.Kv.ModRevision)
+					return e.Kv.ModRevision, true
 				}
 			}
 		case <-deadline:
-			return
-		}
-	}
-}
-
-// delivered waits up to d for an event of key.
-func delivered(t *testing.T, wch clientv3.WatchChan, key string, d time.Duration) {
-	t.Helper()
-	deadline := time.After(d)
-	for {
-		select {
-		case r := <-wch:
-			for _, e := range r.Events {
-				if string(e.Kv.Key) == key {
-					return
-				}
-			}
-		case <-deadline:
-			t.Fatalf("%s, now durable, was never delivered", key)
+			return 0, false
 		}
 	}
 }
@@ -182,14 +156,7 @@ func delivered(t *testing.T, wch clientv3.WatchChan, key string, d time.Duration
 // The same held write becomes visible — to reads and to a watcher — once the
 // disk has room again and its retry wrote it.
 func TestHeldWriteBecomesVisibleWhenWritten(t *testing.T) {
-	dir := mountTmpfs(t, "16m")
-	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: []string{"--durability=fsync"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.Stop()
-	cli := client(t, p)
-	defer cli.Close()
+	dir, _, cli := storeOnTmpfs(t, "fsync")
 	bg := context.Background()
 	wctx, wcancel := context.WithCancel(bg)
 	defer wcancel()
@@ -198,14 +165,18 @@ func TestHeldWriteBecomesVisibleWhenWritten(t *testing.T) {
 	filler := filepath.Join(dir, "filler")
 	fill(t, filler)
 	held := holdAWrite(t, cli)
-	notDelivered(t, pods, held, time.Second)
+	if rev, ok := deliveredWithin(pods, held, time.Second); ok {
+		t.Fatalf("held write %s delivered to a watcher at revision %d before it is durable", held, rev)
+	}
 	if g, err := cli.Get(bg, held); err != nil || len(g.Kvs) != 0 {
 		t.Fatalf("held write visible to a read: %v %v", g, err)
 	}
 	if err := os.Remove(filler); err != nil {
 		t.Fatal(err)
 	}
-	delivered(t, pods, held, 5*time.Second)
+	if _, ok := deliveredWithin(pods, held, 5*time.Second); !ok {
+		t.Fatalf("%s, now durable, was never delivered", held)
+	}
 	if g, err := cli.Get(bg, held); err != nil || len(g.Kvs) != 1 {
 		t.Fatalf("durable write not visible: %v %v", g, err)
 	}
