@@ -149,7 +149,8 @@ func (c *Config) client() (kubernetes.Interface, error) {
 	return ClientFor(c.Kubeconfig, c.QPS)
 }
 
-// ClientFor builds a clientset with a high QPS: a scheduler binds at pod rate.
+// ClientFor builds a clientset with a high QPS (a scheduler binds at pod rate) and at most
+// RequestsInFlight requests other than watches in flight at once.
 func ClientFor(kubeconfig string, qps float32) (kubernetes.Interface, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -157,6 +158,7 @@ func ClientFor(kubeconfig string, qps float32) (kubernetes.Interface, error) {
 	}
 	rc.QPS, rc.Burst = qps, int(qps*2)
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
+	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newInFlightLimit(rt, RequestsInFlight) })
 	return kubernetes.NewForConfig(rc)
 }
 
@@ -280,7 +282,8 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 			Decided:  func(k wire.AttemptKey) { in.Decided(k) }})
 		in = intake.New(intake.Config{Client: cs, SchedulerName: cfg.SchedulerName, Collector: i, Collectors: cfg.Collectors, Root: sys.Root,
 			InFlight: cfg.inFlight(), Source: cfg.Intake, Webhook: cfg.Webhook,
-			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: shardFrames, Batch: cfg.batchSize()}, col)
+			SerializeConstrained: gview, Events: !cfg.NoEvents, Scatter: cfg.scatterWidth(), ShardSinks: shardFrames, Batch: cfg.batchSize(),
+			Pods: factory.Core().V1().Pods().Informer()}, col)
 		lazy[i].c = col
 		sys.Collectors = append(sys.Collectors, col)
 		sys.Intakes = append(sys.Intakes, in)

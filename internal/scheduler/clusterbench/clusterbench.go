@@ -171,15 +171,20 @@ type Row struct {
 	// The whole machine during the drain (resumed → last bound; /proc/stat, every process: the
 	// apiserver, the store, KWOK, the controller manager, the scheduler, this bench): CPU per pod
 	// and cores busy. When the drain keeps every core busy, pods/s = cores / machine CPU per pod.
-	MachineCPUMsPerPod float64       `json:"machine_cpu_ms_per_pod"`
-	MachineCoresBusy   float64       `json:"machine_cores_busy"`
-	Latency            bench.Latency `json:"latency"` // paced phase: creation → bound
-	LatencyQPS         float64       `json:"latency_qps"`
-	UtilMean           float64       `json:"util_mean"`   // mean over nodes of requested CPU / allocatable
-	UtilStddev         float64       `json:"util_stddev"` // spread of that (lower = more even)
-	UtilMax            float64       `json:"util_max"`
-	EmptyNodes         int           `json:"empty_nodes"` // nodes without requested CPU
-	Unscheduled        int           `json:"unscheduled"`
+	MachineCPUMsPerPod float64 `json:"machine_cpu_ms_per_pod"`
+	MachineCoresBusy   float64 `json:"machine_cores_busy"`
+	// The same CPU put on each process (ms per pod; "other" = the machine's rest), and each
+	// process's cores busy in the idle seconds before the drain (pods created, scheduler paused):
+	// the cluster's background load, which the drain's figures include.
+	DrainCPUByProcess  map[string]float64 `json:"drain_cpu_ms_per_pod_by_process,omitempty"`
+	IdleCoresByProcess map[string]float64 `json:"idle_cores_by_process,omitempty"`
+	Latency            bench.Latency      `json:"latency"` // paced phase: creation → bound
+	LatencyQPS         float64            `json:"latency_qps"`
+	UtilMean           float64            `json:"util_mean"`   // mean over nodes of requested CPU / allocatable
+	UtilStddev         float64            `json:"util_stddev"` // spread of that (lower = more even)
+	UtilMax            float64            `json:"util_max"`
+	EmptyNodes         int                `json:"empty_nodes"` // nodes without requested CPU
+	Unscheduled        int                `json:"unscheduled"`
 	// Placement by pod count, over every node, of the drained pods once the drain ended.
 	PodsPerNodeMean   float64 `json:"pods_per_node_mean"`
 	PodsPerNodeStddev float64 `json:"pods_per_node_stddev"`
@@ -198,8 +203,10 @@ type Row struct {
 	BindCeilingRetries int     `json:"bind_ceiling_retries,omitempty"`
 	OfCeiling          float64 `json:"of_ceiling,omitempty"`
 	// The whole machine during the Bindings-only ceiling: CPU per Binding, cores busy.
-	CeilingMachineCPUMsPerPod float64 `json:"ceiling_machine_cpu_ms_per_pod,omitempty"`
-	CeilingMachineCoresBusy   float64 `json:"ceiling_machine_cores_busy,omitempty"`
+	CeilingMachineCPUMsPerPod float64            `json:"ceiling_machine_cpu_ms_per_pod,omitempty"`
+	CeilingMachineCoresBusy   float64            `json:"ceiling_machine_cores_busy,omitempty"`
+	CeilingCPUByProcess       map[string]float64 `json:"ceiling_cpu_ms_per_pod_by_process,omitempty"`
+	EventCeilingCPUByProcess  map[string]float64 `json:"bind_event_ceiling_cpu_ms_per_pod_by_process,omitempty"`
 	// The same with each Binding followed by the pod's Scheduled Event (events.k8s.io/v1, as
 	// both schedulers write one per bound pod): the apiserver's ceiling for scheduled pods.
 	// OfEventCeiling = PodsPerSec / BindEventCeilingPerSec.
@@ -302,7 +309,18 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 		return nil, err
 	}
 	defer evs.stop()
+	procs := clusterProcs(st)
+	// The background: every process's CPU over a few idle seconds before the drain.
+	const idleSec = 5
+	idle0, idleMach0 := procs.cpu(), machineCPU()
+	time.Sleep(idleSec * time.Second)
+	row.IdleCoresByProcess = perPod(idle0, procs.cpu(), machineCPU()-idleMach0, 1)
+	for k, v := range row.IdleCoresByProcess {
+		row.IdleCoresByProcess[k] = v / 1e3 / idleSec
+	}
+	prog.Printf("   idle for %ds before the drain, cores busy by process: %s", idleSec, formatByProc(row.IdleCoresByProcess))
 	cpu0, mach0 := procCPU(sched.Pid), machineCPU()
+	procs0 := procs.cpu()
 	t0 := time.Now()
 	_ = syscall.Kill(sched.Pid, syscall.SIGCONT)
 	resumed = true
@@ -321,6 +339,7 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	n, err := waitAllBound(ctx, cs, o.Pods, 10*time.Minute)
 	el := time.Since(t0)
 	cpu, mach := procCPU(sched.Pid)-cpu0, machineCPU()-mach0
+	row.DrainCPUByProcess = perPod(procs0, procs.cpu(), mach, o.Pods)
 	if err != nil {
 		return nil, fmt.Errorf("drain: %d of %d bound: %w", n, o.Pods, err)
 	}
@@ -342,6 +361,7 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	prog.Printf("   the drain's %d Scheduled events written by %.2fs; CPU to the last Binding %.2f ms/pod, to the last event %.2f ms/pod",
 		row.EventsSeen, row.EventsSeconds, row.CPUMsPerPodBound, row.CPUMsPerPod)
 	prog.Printf("   the machine during the drain: %.2f of %d cores busy, %.2f ms CPU per pod (every process)", row.MachineCoresBusy, runtime.NumCPU(), row.MachineCPUMsPerPod)
+	prog.Printf("   the drain's CPU by process, ms per pod: %s", formatByProc(row.DrainCPUByProcess))
 	prog.Printf("   drained %d pods in %.2fs = %.0f pods/s, %.2f ms CPU/pod, utilisation mean %.3f stddev %.4f max %.3f, %d empty nodes; pods/node stddev %.2f max %d",
 		o.Pods, el.Seconds(), row.PodsPerSec, row.CPUMsPerPod, row.UtilMean, row.UtilStddev, row.UtilMax, row.EmptyNodes,
 		row.PodsPerNodeStddev, row.PodsPerNodeMax)
@@ -362,7 +382,7 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	if o.BindCeiling {
 		prog.Printf("   bind ceiling: creating %d pods no scheduler serves, then posting their Bindings (%d in flight)",
 			o.Pods, cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers))
-		c, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, false)
+		c, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, false, procs)
 		if err != nil {
 			return nil, fmt.Errorf("bind ceiling: %w", err)
 		}
@@ -374,9 +394,10 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 		prog.Printf("   bind ceiling: %d Bindings in %.2fs = %.0f binds/s (%d failed, %d retried); the drain ran at %.0f%% of it",
 			c.Binds, c.Seconds, c.PerSec, c.Errors, c.Retries, row.OfCeiling*100)
 		prog.Printf("   bind ceiling: the machine %.2f cores busy, %.2f ms CPU per Binding (every process)", c.MachineCoresBusy, c.MachineCPUMsPerPod)
-		row.CeilingMachineCPUMsPerPod, row.CeilingMachineCoresBusy = c.MachineCPUMsPerPod, c.MachineCoresBusy
+		prog.Printf("   bind ceiling: CPU by process, ms per Binding: %s", formatByProc(c.ByProcess))
+		row.CeilingMachineCPUMsPerPod, row.CeilingMachineCoresBusy, row.CeilingCPUByProcess = c.MachineCPUMsPerPod, c.MachineCoresBusy, c.ByProcess
 		prog.Printf("   bind+event ceiling: %d more pods, each Binding followed by its Scheduled Event", o.Pods)
-		e, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, true)
+		e, err := bindCeiling(ctx, cs, filepath.Join(st.Dir, "scheduler.kubeconfig"), o, true, procs)
 		if err != nil {
 			return nil, fmt.Errorf("bind+event ceiling: %w", err)
 		}
@@ -387,6 +408,8 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 		prog.Printf("   bind+event ceiling: %d pods in %.2fs = %.0f pods/s (%d failed, %d retried); the drain ran at %.0f%% of it",
 			e.Binds, e.Seconds, e.PerSec, e.Errors, e.Retries, row.OfEventCeiling*100)
 		prog.Printf("   bind+event ceiling: the machine %.2f cores busy, %.2f ms CPU per pod to its last Binding (every process)", e.MachineCoresBusy, e.MachineCPUMsPerPod)
+		prog.Printf("   bind+event ceiling: CPU by process, ms per pod: %s", formatByProc(e.ByProcess))
+		row.EventCeilingCPUByProcess = e.ByProcess
 	}
 	return row, nil
 }
@@ -407,6 +430,7 @@ type ceilingResult struct {
 	Seconds, PerSec        float64
 	// The whole machine from the first Binding to the last (as MachineCPUMsPerPod for the drain).
 	MachineCPUMsPerPod, MachineCoresBusy float64
+	ByProcess                            map[string]float64 // the same by process (perPod)
 }
 
 // bindCeiling measures how fast this cluster's apiserver takes Bindings: it creates o.Pods pods
@@ -427,7 +451,7 @@ type ceilingResult struct {
 // drain, first Binding to last Binding; the phase then waits for the events to finish. Each
 // phase uses pods of its own. The scheduler keeps running meanwhile (it ignores these pods, but
 // its informers see them as the drain's did).
-func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options, withEvents bool) (*ceilingResult, error) {
+func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfig string, o Options, withEvents bool, procs procSet) (*ceilingResult, error) {
 	workers := cmp.Or(o.BindCeilingWorkers, DefaultBindCeilingWorkers)
 	if err := cluster.EnsureNamespace(ctx, admin, ceilingNS); err != nil {
 		return nil, err
@@ -466,7 +490,7 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 	var last time.Time
 	var firstErr error
 	var wg sync.WaitGroup
-	mach0 := machineCPU()
+	mach0, procs0 := machineCPU(), procs.cpu()
 	t0 := time.Now()
 	for range workers {
 		wg.Add(1)
@@ -524,12 +548,14 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 	}
 	wg.Wait()
 	mach, machEl := machineCPU()-mach0, time.Since(t0) // to the last Binding answered, as the time
-	evWG.Wait()                                        // the last events are written after the last Binding, as a scheduler's are
+	procs1 := procs.cpu()
+	evWG.Wait() // the last events are written after the last Binding, as a scheduler's are
 	r := &ceilingResult{Binds: int(binds.Load()), Errors: int(errs.Load()) + int(evErrs.Load()), Retries: int(retries.Load())}
 	if r.Binds > 0 {
 		r.Seconds = last.Sub(t0).Seconds()
 		r.PerSec = float64(r.Binds) / r.Seconds
 		r.MachineCPUMsPerPod, r.MachineCoresBusy = mach*1e3/float64(r.Binds), mach/machEl.Seconds()
+		r.ByProcess = perPod(procs0, procs1, mach, r.Binds)
 	}
 	if r.Binds == 0 && firstErr != nil {
 		return r, firstErr

@@ -50,6 +50,14 @@ type Config struct {
 	ShardSinks map[int]wire.FrameSink
 	// Batch: at most this many pods of one equivalence class per frame (batch.go); ≤ 1: off.
 	Batch int
+	// Pods, when set, is an informer of every pod that this process runs anyway (the in-process
+	// system's shards keep one for their caches). The intake then filters that informer's events
+	// instead of opening its own field-selected watch: the apiserver serialises and sends each
+	// pod event once to this process instead of twice (the second stream carried an Added and a
+	// Deleted per pod — on the 2-core 5K-node bench the apiserver is the bound: clusterbench's
+	// per-process CPU). Separate collector processes have no such informer and keep the
+	// field-selected watch, which sends them only the pods they schedule.
+	Pods cache.SharedIndexInformer
 }
 
 type podState struct {
@@ -110,6 +118,13 @@ func New(cfg Config, collector *collector.Collector) *Intake {
 	}
 	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		in.names[strings.TrimSpace(name)] = true
+	}
+	if in.wh == nil && cfg.Pods != nil {
+		in.informers = append(in.informers, cfg.Pods)
+		_, _ = cfg.Pods.AddEventHandler(cache.FilteringResourceEventHandler{FilterFunc: in.unscheduledOfOurs, Handler: in.handlers()})
+		return in
+	}
+	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		if in.wh != nil {
 			continue // no watch: the webhook and the reconcile LIST feed this intake
 		}
@@ -123,6 +138,18 @@ func New(cfg Config, collector *collector.Collector) *Intake {
 		_, _ = inf.AddEventHandler(in.handlers())
 	}
 	return in
+}
+
+// unscheduledOfOurs is the field-selected watch's filter applied to a shared informer's pods
+// (Config.Pods): unscheduled, with one of our scheduler names. A pod that stops passing it
+// (bound, or its scheduler name changed) reaches the handlers as a delete, as it does from the
+// field-selected watch.
+func (in *Intake) unscheduledOfOurs(o any) bool {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	p, ok := o.(*corev1.Pod)
+	return ok && p.Spec.NodeName == "" && in.names[p.Spec.SchedulerName]
 }
 
 func (in *Intake) handlers() cache.ResourceEventHandlerFuncs {
@@ -180,7 +207,8 @@ func (in *Intake) get(key string) (*corev1.Pod, bool) {
 		return in.webhookGet(key)
 	}
 	for _, inf := range in.informers {
-		if o, ok, _ := inf.GetStore().GetByKey(key); ok {
+		// A shared informer (Config.Pods) holds bound pods too: those are no longer ours to send.
+		if o, ok, _ := inf.GetStore().GetByKey(key); ok && in.unscheduledOfOurs(o) {
 			return o.(*corev1.Pod), true
 		}
 	}
@@ -206,10 +234,12 @@ func (in *Intake) Run(ctx context.Context) error {
 	if in.wh != nil {
 		go in.reconcileLoop(ctx)
 	}
-	var synced []cache.InformerSynced
-	for i, f := range in.factories {
+	for _, f := range in.factories {
 		f.Start(ctx.Done())
-		synced = append(synced, in.informers[i].HasSynced)
+	}
+	var synced []cache.InformerSynced
+	for _, inf := range in.informers {
+		synced = append(synced, inf.HasSynced)
 	}
 	if !cache.WaitForCacheSync(ctx.Done(), synced...) {
 		return ctx.Err()

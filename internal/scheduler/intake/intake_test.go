@@ -6,6 +6,9 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+
 	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/fakeapi"
 	"github.com/meganode/meganode/internal/scheduler/metrics"
@@ -66,4 +69,44 @@ func TestIntakeInFlightWindowAndRequeue(t *testing.T) {
 // live shard, no decision sinks, no attempt timing out on its own.
 func handDecidedCollector() *collector.Collector {
 	return collector.New(collector.Config{Shards: map[int]wire.DecisionSink{}, Live: func() []int { return []int{0} }, NoAnswerTimeout: time.Hour})
+}
+
+// With Config.Pods (the in-process system's informer of every pod) the intake opens no watch
+// of its own and takes from that informer exactly what the field-selected watch gives it: our
+// unscheduled pods. A pod bound meanwhile is forgotten, as the watch's Deleted makes it.
+func TestIntakeFiltersSharedPodInformer(t *testing.T) {
+	metrics.Reset()
+	cs := fakeapi.NewClient()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	factory := informers.NewSharedInformerFactory(cs, 0)
+	pods := factory.Core().V1().Pods().Informer()
+	root := &schedtest.CountSink{}
+	in := New(Config{Client: cs, Collectors: 1, Root: root, InFlight: 100, Pods: pods}, handDecidedCollector())
+	if len(in.factories) != 0 {
+		t.Fatalf("the intake opened %d watches of its own beside the shared informer", len(in.factories))
+	}
+	factory.Start(ctx.Done())
+	go func() { _ = in.Run(ctx) }()
+	bound := fakeapi.Pod("default", "bound", podspec.DefaultSchedulerName, 10, 1)
+	bound.Spec.NodeName = "n1"
+	schedtest.CreatePods(t, cs, bound, fakeapi.Pod("default", "other", "someone-else", 10, 1),
+		fakeapi.Pod("default", "a", podspec.DefaultSchedulerName, 10, 1), fakeapi.Pod("default", "b", podspec.DefaultSchedulerName, 10, 1))
+	schedtest.Eventually(t, func() bool { return root.N.Load() == 2 })
+	time.Sleep(100 * time.Millisecond)
+	if n := root.N.Load(); n != 2 || in.Pending() != 2 {
+		t.Fatalf("%d frames sent, %d pods tracked; want 2 and 2 (a bound pod and another scheduler's are not ours)", n, in.Pending())
+	}
+	if _, ok := in.get("default/bound"); ok {
+		t.Fatal("get returned a bound pod from the shared informer")
+	}
+	a, err := cs.CoreV1().Pods("default").Get(ctx, "a", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Spec.NodeName = "n1"
+	if _, err := cs.CoreV1().Pods("default").Update(ctx, a, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	schedtest.Eventually(t, func() bool { return in.Pending() == 1 })
 }
