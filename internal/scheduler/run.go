@@ -149,8 +149,7 @@ func (c *Config) client() (kubernetes.Interface, error) {
 	return ClientFor(c.Kubeconfig, c.QPS)
 }
 
-// ClientFor builds a clientset with a high QPS (a scheduler binds at pod rate) and at most
-// RequestsInFlight requests other than watches in flight at once.
+// ClientFor builds a clientset with a high QPS: a scheduler binds at pod rate.
 func ClientFor(kubeconfig string, qps float32) (kubernetes.Interface, error) {
 	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
@@ -158,7 +157,6 @@ func ClientFor(kubeconfig string, qps float32) (kubernetes.Interface, error) {
 	}
 	rc.QPS, rc.Burst = qps, int(qps*2)
 	rc.ContentType = "application/vnd.kubernetes.protobuf"
-	rc.Wrap(func(rt http.RoundTripper) http.RoundTripper { return newInFlightLimit(rt, RequestsInFlight) })
 	return kubernetes.NewForConfig(rc)
 }
 
