@@ -86,7 +86,9 @@ func subcommandArgs(cmd *cobra.Command, args []string) error {
 // group makes a command whose work is in its subcommands: alone it prints its help.
 func group(use, short, long, example string, subs ...*cobra.Command) *cobra.Command {
 	c := &cobra.Command{Use: use, Short: short, Long: long, Example: example, Args: subcommandArgs,
-		RunE: func(cmd *cobra.Command, args []string) error { return cmd.Help() }}
+		RunE:                  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+		DisableFlagsInUseLine: true, // its usage line is "meganode doctor [command]", not "… [flags]"
+	}
 	c.AddCommand(subs...)
 	return c
 }

@@ -52,10 +52,11 @@ command did its work, 1 when it failed (or doctor found problems), 2 for a usage
   meganode doctor plan --nodes 1000000
   meganode help scheduler bench
   source <(meganode completion bash)`,
-		Args:          subcommandArgs,
-		RunE:          func(cmd *cobra.Command, args []string) error { return cmd.Help() },
-		SilenceErrors: true, // run prints the one line
-		SilenceUsage:  true, // no usage dump on errors
+		Args:                  subcommandArgs,
+		RunE:                  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+		DisableFlagsInUseLine: true,
+		SilenceErrors:         true, // run prints the one line
+		SilenceUsage:          true, // no usage dump on errors
 	}
 	root.SetOut(stdout)
 	root.SetErr(stderr)
@@ -70,7 +71,7 @@ command did its work, 1 when it failed (or doctor found problems), 2 for a usage
 	root.InitDefaultCompletionCmd()
 	for _, c := range root.Commands() {
 		if c.Name() == "completion" {
-			c.Args = subcommandArgs
+			c.Args, c.DisableFlagsInUseLine = subcommandArgs, true
 			c.RunE = func(cmd *cobra.Command, args []string) error { return cmd.Help() }
 			c.Example = "  source <(meganode completion bash)\n  meganode completion zsh > \"${fpath[1]}/_meganode\"\n  meganode completion fish > ~/.config/fish/completions/meganode.fish"
 		}
