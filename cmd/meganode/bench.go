@@ -252,4 +252,3 @@ func parseInts(s string) ([]int, error) {
 	}
 	return out, nil
 }
-
