@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,24 +10,44 @@ import (
 	"sync"
 	"time"
 
+	"github.com/spf13/cobra"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
 	"github.com/meganode/meganode/internal/storeproc"
 )
 
-// runBenchReplay measures how long meganode-store takes to come back after a
-// restart with N Lease-sized keys in its logs (issue: replay time stays bounded).
-func runBenchReplay(args []string) error {
-	fs := flag.NewFlagSet("bench replay", flag.ContinueOnError)
-	keys := fs.Int("keys", 1000000, "keys to write before the restart")
-	valSize := fs.Int("val-size", 350, "value size (a Kubernetes Lease is ~300-400 bytes)")
-	dataDir := fs.String("data-dir", "", "store data dir (default: a new dir under bin/, on disk)")
-	mode := fs.String("durability", "buffered", "durability of /registry/leases/ for this run")
-	if err := fs.Parse(args); err != nil {
-		return err
+type benchReplayFlags struct {
+	keys, valSize int
+	dataDir, mode string
+}
+
+// newBenchReplayCmd measures how long meganode-store takes to come back after a restart
+// with N Lease-sized keys in its logs (replay time stays bounded).
+func newBenchReplayCmd() *cobra.Command {
+	f := &benchReplayFlags{}
+	cmd := &cobra.Command{
+		Use:   "replay",
+		Short: "how long meganode-store takes to come back after a restart with many keys in its logs",
+		Long: `replay writes --keys Lease-sized keys into a fresh meganode-store (data on disk, under bin/
+unless --data-dir), stops it, starts it again and reports the size of its logs and
+checkpoints, the store's own replay time, the time until it answers, the key count after
+the restart (it must match) and the RSS before and after.`,
+		Example: `  meganode bench replay --keys 1000000
+  meganode bench replay --keys 100000 --val-size 350 --durability fsync`,
+		Args: noArgs,
+		RunE: action(f, runBenchReplay),
 	}
-	dir := *dataDir
+	fs := cmd.Flags()
+	fs.IntVar(&f.keys, "keys", 1000000, "keys to write before the restart")
+	fs.IntVar(&f.valSize, "val-size", 350, "value size (a Kubernetes Lease is ~300-400 bytes)")
+	fs.StringVar(&f.dataDir, "data-dir", "", "store data dir (default: a new dir under bin/, on disk)")
+	fs.StringVar(&f.mode, "durability", "buffered", "durability of /registry/leases/ for this run")
+	return cmd
+}
+
+func runBenchReplay(ctx context.Context, cmd *cobra.Command, f *benchReplayFlags) error {
+	dir := f.dataDir
 	if dir == "" {
 		d, err := os.MkdirTemp("bin", "replay-")
 		if err != nil {
@@ -37,7 +56,7 @@ func runBenchReplay(args []string) error {
 		dir, _ = filepath.Abs(d)
 		defer os.RemoveAll(dir)
 	}
-	extra := []string{"--durability-prefix=/registry/leases/=" + *mode}
+	extra := []string{"--durability-prefix=/registry/leases/=" + f.mode}
 	p, err := storeproc.Start(storeproc.Options{DataDir: dir, ExtraArgs: extra})
 	if err != nil {
 		return err
@@ -47,15 +66,15 @@ func runBenchReplay(args []string) error {
 	if err != nil {
 		return err
 	}
-	value := strings.Repeat("l", *valSize)
+	value := strings.Repeat("l", f.valSize)
 	start := time.Now()
-	_, err = writeLeaseKeys(cli, *keys, value, func(done int) { fmt.Fprintf(os.Stderr, "\rwriting %d/%d keys", done, *keys) })
+	_, err = writeLeaseKeys(cli, f.keys, value, func(done int) { fmt.Fprintf(os.Stderr, "\rwriting %d/%d keys", done, f.keys) })
 	cli.Close()
 	if err != nil {
 		return err
 	}
 	load := time.Since(start)
-	fmt.Fprintf(os.Stderr, "\rwrote %d keys of %d B in %s (%.0f keys/s)\n", *keys, *valSize, load.Round(time.Millisecond), float64(*keys)/load.Seconds())
+	fmt.Fprintf(os.Stderr, "\rwrote %d keys of %d B in %s (%.0f keys/s)\n", f.keys, f.valSize, load.Round(time.Millisecond), float64(f.keys)/load.Seconds())
 	rss := rssOf(p.Pid())
 	if err := p.Stop(); err != nil {
 		return err
@@ -91,11 +110,11 @@ func runBenchReplay(args []string) error {
 	if err != nil {
 		return err
 	}
-	if g.Count != int64(*keys) {
-		return fmt.Errorf("after restart %d keys, want %d", g.Count, *keys)
+	if g.Count != int64(f.keys) {
+		return fmt.Errorf("after restart %d keys, want %d", g.Count, f.keys)
 	}
 	fmt.Printf("replay: %d keys (%d B values, durability %s): logs %.1f MiB + checkpoints %.1f MiB; replay %s ms (store's own figure), ready after %s; RSS before restart %.0f MiB, after %.0f MiB\n",
-		*keys, *valSize, *mode, float64(logBytes)/(1<<20), float64(ckptBytes)/(1<<20), replayMs, ready.Round(time.Millisecond), rss, rssOf(p.Pid()))
+		f.keys, f.valSize, f.mode, float64(logBytes)/(1<<20), float64(ckptBytes)/(1<<20), replayMs, ready.Round(time.Millisecond), rss, rssOf(p.Pid()))
 	return nil
 }
 

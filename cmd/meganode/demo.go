@@ -2,63 +2,99 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"os"
-	"os/signal"
-	"syscall"
 	"text/tabwriter"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meganode/meganode/internal/bench"
 )
 
-func init() {
-	register("demo", "a Kubernetes control plane on meganode-store with KWOK nodes and pods, its SLO report, then down (--store-only: the store alone under a short load)", runDemo)
+// demoFlags are `demo`'s flags: the cluster demo's (up's, and the pods under measurement)
+// and, with --store-only, the store-only demo's.
+type demoFlags struct {
+	up         upFlags
+	deployment bool
+	qps        float64
+	keep       bool
+	out        string
+	storeOnly  bool
+	storeBin   string
+	target     string
+	duration   time.Duration
+	quiet      bool
 }
 
-// runDemo runs the cluster demo (demo_cluster.go); with --store-only it starts one store and
-// runs a few seconds of each workload against it with the official etcd Go client.
-func runDemo(args []string) error {
-	rest, storeOnly := withoutFlag(args, "--store-only")
-	if !storeOnly {
-		return runClusterDemo(args)
+func newDemoCmd() *cobra.Command {
+	f := &demoFlags{}
+	cmd := &cobra.Command{
+		Use:   "demo",
+		Short: "a Kubernetes control plane on meganode-store with KWOK nodes and pods, its SLO report, then down (--store-only: the store alone)",
+		Long: `demo runs 'meganode up' (meganode-store, kube-apiserver, controller-manager, a scheduler and
+KWOK with --nodes nodes), creates --pods pods at --qps under measurement, prints the SLO
+report (API call latency per verb, pod startup, scheduling throughput, store CPU and memory)
+with its charts in --out, and stops the cluster (unless --keep). It takes the flags of 'up'.
+
+With --store-only it starts one meganode-store (or etcd with --target etcd) and runs
+--duration of each workload (put, lease-flood, range, watch) against it with the official
+etcd Go client.`,
+		Example: `  meganode demo
+  meganode demo --nodes 1000 --pods 2000 --scheduler meganode --shards 2
+  meganode demo --nodes 100 --pods 200 --keep && meganode down
+  meganode demo --store-only --store-bin bin/meganode-store`,
+		Args: noArgs,
+		RunE: action(f, func(ctx context.Context, cmd *cobra.Command, f *demoFlags) error {
+			if f.storeOnly {
+				return runStoreDemo(ctx, f)
+			}
+			return runClusterDemo(ctx, cmd, f)
+		}),
 	}
-	args = rest
-	fs := flag.NewFlagSet("demo --store-only", flag.ContinueOnError)
-	storeBin := fs.String("store-bin", "", "meganode-store binary (default $MEGANODE_STORE_BIN or bin/meganode-store)")
-	target := fs.String("target", bench.TargetMeganode, "meganode, or etcd to show the reference doing the same")
-	secs := fs.Duration("duration", 3*time.Second, "length of each step")
-	quiet := fs.Bool("quiet", false, "no progress output")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return nil
-		}
-		return err
+	f.up.register(cmd)
+	fs := cmd.Flags()
+	setDefaults(fs, map[string]string{"nodes": "1000", "pods": "2000"})
+	fs.BoolVar(&f.deployment, "deployment", false, "create the pods through a Deployment")
+	fs.Float64Var(&f.qps, "qps", 50, "pod creates per second (the SLO is measured below saturation; 0 = unthrottled)")
+	fs.BoolVar(&f.keep, "keep", false, "leave the cluster running (stop it with 'meganode down')")
+	fs.StringVar(&f.out, "out", "", "directory for report.json and charts (default <state-dir>/report)")
+	fs.BoolVar(&f.storeOnly, "store-only", false, "run the store-only demo instead: one store, a few seconds of each workload")
+	fs.StringVar(&f.storeBin, "store-bin", "", "--store-only: meganode-store binary (default $MEGANODE_STORE_BIN or bin/meganode-store)")
+	fs.StringVar(&f.target, "target", bench.TargetMeganode, "--store-only: meganode, or etcd to show the reference doing the same")
+	fs.DurationVar(&f.duration, "duration", 3*time.Second, "--store-only: length of each step")
+	fs.BoolVar(&f.quiet, "quiet", false, "--store-only: no progress output")
+	completeValues(cmd, "target", bench.TargetMeganode, bench.TargetEtcd)
+	return cmd
+}
+
+func (f *demoFlags) validate() error {
+	if f.storeOnly {
+		return oneOf("target", f.target, bench.TargetMeganode, bench.TargetEtcd)
 	}
-	if *target != bench.TargetMeganode && *target != bench.TargetEtcd {
-		return fmt.Errorf("--target: want meganode or etcd")
-	}
+	return f.up.validate()
+}
+
+// runStoreDemo starts one store and runs a few seconds of each workload against it with
+// the official etcd Go client.
+func runStoreDemo(ctx context.Context, f *demoFlags) error {
 	self, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	var prog *bench.Progress
-	if !*quiet {
+	if !f.quiet {
 		prog = bench.NewProgress(os.Stderr)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
 
 	began := time.Now()
-	prog.Phase(fmt.Sprintf("starting %s…", *target))
-	t, err := bench.TargetSpec{Kind: *target, StoreBin: *storeBin, EtcdCmd: []string{self, "etcd"}}.Start()
+	prog.Phase(fmt.Sprintf("starting %s…", f.target))
+	t, err := bench.TargetSpec{Kind: f.target, StoreBin: f.storeBin, EtcdCmd: []string{self, "etcd"}}.Start()
 	if err != nil {
 		return err
 	}
 	defer t.Close()
-	prog.Printf("%s serving on %s (pid %d, data in %s)", *target, t.Endpoints[0], t.Pid, t.DataDir)
+	prog.Printf("%s serving on %s (pid %d, data in %s)", f.target, t.Endpoints[0], t.Pid, t.DataDir)
 
 	steps := []struct {
 		workload, what string
@@ -76,7 +112,7 @@ func runDemo(args []string) error {
 	var results []*bench.Result
 	for _, s := range steps {
 		cfg := s.cfg
-		cfg.Duration = *secs
+		cfg.Duration = f.duration
 		cfg.Progress = prog
 		prog.Printf("%s: %s", s.workload, s.what)
 		wl, err := bench.New(s.workload, cfg)
@@ -90,7 +126,7 @@ func runDemo(args []string) error {
 		results = append(results, res)
 	}
 
-	fmt.Printf("\n%s on %s, each step %s, official etcd Go client (go.etcd.io/etcd/client/v3):\n\n", *target, t.Endpoints[0], *secs)
+	fmt.Printf("\n%s on %s, each step %s, official etcd Go client (go.etcd.io/etcd/client/v3):\n\n", f.target, t.Endpoints[0], f.duration)
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "step\tops\tops/s\tp50\tp99\tserver CPU µs/op\tserver peak RSS\terrors\t")
 	for _, r := range results {

@@ -1,30 +1,45 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"os"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meganode/meganode/internal/cluster"
 )
 
-func init() {
-	register("down", "stop exactly the processes `meganode up` started (pids from the state dir)", runDown)
+type downFlags struct {
+	stateDir string
+	purge    bool
 }
 
-func runDown(args []string) error {
-	fs := flag.NewFlagSet("down", flag.ContinueOnError)
-	stateDir := fs.String("state-dir", cluster.DefaultStateDir(), "state directory of the cluster")
-	purge := fs.Bool("purge", false, "also delete the state directory (store data, logs, certificates)")
-	if ok, err := parseUpFlags(fs, args); !ok {
-		return err
+func newDownCmd() *cobra.Command {
+	f := &downFlags{}
+	cmd := &cobra.Command{
+		Use:   "down",
+		Short: "stop exactly the processes 'meganode up' started (pids from the state dir)",
+		Long: `down stops the processes 'meganode up' recorded in --state-dir, newest first (SIGTERM,
+then SIGKILL after 15 s). A pid counts only while its process start time is the one up
+recorded, so a reused pid is never signalled. The store data, logs and certificates stay
+unless --purge.`,
+		Example: `  meganode down
+  meganode down --state-dir /var/tmp/mc --purge`,
+		Args: noArgs,
+		RunE: action(f, func(ctx context.Context, cmd *cobra.Command, f *downFlags) error {
+			stderr := cmd.ErrOrStderr()
+			if err := cluster.Down(f.stateDir, func(format string, a ...any) { fmt.Fprintf(stderr, format+"\n", a...) }); err != nil {
+				return err
+			}
+			if f.purge {
+				return os.RemoveAll(f.stateDir)
+			}
+			fmt.Fprintln(stderr, "cluster stopped")
+			return nil
+		}),
 	}
-	if err := cluster.Down(*stateDir, func(f string, a ...any) { fmt.Fprintf(os.Stderr, f+"\n", a...) }); err != nil {
-		return err
-	}
-	if *purge {
-		return os.RemoveAll(*stateDir)
-	}
-	fmt.Fprintln(os.Stderr, "cluster stopped")
-	return nil
+	stateDirFlag(cmd.Flags(), &f.stateDir)
+	cmd.Flags().BoolVar(&f.purge, "purge", false, "also delete the state directory (store data, logs, certificates)")
+	return cmd
 }

@@ -1,67 +1,78 @@
 package main
 
 import (
-	"errors"
-	"flag"
+	"context"
 	"fmt"
 	"net/url"
 	"os"
-	"os/signal"
 	"strconv"
-	"syscall"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meganode/meganode/internal/etcdref"
 )
 
-// `meganode etcd` runs real etcd (v3.6, embedded from its Go modules) as a process
-// of its own, so that `meganode bench` can read its CPU time and memory from /proc
-// exactly as it does for meganode-store. It is hidden: it is registered only when
-// it is the command being run, so it never shows in the usage list.
-func init() {
-	if len(os.Args) > 1 && os.Args[1] == "etcd" {
-		register("etcd", "run the reference etcd in its own process (used by bench)", runEtcd)
-	}
+// etcdFlags are the hidden `meganode etcd`'s flags.
+type etcdFlags struct {
+	dataDir, listen, logLevel string
+	quota                     int64
+	maxReq                    uint
 }
 
-func runEtcd(args []string) error {
-	fs := flag.NewFlagSet("etcd", flag.ContinueOnError)
-	dataDir := fs.String("data-dir", "", "data directory (required; tmpfs for etcd's best case)")
-	listen := fs.String("listen-client-urls", "", "client URL, http://127.0.0.1:PORT (required)")
-	quota := fs.Int64("quota-backend-bytes", 8<<30, "backend quota in bytes (etcd's default is 2 GiB)")
-	logLevel := fs.String("log-level", "error", "etcd log level")
-	maxReq := fs.Uint("max-request-bytes", 0, "max request size; 0 keeps etcd's 1.5 MiB")
-	if err := fs.Parse(args); err != nil {
-		return err
+// newEtcdCmd: `meganode etcd` runs real etcd (v3.6, embedded from its Go modules) as a
+// process of its own, so that `meganode bench` can read its CPU time and memory from /proc
+// exactly as it does for meganode-store. It is hidden from help and completion.
+func newEtcdCmd() *cobra.Command {
+	f := &etcdFlags{}
+	cmd := &cobra.Command{
+		Use:    "etcd",
+		Short:  "run the reference etcd (v3.6, embedded) in its own process (used by bench and up --store etcd)",
+		Hidden: true,
+		Long: `etcd runs real etcd v3.6, embedded from its Go modules, as a process of its own on
+--listen-client-urls (http://127.0.0.1:PORT only), so that 'meganode bench' and 'meganode up
+--store etcd' can measure its CPU time and memory from /proc as they do for meganode-store.
+SIGTERM or SIGINT stops it and keeps the data directory.`,
+		Example: `  meganode etcd --data-dir /dev/shm/etcd --listen-client-urls http://127.0.0.1:2379`,
+		Args:    noArgs,
+		RunE:    action(f, runEtcd),
 	}
-	if *dataDir == "" || *listen == "" {
-		return errors.New("--data-dir and --listen-client-urls are required")
+	fs := cmd.Flags()
+	fs.StringVar(&f.dataDir, "data-dir", "", "data directory (required; tmpfs for etcd's best case)")
+	fs.StringVar(&f.listen, "listen-client-urls", "", "client URL, http://127.0.0.1:PORT (required)")
+	fs.Int64Var(&f.quota, "quota-backend-bytes", 8<<30, "backend quota in bytes (etcd's default is 2 GiB)")
+	fs.StringVar(&f.logLevel, "log-level", "error", "etcd log level")
+	fs.UintVar(&f.maxReq, "max-request-bytes", 0, "max request size; 0 keeps etcd's 1.5 MiB")
+	return cmd
+}
+
+func runEtcd(ctx context.Context, cmd *cobra.Command, f *etcdFlags) error {
+	if f.dataDir == "" || f.listen == "" {
+		return usagef("--data-dir and --listen-client-urls are required")
 	}
-	u, err := url.Parse(*listen)
+	u, err := url.Parse(f.listen)
 	if err != nil {
-		return fmt.Errorf("--listen-client-urls: %w", err)
+		return usagef("--listen-client-urls: %v", err)
 	}
 	if u.Scheme != "http" || u.Hostname() != "127.0.0.1" {
-		return fmt.Errorf("--listen-client-urls: want http://127.0.0.1:PORT, got %s", *listen)
+		return usagef("--listen-client-urls: want http://127.0.0.1:PORT, got %s", f.listen)
 	}
 	port, err := strconv.Atoi(u.Port())
 	if err != nil || port <= 0 {
-		return fmt.Errorf("--listen-client-urls: no port in %s", *listen)
+		return usagef("--listen-client-urls: no port in %s", f.listen)
 	}
-	if err := os.MkdirAll(*dataDir, 0o700); err != nil {
+	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return err
 	}
-	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT)
 	srv, err := etcdref.Start(etcdref.Options{
-		DataDir: *dataDir, ClientPort: port, LogLevel: *logLevel,
-		QuotaBackendBytes: *quota, MaxRequestBytes: *maxReq,
+		DataDir: f.dataDir, ClientPort: port, LogLevel: f.logLevel,
+		QuotaBackendBytes: f.quota, MaxRequestBytes: f.maxReq,
 	})
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(os.Stderr, "etcd %s: ready to serve client requests\n", srv.Endpoint)
+	fmt.Fprintf(cmd.ErrOrStderr(), "etcd %s: ready to serve client requests\n", srv.Endpoint)
 	select {
-	case <-sigs:
+	case <-ctx.Done(): // SIGTERM or SIGINT
 		srv.Etcd.Close() // keeps the data directory: it belongs to the caller
 		return nil
 	case err := <-srv.Etcd.Err():

@@ -1,32 +1,48 @@
 package main
 
 import (
-	"flag"
+	"context"
 	"fmt"
 	"os"
 	"strings"
 	"time"
 
+	"github.com/spf13/cobra"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
 )
 
-func init() {
-	register("make-nodes", "add KWOK nodes (client-go, high concurrency) to the `up` cluster", runMakeNodes)
+type makeNodesFlags struct {
+	count, concurrency int
+	wait               bool
+	stateDir           string
 }
 
-func runMakeNodes(args []string) error {
-	fs := flag.NewFlagSet("make-nodes", flag.ContinueOnError)
-	count := fs.Int("count", 100, "nodes to add")
-	conc := fs.Int("concurrency", 64, "parallel creates")
-	wait := fs.Bool("wait", true, "wait until every node is Ready")
-	stateDir := fs.String("state-dir", cluster.DefaultStateDir(), "state directory of the cluster")
-	if ok, err := parseUpFlags(fs, args); !ok {
-		return err
+func newMakeNodesCmd() *cobra.Command {
+	f := &makeNodesFlags{}
+	cmd := &cobra.Command{
+		Use:   "make-nodes",
+		Short: "add KWOK nodes (client-go, high concurrency) to the 'up' cluster",
+		Long: `make-nodes creates --count more KWOK nodes on the cluster 'meganode up' started (numbered
+after the kwok-node-N that exist), --concurrency at a time, and with --wait (the default)
+waits until every node in the cluster is Ready.`,
+		Example: `  meganode make-nodes --count 1000
+  meganode make-nodes --count 10000 --concurrency 128 --wait=false`,
+		Args: noArgs,
+		RunE: action(f, runMakeNodes),
 	}
-	st, err := loadCluster(*stateDir)
+	fs := cmd.Flags()
+	fs.IntVar(&f.count, "count", 100, "nodes to add")
+	fs.IntVar(&f.concurrency, "concurrency", 64, "parallel creates")
+	fs.BoolVar(&f.wait, "wait", true, "wait until every node is Ready")
+	stateDirFlag(fs, &f.stateDir)
+	return cmd
+}
+
+func runMakeNodes(ctx context.Context, cmd *cobra.Command, f *makeNodesFlags) error {
+	st, err := loadCluster(f.stateDir)
 	if err != nil {
 		return err
 	}
@@ -34,8 +50,6 @@ func runMakeNodes(args []string) error {
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	// Continue numbering after the nodes that exist.
 	l, err := cs.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
@@ -52,18 +66,18 @@ func runMakeNodes(args []string) error {
 	}
 	prog := bench.NewProgress(os.Stderr)
 	began := time.Now()
-	if err := cluster.MakeNodes(ctx, cs, cluster.NodeOptions{Count: *count, Start: start, Concurrency: *conc, Progress: prog}); err != nil {
+	if err := cluster.MakeNodes(ctx, cs, cluster.NodeOptions{Count: f.count, Start: start, Concurrency: f.concurrency, Progress: prog}); err != nil {
 		return err
 	}
-	total := len(l.Items) + *count
-	if *wait {
+	total := len(l.Items) + f.count
+	if f.wait {
 		if err := cluster.WaitNodesReady(ctx, cs, total, 10*time.Minute, prog); err != nil {
 			return err
 		}
 	}
 	st.Nodes = total
 	_ = st.Save()
-	prog.Printf("%d nodes added in %.1fs (%d in the cluster)", *count, time.Since(began).Seconds(), total)
+	prog.Printf("%d nodes added in %.1fs (%d in the cluster)", f.count, time.Since(began).Seconds(), total)
 	return nil
 }
 

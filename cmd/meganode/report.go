@@ -2,18 +2,15 @@ package main
 
 import (
 	"context"
-	"flag"
 	"fmt"
 	"os"
 	"time"
 
+	"github.com/spf13/cobra"
+
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
 )
-
-func init() {
-	register("report", "measure the `up` cluster for a while (leases renewing) and print the SLO report", runReport)
-}
 
 // measurePods creates pods inside a measured window and returns the report.
 func measurePods(ctx context.Context, st *cluster.State, o cluster.PodOptions) (*cluster.Report, error) {
@@ -44,37 +41,54 @@ func printReport(rep *cluster.Report, dir string) {
 	}
 }
 
-func runReport(args []string) error {
-	fs := flag.NewFlagSet("report", flag.ContinueOnError)
-	dur := fs.Duration("duration", 30*time.Second, "measured window")
-	out := fs.String("out", "", "directory for report.json and charts (default <state-dir>/report)")
-	stateDir := fs.String("state-dir", cluster.DefaultStateDir(), "state directory of the cluster")
-	if ok, err := parseUpFlags(fs, args); !ok {
-		return err
+type reportFlags struct {
+	duration time.Duration
+	out      string
+	stateDir string
+}
+
+func newReportCmd() *cobra.Command {
+	f := &reportFlags{}
+	cmd := &cobra.Command{
+		Use:   "report",
+		Short: "measure the 'up' cluster for a while (leases renewing) and print the SLO report",
+		Long: `report measures the cluster 'meganode up' started for --duration without creating anything
+(the nodes' leases renewing, the controllers' own traffic) and prints the SLO report, with
+report.json and charts in --out.`,
+		Example: `  meganode report
+  meganode report --duration 2m --out /tmp/idle-report`,
+		Args: noArgs,
+		RunE: action(f, runReport),
 	}
-	st, err := loadCluster(*stateDir)
+	fs := cmd.Flags()
+	fs.DurationVar(&f.duration, "duration", 30*time.Second, "measured window")
+	fs.StringVar(&f.out, "out", "", "directory for report.json and charts (default <state-dir>/report)")
+	stateDirFlag(fs, &f.stateDir)
+	return cmd
+}
+
+func runReport(ctx context.Context, cmd *cobra.Command, f *reportFlags) error {
+	st, err := loadCluster(f.stateDir)
 	if err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
 	rec, err := cluster.StartRecorder(ctx, st, 5*time.Second)
 	if err != nil {
 		return err
 	}
 	prog := bench.NewProgress(os.Stderr)
 	began := time.Now()
-	prog.Start(fmt.Sprintf("measuring %s", *dur), 0, *dur, func() int64 { return int64(time.Since(began).Seconds()) })
+	prog.Start(fmt.Sprintf("measuring %s", f.duration), 0, f.duration, func() int64 { return int64(time.Since(began).Seconds()) })
 	select {
 	case <-ctx.Done():
-	case <-time.After(*dur):
+	case <-time.After(f.duration):
 	}
 	prog.Done()
 	rep, err := rec.Stop(context.WithoutCancel(ctx), nil)
 	if err != nil {
 		return err
 	}
-	dir := *out
+	dir := f.out
 	if dir == "" {
 		dir = st.Dir + "/report"
 	}

@@ -1,14 +1,16 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
-	"flag"
 	"fmt"
 	"math"
 	"os"
 	"runtime"
 	"runtime/pprof"
 	"time"
+
+	"github.com/spf13/cobra"
 
 	"github.com/meganode/meganode/internal/scheduler/collector"
 	"github.com/meganode/meganode/internal/scheduler/model"
@@ -53,50 +55,106 @@ func commitCost(sc *shardCosts, batch int) float64 {
 	return sc.Single.CommitCPUUs
 }
 
-func runSchedulerSimulate(args []string) error {
-	fs := flag.NewFlagSet("scheduler simulate", flag.ContinueOnError)
-	nodes := fs.Int("nodes", 100000, "in-process runs: fake nodes (8 CPU, 32 GiB, as `up`'s KWOK nodes)")
-	pods := fs.Int("pods", 100000, "in-process runs: pods (100m, 64Mi, one ReplicaSet)")
-	shards := fs.Int("shards", 16, "in-process runs: shards")
-	scatters := fs.String("scatter-list", "2,4", "in-process runs: --scatter values")
-	batches := fs.String("batch-list", "1,32", "in-process runs: --batch values (1: off)")
-	refNodes := fs.Int("reference-nodes", 20000, "kube-scheduler's algorithm (1 shard, scatter all, no batch, one pod at a time) on this many nodes and pods, and meganode's first mode at the same size, for placement quality (0: skip)")
-	stagePods := fs.Int("stage-pods", 1000, "pods timed per shard-cost measurement round")
-	rounds := fs.Int("cost-rounds", 3, "rounds per shard-cost measurement (the median round is used)")
-	interleave := fs.Int("cost-interleave", 16, "projection: also measure the target-size costs with this many shards, each on its own goroutine, sharing this machine's cores (shards sharing a host's caches; 0: alone only)")
-	tNodes := fs.Int("target-nodes", 1_000_000, "projection: nodes")
-	tPods := fs.Int("target-pods", 1_000_000, "projection: pods")
-	tShards := fs.String("target-shards", "256,1024", "projection: shard counts")
-	tD := fs.String("target-scatter", "2", "projection: d values")
-	tK := fs.String("target-parallel-pods", "1,4", "projection: pods evaluated at once per shard (cores per shard)")
-	tCollectors := fs.Int("target-collectors", 16, "projection: collectors")
-	bindRate := fs.Float64("bind-rate", 0, "projection: apiserver Binding throughput in pods/s (0: not a limit; the seed's 5 apiservers are outside the scheduler's cores)")
-	hopLat := fs.Float64("hop-latency-us", 100, "projection: network delay per message")
-	binds := fs.String("binds", "counted", "in-process runs: counted (Bindings recorded, no object write or watch event: the scheduler's own cost) or api (the fake apiserver writes each pod and every informer receives it: ≈2.7 ms CPU per pod, the runs' bottleneck past a few shards)")
-	skipRuns := fs.Bool("skip-runs", false, "costs and projection only (no in-process runs, no validation)")
-	jsonOut := fs.String("json", "", "write every measurement, run, prediction and projection as JSON here")
-	cpuProfile := fs.String("cpuprofile", "", "in-process runs: write CPU profiles with this prefix, one per run and one per run's shared cost measurement (<prefix>-run-d2-b32.pprof, <prefix>-costs-d2-b32.pprof), so the run's CPU can be compared with what its measurement saw")
-	if ok, err := parseUpFlags(fs, args); !ok {
+// simFlags are `scheduler simulate`'s flags.
+type simFlags struct {
+	nodes       int
+	pods        int
+	shards      int
+	scatters    string
+	batches     string
+	refNodes    int
+	stagePods   int
+	rounds      int
+	interleave  int
+	tNodes      int
+	tPods       int
+	tShards     string
+	tD          string
+	tK          string
+	tCollectors int
+	bindRate    float64
+	hopLat      float64
+	binds       string
+	skipRuns    bool
+	jsonOut     string
+	cpuProfile  string
+}
+
+func newSchedulerSimulateCmd() *cobra.Command {
+	f := &simFlags{}
+	cmd := &cobra.Command{
+		Use:   "simulate",
+		Short: "measure the meganode scheduler's per-pod costs here and project 1M pods on 1M nodes",
+		Long: `simulate measures what one pod costs a shard of the target size (the real framework and
+default plugins, alone on a core and sharing the cores), the hops and the intake; runs the
+scheduler in process on --nodes fake nodes for each --scatter-list and --batch-list value
+(with kube-scheduler's algorithm at --reference-nodes for placement quality); checks the
+model (internal/scheduler/model) against those runs; and projects --target-pods pods on
+--target-nodes nodes for each --target-shards, --target-scatter and --target-parallel-pods
+value. --json writes everything (read by 'meganode doctor plan --simulate-json').`,
+		Example: `  meganode scheduler simulate --nodes 1000 --pods 2000 --shards 4 --stage-pods 1000
+  meganode scheduler simulate --skip-runs --target-shards 256,1024 --json /tmp/sim.json
+  meganode scheduler simulate --nodes 100000 --pods 100000 --shards 16 --json docs/bench/scheduler-sim/run-100k.json`,
+		Args: noArgs,
+		RunE: action(f, runSchedulerSimulate),
+	}
+	fs := cmd.Flags()
+	fs.IntVar(&f.nodes, "nodes", 100000, "in-process runs: fake nodes (8 CPU, 32 GiB, as `up`'s KWOK nodes)")
+	fs.IntVar(&f.pods, "pods", 100000, "in-process runs: pods (100m, 64Mi, one ReplicaSet)")
+	fs.IntVar(&f.shards, "shards", 16, "in-process runs: shards")
+	fs.StringVar(&f.scatters, "scatter-list", "2,4", "in-process runs: --scatter values")
+	fs.StringVar(&f.batches, "batch-list", "1,32", "in-process runs: --batch values (1: off)")
+	fs.IntVar(&f.refNodes, "reference-nodes", 20000, "kube-scheduler's algorithm (1 shard, scatter all, no batch, one pod at a time) on this many nodes and pods, and meganode's first mode at the same size, for placement quality (0: skip)")
+	fs.IntVar(&f.stagePods, "stage-pods", 1000, "pods timed per shard-cost measurement round")
+	fs.IntVar(&f.rounds, "cost-rounds", 3, "rounds per shard-cost measurement (the median round is used)")
+	fs.IntVar(&f.interleave, "cost-interleave", 16, "projection: also measure the target-size costs with this many shards, each on its own goroutine, sharing this machine's cores (shards sharing a host's caches; 0: alone only)")
+	fs.IntVar(&f.tNodes, "target-nodes", 1_000_000, "projection: nodes")
+	fs.IntVar(&f.tPods, "target-pods", 1_000_000, "projection: pods")
+	fs.StringVar(&f.tShards, "target-shards", "256,1024", "projection: shard counts")
+	fs.StringVar(&f.tD, "target-scatter", "2", "projection: d values")
+	fs.StringVar(&f.tK, "target-parallel-pods", "1,4", "projection: pods evaluated at once per shard (cores per shard)")
+	fs.IntVar(&f.tCollectors, "target-collectors", 16, "projection: collectors")
+	fs.Float64Var(&f.bindRate, "bind-rate", 0, "projection: apiserver Binding throughput in pods/s (0: not a limit; the seed's 5 apiservers are outside the scheduler's cores)")
+	fs.Float64Var(&f.hopLat, "hop-latency-us", 100, "projection: network delay per message")
+	fs.StringVar(&f.binds, "binds", "counted", "in-process runs: counted (Bindings recorded, no object write or watch event: the scheduler's own cost) or api (the fake apiserver writes each pod and every informer receives it: ≈2.7 ms CPU per pod, the runs' bottleneck past a few shards)")
+	fs.BoolVar(&f.skipRuns, "skip-runs", false, "costs and projection only (no in-process runs, no validation)")
+	fs.StringVar(&f.jsonOut, "json", "", "write every measurement, run, prediction and projection as JSON here")
+	fs.StringVar(&f.cpuProfile, "cpuprofile", "", "in-process runs: write CPU profiles with this prefix, one per run and one per run's shared cost measurement (<prefix>-run-d2-b32.pprof, <prefix>-costs-d2-b32.pprof), so the run's CPU can be compared with what its measurement saw")
+	completeValues(cmd, "binds", "counted", "api")
+	return cmd
+}
+
+func (f *simFlags) validate() error {
+	if err := oneOf("binds", f.binds, "counted", "api"); err != nil {
 		return err
 	}
-	ctx, stop := signalContext()
-	defer stop()
-	var dList, bList, sList, tdList, kList []int
-	for _, l := range []struct {
+	_, err := f.lists()
+	return err
+}
+
+// lists parses the comma-list flags: scatter, batch, target shards, target scatter, target parallel pods.
+func (f *simFlags) lists() ([5][]int, error) {
+	var out [5][]int
+	for i, l := range []struct {
 		flag string
-		v    *string
-		out  *[]int
-	}{{"scatter-list", scatters, &dList}, {"batch-list", batches, &bList}, {"target-shards", tShards, &sList},
-		{"target-scatter", tD, &tdList}, {"target-parallel-pods", tK, &kList}} {
+		v    string
+	}{{"scatter-list", f.scatters}, {"batch-list", f.batches}, {"target-shards", f.tShards},
+		{"target-scatter", f.tD}, {"target-parallel-pods", f.tK}} {
 		var err error
-		if *l.out, err = parseInts(*l.v); err != nil {
-			return fmt.Errorf("--%s: %w", l.flag, err)
+		if out[i], err = parseInts(l.v); err != nil {
+			return out, usagef("--%s: %v", l.flag, err)
 		}
 	}
-	if *binds != "counted" && *binds != "api" {
-		return fmt.Errorf("--binds: want counted or api, got %q", *binds)
+	return out, nil
+}
+
+func runSchedulerSimulate(ctx context.Context, _ *cobra.Command, f *simFlags) error {
+	lists, err := f.lists()
+	if err != nil {
+		return err
 	}
-	counted := *binds == "counted"
+	dList, bList, sList, tdList, kList := lists[0], lists[1], lists[2], lists[3], lists[4]
+	counted := f.binds == "counted"
 	maxBatch := 1
 	for _, b := range bList {
 		maxBatch = max(maxBatch, b)
@@ -108,11 +166,11 @@ func runSchedulerSimulate(args []string) error {
 	// shards of a pod together examine what kube-scheduler examines over the whole cluster.
 	measure := func(n, shardsN, d int, o shard.MeasureOpts) (*shardCosts, error) {
 		limit := shard.FeasibleLimitSampled(n, shardsN, d)
-		single, err := shard.Measure(ctx, n, *stagePods, 2*time.Second, limit, o)
+		single, err := shard.Measure(ctx, n, f.stagePods, 2*time.Second, limit, o)
 		if err != nil {
 			return nil, err
 		}
-		bc, err := shard.MeasureBatch(ctx, n, max(*stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
+		bc, err := shard.MeasureBatch(ctx, n, max(f.stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
 		if err != nil {
 			return nil, err
 		}
@@ -136,18 +194,18 @@ func runSchedulerSimulate(args []string) error {
 	costKey := func(k need) string {
 		return fmt.Sprintf("%d nodes/S=%d/d=%d/%s", k.nodes, k.shards, k.d, conditionText(k.o))
 	}
-	alone := shard.MeasureOpts{Shards: 1, Workers: 1, Rounds: *rounds}
-	runShared := shard.MeasureOpts{Shards: *shards, Workers: *shards, Rounds: *rounds}
-	targetShared := shard.MeasureOpts{Shards: *interleave, Workers: *interleave, Rounds: *rounds}
+	alone := shard.MeasureOpts{Shards: 1, Workers: 1, Rounds: f.rounds}
+	runShared := shard.MeasureOpts{Shards: f.shards, Workers: f.shards, Rounds: f.rounds}
+	targetShared := shard.MeasureOpts{Shards: f.interleave, Workers: f.interleave, Rounds: f.rounds}
 	var needs []need // the runs' own costs are measured just before each run (below)
 	conditions := []shard.MeasureOpts{alone}
-	if *interleave > 1 {
+	if f.interleave > 1 {
 		conditions = append(conditions, targetShared)
 	}
 	for _, s := range sList {
 		for _, d := range tdList {
 			for _, o := range conditions {
-				needs = append(needs, need{*tNodes / s, s, d, o})
+				needs = append(needs, need{f.tNodes / s, s, d, o})
 			}
 		}
 	}
@@ -199,23 +257,23 @@ func runSchedulerSimulate(args []string) error {
 		PodsPerCPU     float64       `json:"pods_per_cpu_second"`
 	}
 	var rows []runRow
-	if !*skipRuns {
-		api, err := sim.MeasureFakeAPI(ctx, *nodes, min(*pods, 20000), counted)
+	if !f.skipRuns {
+		api, err := sim.MeasureFakeAPI(ctx, f.nodes, min(f.pods, 20000), counted)
 		if err != nil {
 			return err
 		}
 		out["fake_api"] = api
 		fmt.Printf("  in-process fake apiserver (--binds %s): %.0f µs CPU per pod, %.0f µs wall with 16 binders: it uses %.2f cores\n",
-			*binds, api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
+			f.binds, api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
 		apiConc := max(1, int(math.Round(api.Concurrency)))
 		// profile starts a CPU profile of one phase (nothing without --cpuprofile); the returned
 		// func stops it. One file per phase: the run and its cost measurement are in one process,
 		// and only separate profiles tell which of them spent what.
 		profile := func(phase string, d, b int) (func(), error) {
-			if *cpuProfile == "" {
+			if f.cpuProfile == "" {
 				return func() {}, nil
 			}
-			f, err := os.Create(fmt.Sprintf("%s-%s-d%d-b%d.pprof", *cpuProfile, phase, d, b))
+			f, err := os.Create(fmt.Sprintf("%s-%s-d%d-b%d.pprof", f.cpuProfile, phase, d, b))
 			if err != nil {
 				return nil, err
 			}
@@ -225,10 +283,10 @@ func runSchedulerSimulate(args []string) error {
 			}
 			return func() { pprof.StopCPUProfile(); f.Close() }, nil
 		}
-		fmt.Printf("== in-process runs: %d nodes, %d pods (pre-created), %d shards, %d cores shared by everything\n", *nodes, *pods, *shards, runtime.NumCPU())
+		fmt.Printf("== in-process runs: %d nodes, %d pods (pre-created), %d shards, %d cores shared by everything\n", f.nodes, f.pods, f.shards, runtime.NumCPU())
 		for _, d := range dList {
 			for _, b := range bList {
-				label := fmt.Sprintf("S=%d d=%d batch=%d", *shards, d, b)
+				label := fmt.Sprintf("S=%d d=%d batch=%d", f.shards, d, b)
 				// The run's costs, measured just before it: this machine's speed drifts over a
 				// command this long, and the validation compares like with like.
 				fmt.Printf("  %s: its costs\n", label)
@@ -236,23 +294,23 @@ func runSchedulerSimulate(args []string) error {
 				if err != nil {
 					return err
 				}
-				sharedCost, err := measure(*nodes/max(*shards, 1), *shards, d, runShared)
+				sharedCost, err := measure(f.nodes/max(f.shards, 1), f.shards, d, runShared)
 				if err != nil {
 					return err
 				}
 				stop()
-				aloneCost, err := measure(*nodes/max(*shards, 1), *shards, d, alone)
+				aloneCost, err := measure(f.nodes/max(f.shards, 1), f.shards, d, alone)
 				if err != nil {
 					return err
 				}
-				encodeUs, err := intakeCost(*shards, d, b)
+				encodeUs, err := intakeCost(f.shards, d, b)
 				if err != nil {
 					return err
 				}
 				if stop, err = profile("run", d, b); err != nil {
 					return err
 				}
-				r, err := sim.Simulate(ctx, sim.Config{Nodes: *nodes, Pods: *pods, Shards: *shards, Fanout: 10, Parallelism: 1,
+				r, err := sim.Simulate(ctx, sim.Config{Nodes: f.nodes, Pods: f.pods, Shards: f.shards, Fanout: 10, Parallelism: 1,
 					EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: d, Batch: batchFlag(b), ParallelPods: 1,
 					Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 				stop()
@@ -260,12 +318,12 @@ func runSchedulerSimulate(args []string) error {
 					return fmt.Errorf("%s: %w", label, err)
 				}
 				predict := func(sc *shardCosts) model.Result {
-					in := model.Input{Pods: *pods, Shards: *shards, Workers: 1, Collectors: 1,
-						Window: max(64, 8**shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
+					in := model.Input{Pods: f.pods, Shards: f.shards, Workers: 1, Collectors: 1,
+						Window: max(64, 8*f.shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
 						EncodeUs: encodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
 						BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
 						CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs, ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
-					if d >= *shards {
+					if d >= f.shards {
 						in.Scatter = model.ScatterAll
 					}
 					return model.Run(in)
@@ -282,10 +340,10 @@ func runSchedulerSimulate(args []string) error {
 					r.Frames, r.Resent, p.Attempts, r.Evaluations, p.Evaluations, r.CPUSeconds, busyText(p))
 			}
 		}
-		if *refNodes > 0 {
+		if f.refNodes > 0 {
 			fmt.Printf("== placement quality at %d nodes, %d pods: kube-scheduler's algorithm vs meganode (S=%d d=%d batch=%d)\n",
-				*refNodes, *refNodes, *shards, dList[0], bList[len(bList)-1])
-			ref, err := sim.Simulate(ctx, sim.Config{Nodes: *refNodes, Pods: *refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
+				f.refNodes, f.refNodes, f.shards, dList[0], bList[len(bList)-1])
+			ref, err := sim.Simulate(ctx, sim.Config{Nodes: f.refNodes, Pods: f.refNodes, Shards: 1, Fanout: 10, Parallelism: 16,
 				EquivalenceTTL: -1, FeasibleToFind: shard.FeasibleAuto, Scatter: collector.ScatterAll, Batch: -1, ParallelPods: 1,
 				Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
@@ -293,13 +351,13 @@ func runSchedulerSimulate(args []string) error {
 			}
 			rows = append(rows, runRow{Label: "kube-scheduler's algorithm", Sim: ref, PodsPerCPU: float64(ref.Bound) / ref.CPUSeconds})
 			printRun("kube-scheduler's algorithm", ref, float64(ref.Bound)/ref.CPUSeconds)
-			mg, err := sim.Simulate(ctx, sim.Config{Nodes: *refNodes, Pods: *refNodes, Shards: *shards, Fanout: 10, Parallelism: 1,
+			mg, err := sim.Simulate(ctx, sim.Config{Nodes: f.refNodes, Pods: f.refNodes, Shards: f.shards, Fanout: 10, Parallelism: 1,
 				EquivalenceTTL: 2 * time.Second, FeasibleToFind: shard.FeasibleAuto, Scatter: dList[0], Batch: batchFlag(bList[len(bList)-1]),
 				ParallelPods: 1, Precreate: true, GlobalView: "off", CountedBinds: counted, Timeout: 30 * time.Minute})
 			if err != nil {
 				return err
 			}
-			l := fmt.Sprintf("meganode S=%d d=%d batch=%d", *shards, dList[0], bList[len(bList)-1])
+			l := fmt.Sprintf("meganode S=%d d=%d batch=%d", f.shards, dList[0], bList[len(bList)-1])
 			rows = append(rows, runRow{Label: l, Sim: mg, PodsPerCPU: float64(mg.Bound) / mg.CPUSeconds})
 			printRun(l, mg, float64(mg.Bound)/mg.CPUSeconds)
 		}
@@ -314,24 +372,24 @@ func runSchedulerSimulate(args []string) error {
 	}
 	var projs []proj
 	fmt.Printf("== projection: %d pods on %d nodes, %d collectors, dedicated cores, costs measured above at each shard size, hop latency %.0f µs, binds %s\n",
-		*tPods, *tNodes, *tCollectors, *hopLat, rateText(*bindRate))
+		f.tPods, f.tNodes, f.tCollectors, f.hopLat, rateText(f.bindRate))
 	fmt.Printf("  %-22s %6s %3s %3s %6s %10s %10s %8s %8s  %s\n", "costs", "shards", "d", "K", "batch", "seconds", "pods/s", "cores", "p99 ms", "bottleneck")
 	for _, o := range conditions {
 		for _, s := range sList {
 			for _, d := range tdList {
-				sc := costs[costKey(need{*tNodes / s, s, d, o})]
+				sc := costs[costKey(need{f.tNodes / s, s, d, o})]
 				for _, k := range kList {
 					for _, b := range bList {
 						encodeUs, err := intakeCost(s, d, b)
 						if err != nil {
 							return err
 						}
-						in := model.Input{Pods: *tPods, Shards: s, Workers: k, Collectors: *tCollectors,
-							Window: max(64, 8*s*d / *tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
+						in := model.Input{Pods: f.tPods, Shards: s, Workers: k, Collectors: f.tCollectors,
+							Window: max(64, 8*s*d/f.tCollectors), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
 							EncodeUs: encodeUs, HopUs: hops.GRPCFrameUs, EvalUs: sc.Single.EvalCPUUs + hops.GRPCStreamPropUs,
 							BatchFirstUs: sc.Batch.FirstCPUUs + hops.GRPCStreamPropUs, BatchNextUs: sc.Batch.NextCPUUs,
 							ProposalUs: 2 * hops.GRPCStreamPropUs, DecisionUs: hops.CollectorUs, CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs,
-							BindPerSec: *bindRate, HopLatencyUs: *hopLat, CV: 0.3, Seed: 1}
+							BindPerSec: f.bindRate, HopLatencyUs: f.hopLat, CV: 0.3, Seed: 1}
 						r := model.Run(in)
 						projs = append(projs, proj{Shards: s, D: d, K: k, Batch: b, Costs: conditionText(o), Result: r})
 						fmt.Printf("  %-22s %6d %3d %3d %6d %10.1f %10.0f %8d %8.1f  %s\n", conditionText(o), s, d, k, b, r.Seconds, r.PodsPerSec,
@@ -342,12 +400,12 @@ func runSchedulerSimulate(args []string) error {
 		}
 	}
 	out["projection"] = projs
-	if *jsonOut != "" {
+	if f.jsonOut != "" {
 		b, err := json.MarshalIndent(out, "", "  ")
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(*jsonOut, b, 0o644)
+		return os.WriteFile(f.jsonOut, b, 0o644)
 	}
 	return nil
 }

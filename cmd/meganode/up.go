@@ -2,90 +2,88 @@ package main
 
 import (
 	"context"
-	"errors"
-	"flag"
-	"fmt"
 	"os"
-	"os/signal"
-	"strings"
-	"syscall"
 	"time"
+
+	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
 )
 
-func init() {
-	register("up", "start a local Kubernetes control plane (kube-apiserver, controller-manager, scheduler, KWOK) on meganode-store or etcd", runUp)
-}
-
-// stringList is a repeatable string flag.
-type stringList []string
-
-func (s *stringList) String() string     { return strings.Join(*s, " ") }
-func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
-
-func parseUpFlags(fs *flag.FlagSet, args []string) (bool, error) {
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return false, nil
-		}
-		return false, err
-	}
-	if fs.NArg() > 0 {
-		return false, fmt.Errorf("unexpected arguments: %v", fs.Args())
-	}
-	return true, nil
-}
-
-func signalContext() (context.Context, context.CancelFunc) {
-	return signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-}
-
+// upFlags are `up`'s flags (also `demo`'s).
 type upFlags struct {
-	store     *string
-	shards    *int
-	nodes     *int
-	pods      *int
-	stateDir  *string
-	storeArgs stringList
-	apiArgs   stringList
-	record    *string
-	nodeLease *int
-	sched     *schedulerUpFlags // --scheduler, --shards, --scheduler-arg (scheduler.go)
+	store     string
+	shards    int
+	nodes     int
+	pods      int
+	stateDir  string
+	storeArgs []string
+	apiArgs   []string
+	record    string
+	nodeLease int
+	sched     schedulerUpFlags // --scheduler, --shards, --intake, --scheduler-arg (scheduler.go)
 }
 
-func addUpFlags(fs *flag.FlagSet, nodes, pods int) *upFlags {
-	f := &upFlags{
-		store:    fs.String("store", cluster.StoreMeganode, "store under kube-apiserver: meganode or etcd (real etcd v3.6, for comparison)"),
-		shards:   fs.Int("store-shards", 0, "stores to split resources over (1 = one store; 2–4 add leases, events, pods with --etcd-servers-overrides); 0 = as the sizing plan says"),
-		nodes:    fs.Int("nodes", nodes, "KWOK nodes to create once the control plane is up"),
-		pods:     fs.Int("pods", pods, "pods the cluster is sized for (sizing plan only)"),
-		stateDir: fs.String("state-dir", cluster.DefaultStateDir(), "where pids, certificates, kubeconfig, logs and store data go"),
+func (f *upFlags) register(cmd *cobra.Command) {
+	fs := cmd.Flags()
+	fs.StringVar(&f.store, "store", cluster.StoreMeganode, "store under kube-apiserver: meganode or etcd (real etcd v3.6, for comparison)")
+	fs.IntVar(&f.shards, "store-shards", 0, "stores to split resources over (1 = one store; 2–4 add leases, events, pods with --etcd-servers-overrides); 0 = as the sizing plan says")
+	fs.IntVar(&f.nodes, "nodes", 0, "KWOK nodes to create once the control plane is up")
+	fs.IntVar(&f.pods, "pods", 0, "pods the cluster is sized for (sizing plan only)")
+	fs.StringVar(&f.stateDir, "state-dir", cluster.DefaultStateDir(), "where pids, certificates, kubeconfig, logs and store data go")
+	fs.StringArrayVar(&f.storeArgs, "store-arg", nil, "extra flag for every store process (repeatable), e.g. --store-arg=--durability=fsync")
+	fs.StringArrayVar(&f.apiArgs, "apiserver-arg", nil, "extra kube-apiserver flag (repeatable)")
+	fs.IntVar(&f.nodeLease, "node-lease-seconds", cluster.NodeLeaseDurationSeconds, "KWOK node lease duration (renewed every quarter of it); longer cuts lease writes when benchmarking other things at large node counts")
+	f.sched.register(fs)
+	fs.StringVar(&f.record, "record", "", "put 'meganode etcd-proxy' between kube-apiserver and the (default) store and record its traffic to this `file` as JSON lines")
+	completeValues(cmd, "store", cluster.StoreMeganode, cluster.StoreEtcd)
+	completeValues(cmd, "scheduler", cluster.SchedulerKube, cluster.SchedulerMeganode)
+	completeValues(cmd, "intake", cluster.IntakeWatch, cluster.IntakeWebhook)
+}
+
+func (f *upFlags) validate() error {
+	if err := oneOf("store", f.store, cluster.StoreMeganode, cluster.StoreEtcd); err != nil {
+		return err
 	}
-	fs.Var(&f.storeArgs, "store-arg", "extra flag for every store process (repeatable), e.g. --store-arg=--durability=fsync")
-	fs.Var(&f.apiArgs, "apiserver-arg", "extra kube-apiserver flag (repeatable)")
-	f.nodeLease = fs.Int("node-lease-seconds", cluster.NodeLeaseDurationSeconds, "KWOK node lease duration (renewed every quarter of it); longer cuts lease writes when benchmarking other things at large node counts")
-	f.sched = addSchedulerUpFlags(fs)
-	f.record = fs.String("record", "", "put `meganode etcd-proxy` between kube-apiserver and the (default) store and record its traffic to this file as JSON lines")
-	return f
+	if f.nodes < 0 || f.pods < 0 || f.shards < 0 {
+		return usagef("--nodes, --pods and --store-shards must be ≥ 0")
+	}
+	return f.sched.validate()
 }
 
 func (f *upFlags) options(prog *bench.Progress) cluster.UpOptions {
-	o := cluster.UpOptions{StateDir: *f.stateDir, Store: *f.store, StoreShards: *f.shards, Nodes: *f.nodes, Pods: *f.pods,
-		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: *f.record, NodeLeaseSeconds: *f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
+	o := cluster.UpOptions{StateDir: f.stateDir, Store: f.store, StoreShards: f.shards, Nodes: f.nodes, Pods: f.pods,
+		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: f.record, NodeLeaseSeconds: f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
 	o.SchedulerIntake = f.sched.intakeMode()
 	return o
 }
 
-func runUp(args []string) error {
-	fs := flag.NewFlagSet("up", flag.ContinueOnError)
-	f := addUpFlags(fs, 0, 0)
-	if ok, err := parseUpFlags(fs, args); !ok {
-		return err
+func newUpCmd() *cobra.Command {
+	f := &upFlags{}
+	cmd := &cobra.Command{
+		Use:   "up",
+		Short: "start a local Kubernetes control plane (kube-apiserver, controller-manager, scheduler, KWOK) on meganode-store or etcd",
+		Long: `up starts a Kubernetes control plane on this machine and leaves it running: the store
+(meganode-store, or real etcd v3.6 with --store etcd; split over --store-shards stores),
+kube-apiserver, kube-controller-manager, a scheduler (the stock kube-scheduler, or the
+sharded meganode scheduler with --scheduler meganode) and KWOK with --nodes fake nodes.
+Everything listens on 127.0.0.1. Pids, certificates, the kubeconfig, logs and store data
+go to --state-dir; 'meganode down' stops exactly these processes.`,
+		Example: `  meganode up --nodes 100
+  meganode up --nodes 10000 --pods 20000 --scheduler meganode --shards 4
+  meganode up --store etcd --nodes 1000
+  meganode up --nodes 100 --record /tmp/apiserver.jsonl
+  meganode up --nodes 100 --store-arg=--durability=fsync --state-dir /var/tmp/mc`,
+		Args: noArgs,
+		RunE: action(f, runUp),
 	}
-	ctx, stop := signalContext()
-	defer stop()
+	f.register(cmd)
+	return cmd
+}
+
+func runUp(ctx context.Context, cmd *cobra.Command, f *upFlags) error {
 	prog := bench.NewProgress(os.Stderr)
 	began := time.Now()
 	st, err := cluster.Up(ctx, f.options(prog))
@@ -95,4 +93,9 @@ func runUp(args []string) error {
 	prog.Printf("cluster up in %.1fs: store %s (%d shard(s)), %d nodes\n  export KUBECONFIG=%s\n  state, logs and data in %s; stop with `meganode down --state-dir %s`",
 		time.Since(began).Seconds(), st.Store, len(st.Shards), st.Nodes, st.Kubeconfig, st.Dir, st.Dir)
 	return nil
+}
+
+// stateDirFlag registers --state-dir for the commands that work on the `up` cluster.
+func stateDirFlag(fs *pflag.FlagSet, p *string) {
+	fs.StringVar(p, "state-dir", cluster.DefaultStateDir(), "state directory of the cluster")
 }

@@ -1,0 +1,397 @@
+package main
+
+// The command tree: every command documented, --help exits 0, usage errors and failed runs
+// are one line on stderr with exit 2 and 1, completion scripts, and command lines — ours in
+// tests, the Makefile's, internal/'s and deploy/'s — parse into the option fields they mean
+// (a dry run: flags parsed and validated, nothing run).
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"testing"
+
+	"github.com/spf13/cobra"
+	"sigs.k8s.io/yaml"
+
+	"github.com/meganode/meganode/internal/cluster"
+	"github.com/meganode/meganode/internal/scheduler/collector"
+)
+
+// execute runs one command line in process and returns its exit code and output.
+func execute(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := run(context.Background(), args, &out, &errOut)
+	return code, out.String(), errOut.String()
+}
+
+// dryRun parses and validates args and returns the command and its flag struct; it fails the
+// test if the command line does not parse or would have run.
+func dryRun(t *testing.T, args ...string) (*cobra.Command, any) {
+	t.Helper()
+	var gotCmd *cobra.Command
+	var got any
+	ctx := withDryRun(context.Background(), func(cmd *cobra.Command, opts any) { gotCmd, got = cmd, opts })
+	var out, errOut bytes.Buffer
+	if code := run(ctx, args, &out, &errOut); code != exitOK {
+		t.Fatalf("meganode %s: exit %d: %s", strings.Join(args, " "), code, errOut.String())
+	}
+	if got == nil {
+		t.Fatalf("meganode %s: parsed, but reached no command that runs (help printed?):\n%s", strings.Join(args, " "), out.String())
+	}
+	return gotCmd, got
+}
+
+// commands lists every command of the tree but cobra's own (completion and its shells).
+func commands() []*cobra.Command {
+	var all []*cobra.Command
+	var walk func(c *cobra.Command)
+	walk = func(c *cobra.Command) {
+		if c.Name() == "completion" {
+			return
+		}
+		all = append(all, c)
+		for _, s := range c.Commands() {
+			walk(s)
+		}
+	}
+	root := newRootCmd(io.Discard, io.Discard)
+	root.InitDefaultHelpCmd() // as Execute does
+	walk(root)
+	return all
+}
+
+func pathArgs(c *cobra.Command) []string {
+	return strings.Fields(c.CommandPath())[1:]
+}
+
+func oneLine(t *testing.T, what, stderr string) {
+	t.Helper()
+	if strings.Count(stderr, "\n") != 1 || !strings.HasSuffix(stderr, "\n") {
+		t.Errorf("%s: want exactly one line on stderr, got %q", what, stderr)
+	}
+	if strings.Contains(stderr, "Usage:") || strings.Contains(stderr, "Flags:") {
+		t.Errorf("%s: usage dumped on stderr: %q", what, stderr)
+	}
+}
+
+func TestEveryCommandIsDocumented(t *testing.T) {
+	cmds := commands()
+	if len(cmds) < 20 {
+		t.Fatalf("only %d commands in the tree", len(cmds))
+	}
+	for _, c := range cmds {
+		p := c.CommandPath()
+		if c.Short == "" || strings.Contains(c.Short, "\n") {
+			t.Errorf("%s: Short must be one non-empty line, got %q", p, c.Short)
+		}
+		if len(strings.TrimSpace(c.Long)) < 40 {
+			t.Errorf("%s: no Long description", p)
+		}
+		if !strings.Contains(c.Example, "meganode ") {
+			t.Errorf("%s: no Example block", p)
+		}
+		for _, l := range strings.Split(c.Example, "\n") {
+			if !strings.HasPrefix(l, "  ") {
+				t.Errorf("%s: example line %q is not indented like the others", p, l)
+			}
+		}
+	}
+}
+
+func TestHelpExitsZero(t *testing.T) {
+	for _, c := range commands() {
+		args := pathArgs(c)
+		for _, form := range [][]string{append(append([]string{}, args...), "--help"), append([]string{"help"}, args...)} {
+			code, out, errOut := execute(t, form...)
+			what := "meganode " + strings.Join(form, " ")
+			if code != exitOK || errOut != "" {
+				t.Errorf("%s: exit %d, stderr %q", what, code, errOut)
+			}
+			firstLong, _, _ := strings.Cut(c.Long, "\n")
+			if !strings.Contains(out, "Usage:") || !strings.Contains(out, "Examples:") || !strings.Contains(out, firstLong) {
+				t.Errorf("%s: help without usage, examples or the description:\n%s", what, out)
+			}
+		}
+	}
+}
+
+func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
+	cases := [][]string{
+		{"bogus"},
+		{"help", "bogus"},
+		{"completion", "tcsh"},
+		{"up", "--nodes", "many"},
+		{"up", "--store", "zookeeper"},
+		{"up", "--scheduler", "volcano"},
+		{"up", "stray"},
+		{"up", "-nodes", "10"}, // Go flag's single-dash long form is gone with pflag
+		{"demo", "--store-only", "--target", "zookeeper"},
+		{"bench", "put", "--target", "x"},
+		{"bench", "put", "--clients", "0"},
+		{"bench", "report"},
+		{"scheduler", "--scatter", "0"},
+		{"scheduler", "bench", "--shards", "two"},
+		{"scheduler", "simulate", "--binds", "maybe"},
+		{"doctor", "plan", "--format", "xml"},
+		{"doctor", "host", "--role", "toaster"},
+		{"etcd-proxy"},
+		{"etcd-proxy", "replay", "--in", "x"},
+	}
+	// Every command: an unknown flag; every command with subcommands: an unknown one.
+	for _, c := range commands() {
+		cases = append(cases, append(pathArgs(c), "--no-such-flag"))
+		if c.HasSubCommands() {
+			cases = append(cases, append(pathArgs(c), "no-such-command"))
+		}
+	}
+	for _, args := range cases {
+		code, out, errOut := execute(t, args...)
+		what := "meganode " + strings.Join(args, " ")
+		if code != exitUsage {
+			t.Errorf("%s: exit %d, want %d (stderr %q)", what, code, exitUsage, errOut)
+		}
+		if out != "" {
+			t.Errorf("%s: stdout %q, want nothing", what, out)
+		}
+		oneLine(t, what, errOut)
+		if !strings.HasPrefix(errOut, "meganode") || !strings.Contains(errOut, "--help')") {
+			t.Errorf("%s: the line should name the command and its help: %q", what, errOut)
+		}
+	}
+}
+
+func TestFailedRunIsOneLineAndExit1(t *testing.T) {
+	dir := t.TempDir()
+	for _, args := range [][]string{
+		{"create-pods", "--state-dir", filepath.Join(dir, "none")},
+		{"doctor", "plan", "--nodes", "1000", "--bench-json", filepath.Join(dir, "missing.json")},
+	} {
+		code, _, errOut := execute(t, args...)
+		what := "meganode " + strings.Join(args, " ")
+		if code != exitFailed {
+			t.Errorf("%s: exit %d, want %d (stderr %q)", what, code, exitFailed, errOut)
+		}
+		oneLine(t, what, errOut)
+		if strings.Contains(errOut, "--help") {
+			t.Errorf("%s: a failed run is not a usage error: %q", what, errOut)
+		}
+	}
+}
+
+func TestCompletion(t *testing.T) {
+	for shell, marker := range map[string]string{"bash": "__start_meganode", "zsh": "#compdef meganode", "fish": "complete -c meganode"} {
+		code, out, errOut := execute(t, "completion", shell)
+		if code != exitOK || errOut != "" || !strings.Contains(out, marker) || len(out) < 1000 {
+			t.Errorf("completion %s: exit %d, stderr %q, %d bytes, marker %q found: %v", shell, code, errOut, len(out), marker, strings.Contains(out, marker))
+		}
+	}
+	// What the shell scripts ask: subcommands, flags, and the values of enumerated flags.
+	for _, c := range []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"__complete", "sch"}, []string{"scheduler"}},
+		{[]string{"__complete", "scheduler", ""}, []string{"bench", "simulate"}},
+		{[]string{"__complete", "up", "--sto"}, []string{"--store", "--store-arg", "--store-shards"}},
+		{[]string{"__complete", "up", "--store", ""}, []string{"meganode", "etcd"}},
+		{[]string{"__complete", "bench", "put", "--target", ""}, []string{"both", "meganode", "etcd"}},
+	} {
+		code, out, _ := execute(t, c.args...)
+		for _, w := range c.want {
+			if code != exitOK || !regexp.MustCompile(`(?m)^`+regexp.QuoteMeta(w)+`(\t|$)`).MatchString(out) {
+				t.Errorf("meganode %s: exit %d, %q not offered:\n%s", strings.Join(c.args, " "), code, w, out)
+			}
+		}
+	}
+	// The hidden etcd command is not offered.
+	if _, out, _ := execute(t, "__complete", "etc"); strings.Contains(out, "etcd\t") || regexp.MustCompile(`(?m)^etcd$`).MatchString(out) {
+		t.Errorf("hidden etcd offered: %q", out)
+	}
+}
+
+func TestFlagsLandInOptions(t *testing.T) {
+	_, o := dryRun(t, "up", "--nodes", "10", "--scheduler", "meganode", "--shards", "3", "--store-arg=--durability=fsync",
+		"--store-arg", "--x=a,b", "--scheduler-arg=--scheduler-name=a,b", "--state-dir", "/tmp/x")
+	up := o.(*upFlags).options(nil)
+	if up.Nodes != 10 || up.Scheduler != cluster.SchedulerMeganode || up.SchedulerShards != 3 || up.StateDir != "/tmp/x" ||
+		up.Store != cluster.StoreMeganode || !reflect.DeepEqual([]string(up.StoreArgs), []string{"--durability=fsync", "--x=a,b"}) ||
+		!reflect.DeepEqual([]string(up.SchedulerArgs), []string{"--scheduler-name=a,b"}) {
+		t.Errorf("up: %+v", up)
+	}
+
+	_, o = dryRun(t, "scheduler", "bench", "--nodes", "5", "--shards", "2", "--no-stock", "--scheduler-arg", "--batch=1")
+	sb, err := o.(*schedBenchFlags).options(nil)
+	if err != nil || sb.Nodes != 5 || !reflect.DeepEqual(sb.Shards, []int{2}) || sb.Pods != 2000 || !sb.NoStock ||
+		!reflect.DeepEqual(sb.SchedulerArg, []string{"--batch=1"}) {
+		t.Errorf("scheduler bench: %+v %v", sb, err)
+	}
+
+	_, o = dryRun(t, "scheduler", "--role", "shard", "--shards", "4", "--index", "2", "--scatter", "all", "--equivalence-ttl", "0")
+	sf := o.(*schedulerFlags)
+	cfg, err := sf.config()
+	if err != nil || sf.role != "shard" || sf.index != 2 || cfg.Shards != 4 || cfg.Scatter != collector.ScatterAll || cfg.EquivalenceTTL != -1 {
+		t.Errorf("scheduler: %+v %+v %v", sf, cfg, err)
+	}
+
+	cmd, o := dryRun(t, "demo")
+	if d := o.(*demoFlags); d.up.nodes != 1000 || d.up.pods != 2000 || d.storeOnly || cmd.Flags().Lookup("nodes").DefValue != "1000" {
+		t.Errorf("demo defaults: %+v", d)
+	}
+	_, o = dryRun(t, "demo", "--store-only", "--target", "etcd", "--duration", "2s")
+	if d := o.(*demoFlags); !d.storeOnly || d.target != "etcd" || d.duration.Seconds() != 2 {
+		t.Errorf("demo --store-only: %+v", d)
+	}
+
+	// Each workload its own defaults (and --help shows them).
+	_, o = dryRun(t, "bench", "watch")
+	if b := o.(*benchFlags); b.clients != "100" || b.keySpace != 10000 || b.keySize != 16 || b.workload != "watch" || b.totalSet {
+		t.Errorf("bench watch defaults: %+v", b)
+	}
+	_, o = dryRun(t, "bench", "lease-flood", "--clients", "1,16", "--total", "500", "--target", "meganode")
+	if b := o.(*benchFlags); !reflect.DeepEqual(b.counts, []int{1, 16}) || b.total != 500 || !b.totalSet || b.durationSet ||
+		b.leases != 10000 || !reflect.DeepEqual(b.kinds, []string{"meganode"}) {
+		t.Errorf("bench lease-flood: %+v", b)
+	}
+
+	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000000", "--json")
+	if p := o.(*doctorPlanFlags); p.nodes != 1000000 || p.format != "json" {
+		t.Errorf("doctor plan: %+v", p)
+	}
+}
+
+// The command lines other code builds: internal/cluster (the meganode scheduler component,
+// etcd for --store etcd, the recording proxy), internal/bench (etcd), test/e2e (webhook intake).
+func TestInternalInvocationsParse(t *testing.T) {
+	for _, args := range [][]string{
+		{"scheduler", "--role=all", "--kubeconfig=/k", "--shards=2", "--healthz=127.0.0.1:1", "--scheduler-name=meganode,default-scheduler", "--reconcile-every=2s"},
+		{"scheduler", "--role=all", "--kubeconfig=/k", "--intake=webhook", "--webhook-addr=127.0.0.1:2", "--webhook-ca-file=/ca"},
+		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379"},
+		{"etcd-proxy", "--listen", "127.0.0.1:1", "--target", "http://127.0.0.1:2", "--record", "/r.jsonl"},
+	} {
+		dryRun(t, args...)
+	}
+}
+
+// makeVars reads the Makefile's simple variable assignments (NAME ?= v, NAME := v, NAME = v).
+func makeVars(text string) map[string]string {
+	vars := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^([A-Z_]+)[ \t]*(?:\?=|:=|=)[ \t]*(.*)$`).FindAllStringSubmatch(text, -1) {
+		vars[m[1]] = strings.TrimSpace(m[2])
+	}
+	return vars
+}
+
+// Every `$(MEGANODE_BIN) …` invocation of the Makefile (demo, demo-store, bench) parses.
+func TestMakefileInvocationsParse(t *testing.T) {
+	b, err := os.ReadFile("../../Makefile")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := strings.ReplaceAll(string(b), "\\\n", " ")
+	vars := makeVars(text)
+	vars["CURDIR"] = "/repo"
+	expand := func(s string) string {
+		for i := 0; i < 5; i++ {
+			s = regexp.MustCompile(`\$\(([A-Z_]+)\)`).ReplaceAllStringFunc(s, func(v string) string { return vars[v[2:len(v)-1]] })
+		}
+		return regexp.MustCompile(`\$\$\([^)]*\)`).ReplaceAllString(s, "x") // $$(shell command) in a recipe
+	}
+	n := 0
+	for _, m := range regexp.MustCompile(`(?m)(?:^\t-?|then )\$\(MEGANODE_BIN\) ([^;\n]*)`).FindAllStringSubmatch(text, -1) {
+		line := strings.TrimSuffix(strings.TrimSpace(expand(m[1])), " fi")
+		args := strings.Fields(line)
+		if len(args) == 0 {
+			continue
+		}
+		n++
+		t.Logf("meganode %s", line)
+		dryRun(t, args...)
+	}
+	if n < 7 {
+		t.Fatalf("found %d meganode invocations in the Makefile, want the demo, demo-store and bench ones (≥ 7)", n)
+	}
+}
+
+// The meganode scheduler's command lines in deploy/scheduler (a `sh -c` string or an argument list).
+func TestDeployManifestInvocationsParse(t *testing.T) {
+	files, err := filepath.Glob("../../deploy/scheduler/*.yaml")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests: %v", err)
+	}
+	n := 0
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, doc := range strings.Split(string(b), "\n---") {
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			for _, c := range containers(obj) {
+				var line []string
+				for _, key := range []string{"command", "args"} {
+					for _, a := range asStrings(c[key]) {
+						line = append(line, a)
+					}
+				}
+				if len(line) == 0 {
+					continue
+				}
+				var args []string
+				if line[0] == "/bin/sh" && len(line) == 3 {
+					f := strings.Fields(regexp.MustCompile(`\$\{[^}]*\}`).ReplaceAllString(line[2], "0"))
+					if len(f) < 2 || f[0] != "exec" || f[1] != "meganode" {
+						t.Fatalf("%s: unexpected shell line %q", file, line[2])
+					}
+					args = f[2:]
+				} else {
+					args = line
+				}
+				n++
+				dryRun(t, args...)
+			}
+		}
+	}
+	if n < 4 {
+		t.Fatalf("found %d meganode containers in deploy/scheduler, want ≥ 4", n)
+	}
+}
+
+// containers finds the container specs (maps with an image) anywhere in a decoded manifest.
+func containers(v any) []map[string]any {
+	var out []map[string]any
+	switch x := v.(type) {
+	case map[string]any:
+		if img, ok := x["image"].(string); ok && strings.Contains(img, "meganode") {
+			out = append(out, x)
+		}
+		for _, e := range x {
+			out = append(out, containers(e)...)
+		}
+	case []any:
+		for _, e := range x {
+			out = append(out, containers(e)...)
+		}
+	}
+	return out
+}
+
+func asStrings(v any) []string {
+	l, _ := v.([]any)
+	var out []string
+	for _, e := range l {
+		if s, ok := e.(string); ok {
+			out = append(out, s)
+		}
+	}
+	return out
+}
