@@ -26,6 +26,7 @@ const benchUsage = `usage: meganode bench <put|lease-flood|watch|range> [flags]
        meganode bench report --in DIR[,DIR...] --md FILE [--charts DIR]
        meganode bench replay [--keys 1000000] [--val-size 350] [--durability buffered|fsync]
        meganode bench memory [--keys 1000000] [--updates 10] [--target both]
+       meganode bench soak [--duration 1h] [--rate 5000] [--clients 200] (etcd's benchmark tool; make soak)
 
 Runs one workload against meganode-store and/or real etcd (each started fresh on a
 free loopback port for every run, or --endpoints for a server already running) and
@@ -56,6 +57,9 @@ func runBench(args []string) error {
 	}
 	if workload == "memory" {
 		return runBenchMemory(args[1:])
+	}
+	if workload == "soak" {
+		return runBenchSoak(args[1:])
 	}
 	known := false
 	for _, w := range bench.Workloads {
