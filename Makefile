@@ -150,5 +150,34 @@ $(ETCDCTL_STAMP):
 	  GOFLAGS=-mod=mod $(GO) build -o $(BIN)/etcdctl go.etcd.io/etcd/etcdctl/v3
 	@$(BIN)/etcdctl version | head -1 && touch $@
 
+# etcd's own benchmark tool (go.etcd.io/etcd/v3/tools/benchmark), built like etcdctl in a throw-away module.
+ETCD_BENCHMARK_VERSION ?= v3.6.8
+BENCHMARK_STAMP = $(BIN)/.benchmark-$(ETCD_BENCHMARK_VERSION).stamp
+etcd-benchmark: $(BENCHMARK_STAMP)
+
+$(BENCHMARK_STAMP):
+	@command -v $(GO) >/dev/null || { echo "go not found: install Go >= 1.26"; exit 1; }
+	@mkdir -p $(BIN)
+	@echo "building etcd benchmark $(ETCD_BENCHMARK_VERSION)"; set -e; t=$$(mktemp -d); trap 'rm -rf $$t' EXIT; \
+	  cd $$t && $(GO) mod init meganode-benchmark-build >/dev/null 2>&1 && \
+	  GOFLAGS=-mod=mod $(GO) get -tool go.etcd.io/etcd/v3/tools/benchmark@$(ETCD_BENCHMARK_VERSION) >/dev/null 2>&1 && \
+	  GOFLAGS=-mod=mod $(GO) build -o $(BIN)/benchmark go.etcd.io/etcd/v3/tools/benchmark
+	@$(BIN)/benchmark --help >/dev/null && touch $@
+
+# The soak (issue 18): etcd's `benchmark put` against meganode-store and real etcd side by side for SOAK_DURATION,
+# node-lease-like load (10K keys, 400 B values, SOAK_RATE writes/s per server, compaction every minute by the tool's
+# --compact-interval 1m); per minute RSS, data-dir size, p99, p99.9 and max. Not part of `make test`.
+SOAK_DURATION ?= 1h
+SOAK_RATE ?= 5000
+SOAK_CLIENTS ?= 200
+SOAK_OUT ?= docs/bench/soak
+SOAK_DATA_DIR ?= $(BIN)/soak-data
+SOAK_FLAGS ?=
+.PHONY: soak etcd-benchmark
+soak: build etcd-benchmark
+	@mkdir -p $(SOAK_DATA_DIR)
+	$(MEGANODE_BIN) bench soak --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --clients $(SOAK_CLIENTS) \
+	  --benchmark-bin $(BIN)/benchmark --data-dir $(SOAK_DATA_DIR) --out $(SOAK_OUT) $(SOAK_FLAGS)
+
 clean:
 	rm -rf $(BIN) store/target

@@ -18,7 +18,7 @@ import (
 
 func newBenchCmd() *cobra.Command {
 	cmd := group("bench",
-		"load meganode-store and real etcd side by side (put, lease-flood, watch, range; memory, replay; report)",
+		"load meganode-store and real etcd side by side (put, lease-flood, watch, range; memory, replay, soak; report)",
 		`bench runs one workload against meganode-store and/or real etcd (each started fresh on a
 free loopback port for every run, or --endpoints for a server already running) and
 reports ops/s, latency p50/p90/p99/p99.9/max, errors, server CPU µs per operation and
@@ -33,7 +33,7 @@ reports medians and ratios; --clients 1,16,64,256,1000 sweeps and charts the res
 	for _, w := range bench.Workloads {
 		cmd.AddCommand(newBenchWorkloadCmd(w))
 	}
-	cmd.AddCommand(newBenchReportCmd(), newBenchReplayCmd(), newBenchMemoryCmd())
+	cmd.AddCommand(newBenchReportCmd(), newBenchReplayCmd(), newBenchMemoryCmd(), newBenchSoakCmd())
 	return cmd
 }
 

@@ -30,6 +30,11 @@ pub struct Config {
     pub auth_token_ttl: Duration,
     /// etcd's --bcrypt-cost: the cost of the password hashes.
     pub bcrypt_cost: u32,
+    /// --test-fault-fsync-latency / --test-fault-write-latency: FOR TESTS ONLY —
+    /// every fdatasync (write) of the logs and checkpoints sleeps this long first
+    /// (crate::wal::fault::Latency), to try the store on a slow disk.
+    pub test_fault_fsync_latency: Duration,
+    pub test_fault_write_latency: Duration,
     pub ignored: Vec<String>,
 }
 
@@ -55,6 +60,8 @@ impl Default for Config {
             auth_token: "simple".into(),
             auth_token_ttl: Duration::from_secs(300),
             bcrypt_cost: 10,
+            test_fault_fsync_latency: Duration::ZERO,
+            test_fault_write_latency: Duration::ZERO,
             ignored: Vec::new(),
         }
     }
@@ -74,6 +81,7 @@ const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
+    "test-fault-fsync-latency", "test-fault-write-latency",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -170,6 +178,8 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 c.auth_token_ttl = Duration::from_secs(n);
             }
             "bcrypt-cost" => c.bcrypt_cost = value.parse().map_err(|_| format!("invalid value {value:?} for --bcrypt-cost"))?,
+            "test-fault-fsync-latency" => c.test_fault_fsync_latency = parse_duration(&value)?,
+            "test-fault-write-latency" => c.test_fault_write_latency = parse_duration(&value)?,
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }
@@ -237,5 +247,14 @@ mod tests {
         assert_eq!((c.auth_token.as_str(), c.auth_token_ttl, c.bcrypt_cost), ("jwt,sign-method=RS256,pub-key=/k.pub", Duration::from_secs(60), 4));
         assert!(parse(&a(&["--auth-token=oauth"])).unwrap_err().contains("invalid auth options"));
         assert!(parse(&a(&["--auth-token-ttl=5m"])).is_err(), "etcd's flag is a number of seconds");
+    }
+
+    #[test]
+    fn test_fault_flags() {
+        let c = parse(&a(&[])).unwrap();
+        assert!(c.test_fault_fsync_latency.is_zero() && c.test_fault_write_latency.is_zero());
+        let c = parse(&a(&["--test-fault-fsync-latency", "200ms", "--test-fault-write-latency=5ms"])).unwrap();
+        assert_eq!((c.test_fault_fsync_latency, c.test_fault_write_latency), (Duration::from_millis(200), Duration::from_millis(5)));
+        assert!(parse(&a(&["--test-fault-fsync-latency=slow"])).is_err());
     }
 }

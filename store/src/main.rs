@@ -77,7 +77,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
         return;
     }
     let cfg = match config::parse(&args) {
@@ -112,6 +112,13 @@ async fn run(cfg: Config) -> Result<(), String> {
         meganode_store::quota::human(store.size_bytes().max(0) as u64),
         if rep.torn.is_empty() { String::new() } else { format!("; {} torn tails cut", rep.torn.len()) }
     );
+    if !cfg.test_fault_fsync_latency.is_zero() || !cfg.test_fault_write_latency.is_zero() {
+        eprintln!(
+            "meganode-store: warning: FOR TESTS ONLY: a slow disk is simulated: every log and checkpoint fsync sleeps {:?} and every write {:?} first (--test-fault-fsync-latency, --test-fault-write-latency); never set these in production",
+            cfg.test_fault_fsync_latency, cfg.test_fault_write_latency
+        );
+        log.faults.set(Some(Arc::new(wal::fault::Latency { fsync: cfg.test_fault_fsync_latency, write: cfg.test_fault_write_latency })));
+    }
     // History of memory-only prefixes did not survive: serve them as compacted
     // up to now, so watchers of those prefixes relist.
     store.set_volatile(meganode_store::mvcc::kvstore::Volatile {

@@ -67,6 +67,7 @@ impl KvService {
         let read_only = txn_is_read_only(req);
         if !read_only {
             self.proposal_too_large(call.wire_len)?;
+            self.0.admit_write().await;
             self.0.check_alarms(Write::Txn { cost })?;
             self.0.check_disk(|w| txn_durable(w, req))?;
         }
@@ -134,6 +135,7 @@ impl PbKvService for KvService {
         crate::mvcc::kvstore::check_put(req)?;
         let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
+        self.0.admit_write().await;
         self.0.check_alarms(Write::Put)?;
         self.0.check_disk(|w| w.durable_key(&req.key))?;
         if let Some(ai) = &auth {
@@ -155,6 +157,7 @@ impl PbKvService for KvService {
         }
         let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
+        self.0.admit_write().await;
         self.0.check_alarms(Write::Delete)?;
         self.0.check_disk(|w| w.durable_range(&req.key, &req.range_end))?;
         if let Some(ai) = &auth {

@@ -3,6 +3,7 @@
 //! `routes` (serving a service without a generated server).
 pub mod auth;
 pub mod authz;
+pub mod backpressure;
 pub mod cluster;
 pub mod concurrency;
 pub mod election;

@@ -46,6 +46,32 @@ impl Faults {
     }
 }
 
+/// A slow disk, for tests (the store's `--test-fault-fsync-latency` and
+/// `--test-fault-write-latency` flags): every fdatasync of a log sleeps
+/// `fsync` first and every append `write`; a checkpoint, which is written
+/// then synced, sleeps both. Opens and truncations are not delayed. The sleep
+/// runs where the syscall would, under the log's file lock, so writers queue
+/// behind it exactly as they queue behind a slow device.
+pub struct Latency {
+    pub fsync: std::time::Duration,
+    pub write: std::time::Duration,
+}
+
+impl FaultHook for Latency {
+    fn before(&self, op: FileOp, _path: &Path, _len: usize) -> io::Result<()> {
+        let d = match op {
+            FileOp::Sync => self.fsync,
+            FileOp::Write => self.write,
+            FileOp::Checkpoint => self.write + self.fsync,
+            FileOp::Open | FileOp::Truncate => std::time::Duration::ZERO,
+        };
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
+        Ok(())
+    }
+}
+
 /// A hook for tests: fails every operation of the listed kinds with ENOSPC
 /// while `full` is set.
 #[cfg(test)]
@@ -64,5 +90,27 @@ impl FaultHook for DiskFull {
             return Err(io::Error::from_raw_os_error(28)); // ENOSPC
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn latency_delays_syncs_and_writes_only() {
+        let f = Faults::default();
+        f.set(Some(Arc::new(Latency { fsync: Duration::from_millis(40), write: Duration::from_millis(10) })));
+        let took = |op| {
+            let t = Instant::now();
+            f.check(op, Path::new("x.wal"), 1).unwrap();
+            t.elapsed()
+        };
+        assert!(took(FileOp::Sync) >= Duration::from_millis(40));
+        let w = took(FileOp::Write);
+        assert!(w >= Duration::from_millis(10) && w < Duration::from_millis(40), "{w:?}");
+        assert!(took(FileOp::Checkpoint) >= Duration::from_millis(50));
+        assert!(took(FileOp::Open) < Duration::from_millis(10));
     }
 }

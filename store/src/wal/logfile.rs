@@ -88,12 +88,34 @@ impl LogFile {
     /// Writes (and in fsync mode syncs) everything appended up to at least
     /// `rev`. On an error nothing appended is lost: the next call retries it.
     pub(super) fn flush_to(&self, rev: i64, m: &WalMetrics) -> std::io::Result<()> {
-        let mut io = self.io.lock();
+        self.flush_locked(&mut self.io.lock(), rev, m)
+    }
+
+    /// `flush_to` from a writer's thread, which may be a tokio worker: when
+    /// another writer is at the file (a write that is slow: a throttled disk,
+    /// dirty-page writeback), this one tells tokio it is about to block before
+    /// it waits, so the runtime moves its other tasks to another thread and
+    /// keeps committing writes — which the next write then takes as one batch.
+    /// Without it, every worker ended up parked on the file lock, nothing new
+    /// was committed, and each slow write carried one or two records (with 20
+    /// ms per write: 97 puts/s and 10 s p50 for 1000 clients).
+    pub(super) fn flush_from_writer(&self, rev: i64, m: &WalMetrics) -> std::io::Result<()> {
+        if let Some(mut io) = self.io.try_lock() {
+            return self.flush_locked(&mut io, rev, m);
+        }
+        let multi = tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
+        if multi {
+            tokio::task::block_in_place(|| self.flush_to(rev, m))
+        } else {
+            self.flush_to(rev, m)
+        }
+    }
+
+    fn flush_locked(&self, io: &mut Io, rev: i64, m: &WalMetrics) -> std::io::Result<()> {
         let done = if self.mode == Mode::Fsync { io.synced_rev } else { io.written_rev };
         if done >= rev {
             return Ok(());
         }
-        let io = &mut *io;
         let (last, recs) = {
             let mut p = self.pending.lock();
             std::mem::swap(&mut p.0, &mut io.spare);

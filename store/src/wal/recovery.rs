@@ -186,6 +186,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         leases,
         floor: AtomicI64::new(0),
         floor_wanted: Mutex::new(0),
+        floor_next: AtomicI64::new(0),
         metrics: Arc::new(WalMetrics::default()),
         health: Health::default(),
         faults,
