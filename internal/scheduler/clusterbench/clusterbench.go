@@ -314,13 +314,10 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	const idleSec = 5
 	idle0, idleMach0 := procs.cpu(), machineCPU()
 	time.Sleep(idleSec * time.Second)
-	row.IdleCoresByProcess = perPod(idle0, procs.cpu(), machineCPU()-idleMach0, 1)
-	for k, v := range row.IdleCoresByProcess {
-		row.IdleCoresByProcess[k] = v / 1e3 / idleSec
-	}
+	row.IdleCoresByProcess = spent(idle0, procs.cpu(), machineCPU()-idleMach0, 1.0/idleSec)
 	prog.Printf("   idle for %ds before the drain, cores busy by process: %s", idleSec, formatByProc(row.IdleCoresByProcess))
-	cpu0, mach0 := procCPU(sched.Pid), machineCPU()
-	procs0 := procs.cpu()
+	procs0, mach0 := procs.cpu(), machineCPU()
+	cpu0 := procs0[sched.Name]
 	t0 := time.Now()
 	_ = syscall.Kill(sched.Pid, syscall.SIGCONT)
 	resumed = true
@@ -338,8 +335,9 @@ func benchOne(ctx context.Context, o Options, kind string, shards int) (*Row, er
 	defer func() { <-profDone }()
 	n, err := waitAllBound(ctx, cs, o.Pods, 10*time.Minute)
 	el := time.Since(t0)
-	cpu, mach := procCPU(sched.Pid)-cpu0, machineCPU()-mach0
-	row.DrainCPUByProcess = perPod(procs0, procs.cpu(), mach, o.Pods)
+	procs1, mach := procs.cpu(), machineCPU()-mach0
+	cpu := procs1[sched.Name] - cpu0
+	row.DrainCPUByProcess = spent(procs0, procs1, mach, 1e3/float64(o.Pods))
 	if err != nil {
 		return nil, fmt.Errorf("drain: %d of %d bound: %w", n, o.Pods, err)
 	}
@@ -430,7 +428,7 @@ type ceilingResult struct {
 	Seconds, PerSec        float64
 	// The whole machine from the first Binding to the last (as MachineCPUMsPerPod for the drain).
 	MachineCPUMsPerPod, MachineCoresBusy float64
-	ByProcess                            map[string]float64 // the same by process (perPod)
+	ByProcess                            map[string]float64 // the same by process (spent)
 }
 
 // bindCeiling measures how fast this cluster's apiserver takes Bindings: it creates o.Pods pods
@@ -555,7 +553,7 @@ func bindCeiling(ctx context.Context, admin kubernetes.Interface, schedKubeconfi
 		r.Seconds = last.Sub(t0).Seconds()
 		r.PerSec = float64(r.Binds) / r.Seconds
 		r.MachineCPUMsPerPod, r.MachineCoresBusy = mach*1e3/float64(r.Binds), mach/machEl.Seconds()
-		r.ByProcess = perPod(procs0, procs1, mach, r.Binds)
+		r.ByProcess = spent(procs0, procs1, mach, 1e3/float64(r.Binds))
 	}
 	if r.Binds == 0 && firstErr != nil {
 		return r, firstErr

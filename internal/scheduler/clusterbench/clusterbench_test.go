@@ -217,3 +217,20 @@ func TestBenchAssignRoundRobin(t *testing.T) {
 		t.Errorf("overflow assignments %v", got)
 	}
 }
+
+// spent puts each process's CPU between two readings on it, scaled, and the machine's rest on
+// "other".
+func TestBenchSpentByProcess(t *testing.T) {
+	before := map[string]float64{"kube-apiserver": 10, "store": 2}
+	after := map[string]float64{"kube-apiserver": 13, "store": 2.5}
+	got := spent(before, after, 4, 1e3/100) // 4 s of machine CPU over 100 pods
+	want := map[string]float64{"kube-apiserver": 30, "store": 5, "other": 5}
+	for k, w := range want {
+		if math.Abs(got[k]-w) > 1e-9 {
+			t.Fatalf("%s: %v ms per pod, want %v (all: %v)", k, got[k], w, got)
+		}
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %v, want %v", got, want)
+	}
+}

@@ -33,17 +33,18 @@ func (ps procSet) cpu() map[string]float64 {
 	return m
 }
 
-// perPod is each process's CPU between two cpu() readings in milliseconds per pod, with
-// "other" = the machine's CPU (machSec) that none of them spent (kernel threads, the rest).
-func perPod(before, after map[string]float64, machSec float64, pods int) map[string]float64 {
+// spent is each process's CPU seconds between two cpu() readings, with "other" = the machine's
+// CPU (machSec) that none of them spent (kernel threads, the rest), each multiplied by scale
+// (1e3 / pods: ms per pod; 1 / seconds: cores busy).
+func spent(before, after map[string]float64, machSec, scale float64) map[string]float64 {
 	m := make(map[string]float64, len(after)+1)
 	var sum float64
 	for name, a := range after {
 		d := a - before[name]
 		sum += d
-		m[name] = d * 1e3 / float64(pods)
+		m[name] = d * scale
 	}
-	m["other"] = (machSec - sum) * 1e3 / float64(pods)
+	m["other"] = (machSec - sum) * scale
 	return m
 }
 

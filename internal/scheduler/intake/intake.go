@@ -119,16 +119,16 @@ func New(cfg Config, collector *collector.Collector) *Intake {
 	for _, name := range strings.Split(cfg.SchedulerName, ",") {
 		in.names[strings.TrimSpace(name)] = true
 	}
-	if in.wh == nil && cfg.Pods != nil {
+	switch {
+	case in.wh != nil:
+		return in // no watch: the webhook and the reconcile LIST feed this intake
+	case cfg.Pods != nil:
 		in.informers = append(in.informers, cfg.Pods)
 		_, _ = cfg.Pods.AddEventHandler(cache.FilteringResourceEventHandler{FilterFunc: in.unscheduledOfOurs, Handler: in.handlers()})
 		return in
 	}
-	for _, name := range strings.Split(cfg.SchedulerName, ",") {
-		if in.wh != nil {
-			continue // no watch: the webhook and the reconcile LIST feed this intake
-		}
-		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", strings.TrimSpace(name)),
+	for name := range in.names {
+		sel := fields.AndSelectors(fields.OneTermEqualSelector("spec.schedulerName", name),
 			fields.OneTermEqualSelector("spec.nodeName", "")).String()
 		f := informers.NewSharedInformerFactoryWithOptions(cfg.Client, 0,
 			informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = sel }))
