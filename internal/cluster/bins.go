@@ -2,7 +2,6 @@ package cluster
 
 import (
 	"fmt"
-	"net"
 	"os"
 	"path/filepath"
 )
@@ -58,14 +57,4 @@ func CheckBins(dir string, store string) error {
 		return fmt.Errorf("missing in %s: %v — build them with `make store k8s-bins` (first build of the Kubernetes binaries takes several minutes)", dir, missing)
 	}
 	return nil
-}
-
-// freePort asks the kernel for an unused loopback port.
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }

@@ -5,6 +5,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/meganode/meganode/internal/storeproc"
 )
 
 // ProxyName is the component `up --record` puts between kube-apiserver and the default store.
@@ -37,7 +39,7 @@ func proxyComponent(st *State, o *UpOptions) (Component, error) {
 		}
 		cmd = []string{self, "etcd-proxy"}
 	}
-	port, err := freePort()
+	port, err := storeproc.FreePort()
 	if err != nil {
 		return Component{}, err
 	}

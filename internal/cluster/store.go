@@ -11,6 +11,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/meganode/meganode/internal/doctor"
+	"github.com/meganode/meganode/internal/storeproc"
 )
 
 // Store kinds.
@@ -45,7 +46,7 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 		if res != "" {
 			name = "store-" + res
 		}
-		port, err := freePort()
+		port, err := storeproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -57,7 +58,7 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 		c := Component{Name: name, Kind: o.Store, URL: url, DataDir: data, Log: filepath.Join(st.Dir, "logs", name+".log")}
 		switch o.Store {
 		case StoreMeganode:
-			mport, err := freePort()
+			mport, err := storeproc.FreePort()
 			if err != nil {
 				return nil, err
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/doctor"
+	"github.com/meganode/meganode/internal/storeproc"
 )
 
 // UpOptions configure Up. Zero values take defaults.
@@ -177,7 +178,7 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 
 	ports := make([]int, 4)
 	for i := range ports {
-		if ports[i], err = freePort(); err != nil {
+		if ports[i], err = storeproc.FreePort(); err != nil {
 			return st, err
 		}
 	}
@@ -223,7 +224,7 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		sched, err = meganodeSchedulerComponent(st, &o, schedKC, ports[2])
 		if err == nil && o.SchedulerIntake == IntakeWebhook {
 			var port int
-			if port, err = freePort(); err == nil {
+			if port, err = storeproc.FreePort(); err == nil {
 				webhook, err = addSchedulerWebhook(&sched, pki, port)
 			}
 		}

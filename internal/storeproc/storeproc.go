@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -63,16 +62,6 @@ func FindBin() (string, error) {
 		}
 	}
 	return "", errors.New("meganode-store binary not found: run `make store` or set MEGANODE_STORE_BIN")
-}
-
-// FreePort asks the kernel for an unused loopback port.
-func FreePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Start launches the store and waits until it prints that it is ready.
