@@ -230,6 +230,16 @@ impl ShardData {
     pub fn iter(&self) -> impl Iterator<Item = (&Bytes, &KeyHistory)> {
         self.order.iter().map(|(k, &i)| (k, &self.slots[i]))
     }
+
+    /// The keys after `after` (all with None), in key order: a walk in chunks
+    /// that releases the lock in between (checkpoints).
+    pub fn iter_after<'s>(&'s self, after: Option<&[u8]>) -> impl Iterator<Item = (&'s Bytes, &'s KeyHistory)> + 's {
+        let from = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
+        self.order.range::<[u8], _>((from, Bound::Unbounded)).map(|(k, &i)| (k, &self.slots[i]))
+    }
 }
 
 #[cfg(test)]

@@ -1,30 +1,47 @@
-//! Per-prefix checkpoints (docs/design.md, "Checkpoints"): the prefix's keys
-//! written to `<stem>.ckpt` (tmp, fsync, rename, fsync dir), then its log cut.
+//! Per-prefix checkpoints (docs/design.md, "Checkpoints"): the log is cut
+//! into a new segment at a revision, the prefix's keys as of that revision are
+//! streamed to `<stem>.ckpt.tmp` (fsync, rename, fsync dir), then the old
+//! segment is deleted. Writers to the prefix wait only for the cut; the keys
+//! are read a chunk at a time under short read locks.
 use std::fs::{self, File};
-use std::io::{Seek, SeekFrom, Write};
+use std::io::{BufWriter, Write};
 use std::path::Path;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
 use bytes::{Buf, BufMut, Bytes};
 
 use super::fault::FileOp;
+use super::logfile::old_segment;
 use super::sink::Wal;
 use crate::mvcc::key_history::Version;
+use crate::mvcc::kvstore::Shard;
 use crate::mvcc::Store;
 
 fn named(path: &Path, e: std::io::Error) -> std::io::Error {
     std::io::Error::new(e.kind(), format!("{}: {e}", path.display()))
 }
 
-pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT1";
+/// The first checkpoint format: the key count before the keys (the whole
+/// checkpoint was built in memory). Still read.
+pub const CKPT_MAGIC_V1: &[u8; 8] = b"MGNCKPT1";
+/// The format written: the key count after the keys, so the file can be
+/// streamed while the keys are read.
+pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT2";
+
+/// Keys read per shard read lock while a checkpoint is written: the lock is
+/// held for microseconds, writers to the prefix slip in between chunks.
+const CHUNK_KEYS: usize = 512;
 
 impl Wal {
     /// Writes a checkpoint of every shard whose log has grown past `min_bytes`
-    /// and truncates that log. The shard is read-locked throughout, so the
-    /// checkpoint holds exactly what the log held. The log is cut only once
-    /// the checkpoint is durable (synced, renamed, directory synced); a
-    /// checkpoint that fails leaves the log whole and its `.tmp` removed, and
-    /// is tried again next time. Nothing runs while a log write has failed.
+    /// (or whose last cut is not yet covered), then deletes the segment it
+    /// covers. With the shard read-locked only for the cut (the log's buffer
+    /// written, the file renamed to `<stem>.wal.old`, a new one created), the
+    /// keys as of the cut's revision are then read a chunk at a time and
+    /// streamed to the file. A checkpoint that fails leaves both segments and
+    /// its `.tmp` removed, and is tried again at the same revision next time.
+    /// Nothing runs while a log write has failed.
     pub fn checkpoint(&self, store: &Store, min_bytes: u64, force: bool) -> std::io::Result<usize> {
         let mut n = 0;
         if self.health.down() {
@@ -33,71 +50,130 @@ impl Wal {
         for shard in store.all_shards() {
             let Some(log) = self.logs.read().get(shard.prefix.as_ref()).cloned().flatten() else { continue };
             let threshold = min_bytes.max(log.last_ckpt.load(Ordering::Relaxed)).max(1);
-            if !force && log.io.lock().size < threshold {
+            let pending = *log.cut.lock();
+            if !force && pending.is_none() && log.io.lock().size < threshold {
                 continue;
             }
-            let g = shard.data.read();
-            if let Err(e) = log.flush_to(i64::MAX, &self.metrics) {
-                self.failed(&log, &e, 0);
-                return Err(named(&log.path, e));
-            }
-            // Committed: the shard holds (and the log just wrote) every version up to it.
-            let rev = store.committed_rev();
-            let mut out = Vec::new();
-            out.put_slice(CKPT_MAGIC);
-            out.put_i64_le(rev);
-            out.put_u64_le(g.len() as u64);
-            for (k, h) in g.iter() {
-                crate::snapshot::put_key(&mut out, k, h.versions());
-            }
-            let crc = crc32c::crc32c(&out);
-            out.put_u32_le(crc);
+            let rev = match pending {
+                Some(rev) => rev,
+                None => {
+                    let _g = shard.data.read();
+                    // Every version of this prefix up to the committed revision
+                    // is in the log (no writer can commit while we hold the lock);
+                    // every later one will be in the new segment.
+                    let rev = store.committed_rev();
+                    if let Err(e) = log.start_segment(&self.dir, rev, &self.metrics) {
+                        if log.cut.lock().is_none() {
+                            // The buffer's write failed: the alarm, and the flusher retries it.
+                            self.failed(&log, &e, 0);
+                        }
+                        return Err(named(&log.path, e));
+                    }
+                    rev
+                }
+            };
             let stem = log.path.with_extension("");
             let tmp = stem.with_extension("ckpt.tmp");
             let dst = stem.with_extension("ckpt");
-            let written = self.faults.check(FileOp::Checkpoint, &tmp, out.len()).and_then(|()| {
-                let mut f = File::create(&tmp)?;
-                f.write_all(&out)?;
-                f.sync_all()?;
-                fs::rename(&tmp, &dst)
-            });
-            if let Err(e) = written {
-                // Frees what the partial checkpoint took; the log still holds everything.
-                let _ = fs::remove_file(&tmp);
-                return Err(named(&tmp, e));
-            }
+            let size = match self.write_checkpoint(&shard, rev, &tmp) {
+                Ok(size) => size,
+                Err(e) => {
+                    // Frees what the partial checkpoint took; the segments still hold everything.
+                    let _ = fs::remove_file(&tmp);
+                    return Err(named(&tmp, e));
+                }
+            };
+            fs::rename(&tmp, &dst).map_err(|e| named(&dst, e))?;
             File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| named(&self.dir, e))?;
-            let mut io = log.io.lock();
-            let f = io.file.as_mut().expect("opened by the flush above");
-            self.faults.check(FileOp::Truncate, &log.path, 0).and_then(|()| f.set_len(0)).map_err(|e| named(&log.path, e))?;
-            // The records cut are all in the checkpoint (recovery skips them if
-            // the cut is lost), so the size is 0 from here whatever the sync says.
-            io.size = 0;
-            let f = io.file.as_mut().unwrap();
-            f.seek(SeekFrom::Start(0)).and_then(|_| f.sync_all()).map_err(|e| named(&log.path, e))?;
-            drop(io);
-            log.last_ckpt.store(out.len() as u64, Ordering::Relaxed);
-            drop(g);
+            // Covered by the checkpoint (recovery skips its records if this is lost).
+            match fs::remove_file(old_segment(&log.path)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(named(&old_segment(&log.path), e)),
+            }
+            *log.cut.lock() = None;
+            log.last_ckpt.store(size, Ordering::Relaxed);
             self.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
             n += 1;
         }
         Ok(n)
     }
+
+    /// Streams the shard's keys as of `rev` (versions at or below it; keys
+    /// with none are left out) to `tmp` and syncs it; returns its size.
+    /// Versions a compaction removes meanwhile are superseded by versions
+    /// above `rev`, which the new segment holds: recovery ends in the same state.
+    fn write_checkpoint(&self, shard: &Arc<Shard>, rev: i64, tmp: &Path) -> std::io::Result<u64> {
+        self.faults.check(FileOp::Checkpoint, tmp, 0)?;
+        let mut file = BufWriter::with_capacity(1 << 20, File::create(tmp)?);
+        let mut buf = Vec::with_capacity(1 << 16);
+        buf.put_slice(CKPT_MAGIC);
+        buf.put_i64_le(rev);
+        let (mut crc, mut size, mut count) = (0u32, 0u64, 0u64);
+        let mut after: Option<Bytes> = None;
+        let mut chunk: Vec<(Bytes, Vec<Version>)> = Vec::with_capacity(CHUNK_KEYS);
+        loop {
+            let mut seen = 0;
+            {
+                let g = shard.data.read();
+                for (k, h) in g.iter_after(after.as_deref()).take(CHUNK_KEYS) {
+                    seen += 1;
+                    after = Some(k.clone());
+                    let vs: Vec<Version> = h.versions().iter().filter(|v| v.mod_rev <= rev).cloned().collect();
+                    if !vs.is_empty() {
+                        chunk.push((k.clone(), vs));
+                    }
+                }
+            }
+            for (k, vs) in chunk.drain(..) {
+                crate::snapshot::put_key(&mut buf, &k, &vs);
+                count += 1;
+            }
+            crc = crc32c::crc32c_append(crc, &buf);
+            file.write_all(&buf)?;
+            size += buf.len() as u64;
+            buf.clear();
+            // Keys created after the cut (all their versions above `rev`) may
+            // still arrive anywhere in the order; they are not wanted.
+            if seen < CHUNK_KEYS {
+                break;
+            }
+        }
+        buf.put_u64_le(count);
+        crc = crc32c::crc32c_append(crc, &buf);
+        buf.put_u32_le(crc);
+        file.write_all(&buf)?;
+        size += buf.len() as u64;
+        let f = file.into_inner().map_err(|e| e.into_error())?;
+        f.sync_all()?;
+        Ok(size)
+    }
 }
 
-/// A per-prefix checkpoint: (revision it covers, keys).
+/// A per-prefix checkpoint: (revision it covers, keys). Reads both formats.
 pub fn decode_checkpoint(buf: &[u8]) -> Result<(i64, Vec<(Bytes, Vec<Version>)>), String> {
-    if buf.len() < 8 + 16 + 4 || &buf[..8] != CKPT_MAGIC {
+    if buf.len() < 8 + 16 + 4 || (&buf[..8] != CKPT_MAGIC && &buf[..8] != CKPT_MAGIC_V1) {
         return Err("not a meganode checkpoint (bad magic)".into());
     }
     let (body, tail) = buf.split_at(buf.len() - 4);
     if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().unwrap()) {
         return Err("checkpoint checksum mismatch".into());
     }
+    let v2 = &buf[..8] == CKPT_MAGIC;
     let mut b = &body[8..];
     let rev = b.get_i64_le();
-    let nk = b.get_u64_le() as usize;
+    let nk = if v2 {
+        let (keys, count) = b.split_at(b.len() - 8);
+        let nk = u64::from_le_bytes(count.try_into().unwrap()) as usize;
+        b = keys;
+        nk
+    } else {
+        b.get_u64_le() as usize
+    };
     let keys = crate::snapshot::get_keys(&mut b, nk)?;
+    if b.has_remaining() {
+        return Err(format!("{} bytes after the last key", b.remaining()));
+    }
     Ok((rev, keys))
 }
 
@@ -123,33 +199,111 @@ mod tests {
         }
     }
 
-    /// A checkpoint that fails for space leaves the log whole and no `.tmp`
-    /// behind, does not stop writes, and the next one succeeds and cuts the log.
+    /// Every key with its versions, across shards (to compare a store with its recovery).
+    fn state(store: &Store) -> Vec<(Bytes, Vec<Version>)> {
+        let mut out = Vec::new();
+        for s in store.all_shards() {
+            out.extend(s.data.read().iter().map(|(k, h)| (k.clone(), h.versions().to_vec())));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
+    }
+
+    fn reopen(dir: &Path) -> (Store, Arc<Wal>, std::fs::File) {
+        let store = Store::new();
+        let (wal, _, lock) = crate::wal::open(dir, Durability::new(Mode::Buffered, &[]), &store, None).unwrap();
+        store.set_sink(wal.clone());
+        (store, wal, lock)
+    }
+
+    /// A checkpoint that fails for space leaves both segments and no `.tmp`
+    /// behind, does not stop writes; a restart recovers everything from the
+    /// two segments, and the next checkpoint covers the old one at its cut.
     #[test]
     fn a_failed_checkpoint_keeps_the_log() {
         let dir = std::env::temp_dir().join(format!("mgn-ckpt-full-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
-        let store = Store::new();
-        let (wal, _, _lock) = crate::wal::open(&dir, Durability::new(Mode::Buffered, &[]), &store, None).unwrap();
-        store.set_sink(wal.clone());
+        let (store, wal, lock) = reopen(&dir);
         let hook = Arc::new(FailCheckpoints(AtomicBool::new(true)));
         wal.faults.set(Some(hook.clone()));
-        let put = |k: &str| store.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
-        put("/registry/pods/a");
+        let put = |store: &Store, k: &str| store.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
+        put(&store, "/registry/pods/a");
+        let cut = store.current_rev();
         let log = dir.join("registry+pods+.wal");
+        let old = dir.join("registry+pods+.wal.old");
         let e = wal.checkpoint(&store, 0, true).unwrap_err();
         assert!(e.to_string().contains("registry+pods+.ckpt.tmp"), "{e}");
         assert!(!dir.join("registry+pods+.ckpt.tmp").exists() && !dir.join("registry+pods+.ckpt").exists());
-        assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1);
+        assert_eq!(crate::wal::read_log(&old).unwrap().records.len(), 1);
         assert!(!wal.health.down());
-        put("/registry/pods/b");
-        assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 2);
-        hook.0.store(false, Ordering::SeqCst);
+        put(&store, "/registry/pods/b");
+        assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1);
+        let before = state(&store);
+        drop((store, wal, lock));
+
+        let (store, wal, lock) = reopen(&dir);
+        assert_eq!(state(&store), before);
+        // The cut left behind is finished first: the checkpoint holds what the old segment held.
         assert_eq!(wal.checkpoint(&store, 0, true).unwrap(), 1);
-        assert_eq!(fs::metadata(&log).unwrap().len(), 0);
+        let (rev, keys) = decode_checkpoint(&fs::read(dir.join("registry+pods+.ckpt")).unwrap()).unwrap();
+        assert_eq!((rev, keys.len()), (cut, 1));
+        assert!(!old.exists());
+        assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1);
+        assert_eq!(wal.checkpoint(&store, 0, true).unwrap(), 1);
         let (rev, keys) = decode_checkpoint(&fs::read(dir.join("registry+pods+.ckpt")).unwrap()).unwrap();
         assert_eq!((rev, keys.len()), (store.current_rev(), 2));
-        drop((store, wal));
+        assert_eq!(fs::metadata(&log).unwrap().len(), 0);
+        drop((store, wal, lock));
+        let (store, _wal, _lock) = reopen(&dir);
+        assert_eq!(state(&store), before);
+        drop(store);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Checkpoints taken while another thread writes, deletes and compacts
+    /// the same prefix (each one cut at one revision, read in chunks while
+    /// the writes go on): the state recovered from checkpoint + segments
+    /// equals the store's, history included.
+    #[test]
+    fn checkpoints_beside_writes_and_compactions_recover_the_state() {
+        use etcd_client::proto::PbDeleteRequest;
+        let dir = std::env::temp_dir().join(format!("mgn-ckpt-live-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (store, wal, lock) = reopen(&dir);
+        let store = Arc::new(store);
+        let stop = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (store, stop) = (store.clone(), stop.clone());
+            std::thread::spawn(move || {
+                let mut i = 0u64;
+                while !stop.load(Ordering::Relaxed) || i < 20_000 {
+                    let k = format!("/registry/pods/ns/p{:05}", (i * 7919) % 3000);
+                    if i % 11 == 0 {
+                        store.delete_range(&PbDeleteRequest { key: k.into(), ..Default::default() }).unwrap();
+                    } else {
+                        store.put(&PbPutRequest { key: k.into(), value: vec![i as u8; 300], ..Default::default() }).unwrap();
+                    }
+                    if i % 2_500 == 2_000 {
+                        store.compact(store.current_rev() - 500).unwrap();
+                    }
+                    i += 1;
+                }
+            })
+        };
+        let mut taken = 0;
+        while !writer.is_finished() {
+            taken += wal.checkpoint(&store, 0, true).unwrap();
+            if taken > 30 {
+                stop.store(true, Ordering::Relaxed);
+            }
+        }
+        writer.join().unwrap();
+        assert!(taken >= 3, "only {taken} checkpoints");
+        let before = state(&store);
+        drop((store, wal, lock));
+        let (store, _wal, _lock) = reopen(&dir);
+        assert_eq!(state(&store), before);
+        drop(store);
         fs::remove_dir_all(&dir).unwrap();
     }
 }

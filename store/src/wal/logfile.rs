@@ -8,8 +8,8 @@
 //! writeback Linux may report the next fsync clean while the data is gone): the
 //! unsynced bytes are cut off and written again from memory.
 use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::path::PathBuf;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -44,7 +44,32 @@ pub struct LogFile {
     /// Size of this prefix's last checkpoint: the log must outgrow it before the
     /// next one, so checkpoint work stays proportional to the bytes written.
     pub(super) last_ckpt: AtomicU64,
+    /// Some(rev) while the segment before the last cut (`<stem>.wal.old`)
+    /// waits for a checkpoint at `rev` to cover it (docs/design.md,
+    /// "Checkpoints"): every record in it is at or below `rev`, every record in
+    /// the live file above.
+    pub(super) cut: Mutex<Option<i64>>,
     pub(super) faults: Arc<Faults>,
+}
+
+/// The segment a cut left behind: `<stem>.wal` → `<stem>.wal.old`.
+pub(super) fn old_segment(path: &Path) -> PathBuf {
+    let mut s = path.as_os_str().to_owned();
+    s.push(".old");
+    PathBuf::from(s)
+}
+
+/// The revision a checkpoint file covers (its header), without reading the rest.
+pub(super) fn checkpoint_rev(path: &Path) -> std::io::Result<Option<i64>> {
+    let mut head = [0u8; 16];
+    match File::open(path) {
+        Ok(mut f) => {
+            f.read_exact(&mut head)?;
+            Ok(Some(i64::from_le_bytes(head[8..16].try_into().unwrap())))
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
 }
 
 impl LogFile {
@@ -52,8 +77,43 @@ impl LogFile {
     pub(super) fn new(path: PathBuf, mode: Mode, faults: Arc<Faults>) -> Self {
         let ckpt = path.with_extension("ckpt");
         let last_ckpt = AtomicU64::new(fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0));
+        let cut = Mutex::new(Self::cut_left(&path, &ckpt));
         let io = Io { file: None, spare: Vec::with_capacity(1 << 16), written_rev: 0, synced_rev: 0, size: 0, dirty: false };
-        LogFile { path, mode, pending: Mutex::new((Vec::with_capacity(1 << 16), 0, 0)), io: Mutex::new(io), last_ckpt, faults }
+        LogFile { path, mode, pending: Mutex::new((Vec::with_capacity(1 << 16), 0, 0)), io: Mutex::new(io), last_ckpt, cut, faults }
+    }
+
+    /// A cut an earlier run left unfinished (it stopped between the cut and the
+    /// checkpoint's rename, or the checkpoint failed): the next checkpoint must
+    /// cover the old segment, so it is taken at the highest revision in it (or
+    /// the checkpoint's, if higher); the live file holds only later ones.
+    fn cut_left(path: &Path, ckpt: &Path) -> Option<i64> {
+        let old = old_segment(path);
+        if !old.exists() {
+            return None;
+        }
+        let in_old = super::record::read_log(&old).map(|r| r.records.iter().map(super::record::Record::rev).max().unwrap_or(0)).unwrap_or(i64::MAX);
+        let covered = checkpoint_rev(ckpt).ok().flatten().unwrap_or(0);
+        Some(in_old.max(covered))
+    }
+
+    /// Cuts the log: everything appended so far is written (synced in fsync
+    /// mode) and stays in `<stem>.wal.old`; later appends go to a new file at
+    /// `path`, whose directory entry is synced before anything is appended to
+    /// it. The caller holds the prefix's shard lock (no appends meanwhile) and
+    /// records `rev`, the revision the old segment ends at, in `cut`.
+    pub(super) fn start_segment(&self, dir: &Path, rev: i64, m: &WalMetrics) -> std::io::Result<()> {
+        let mut io = self.io.lock();
+        self.flush_locked(&mut io, i64::MAX, m)?;
+        if io.size == 0 && !io.dirty {
+            // Nothing in the file: no segment to keep.
+            *self.cut.lock() = Some(rev);
+            return Ok(());
+        }
+        fs::rename(&self.path, old_segment(&self.path))?;
+        *self.cut.lock() = Some(rev);
+        io.file = None;
+        self.open_file(&mut io)?;
+        File::open(dir).and_then(|d| d.sync_all())
     }
 
     /// A log opened now (start-up: an error there stops the start).

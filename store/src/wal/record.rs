@@ -74,6 +74,17 @@ pub enum Record {
     RevFloor(i64),
 }
 
+impl Record {
+    /// The revision a key record was written at (0 for the others).
+    pub fn rev(&self) -> i64 {
+        match self {
+            Record::Put { v, .. } => v.mod_rev,
+            Record::Delete { rev, .. } => *rev,
+            _ => 0,
+        }
+    }
+}
+
 fn decode_payload(p: &[u8]) -> Option<Record> {
     let mut b = p;
     if b.remaining() < 1 {

@@ -76,7 +76,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     let mut entries: Vec<PathBuf> = fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     let mut restored = false;
-    let has_logs = entries.iter().any(|p| p.extension().map_or(false, |x| x == "wal" || x == "ckpt") && !p.ends_with("meta.wal"));
+    let has_logs = entries.iter().any(|p| p.extension().map_or(false, |x| x == "wal" || x == "ckpt" || x == "old") && !p.ends_with("meta.wal"));
     let restore = match restore {
         Some(src) if has_logs => {
             // A restart with the same flags: the directory already holds the restored state.
@@ -112,46 +112,58 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
             store.load_key(k, vs);
         }
     }
-    for path in &entries {
-        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if !name.ends_with(".wal") || name == "meta.wal" {
-            continue;
-        }
-        let r = read_log(path)?;
-        cut_tail(path, &r, &mut rep)?;
-        rep.files += 1;
-        // Records already in this prefix's checkpoint are skipped.
-        let ckpt_rev = {
-            let c = path.with_extension("ckpt");
-            if c.exists() {
-                super::checkpoint::decode_checkpoint(&fs::read(&c).map_err(|e| e.to_string())?).map(|x| x.0).unwrap_or(0)
+    // Each log with the segment an unfinished cut left before it (`.wal.old`,
+    // possibly alone if the run stopped before the new file was made).
+    let mut logs: Vec<PathBuf> = entries
+        .iter()
+        .filter_map(|p| {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+            if name.ends_with(".wal.old") {
+                Some(p.with_extension(""))
+            } else if name.ends_with(".wal") && name != "meta.wal" {
+                Some(p.clone())
             } else {
-                0
+                None
             }
-        };
-        for rec in r.records {
-            rep.records += 1;
-            match rec {
-                Record::Put { key, v } => {
-                    max_rev = max_rev.max(v.mod_rev);
-                    if v.mod_rev > ckpt_rev {
-                        store.load_version(&key, v);
+        })
+        .collect();
+    logs.sort();
+    logs.dedup();
+    for log in &logs {
+        // Records already in this prefix's checkpoint are skipped.
+        let ckpt = log.with_extension("ckpt");
+        let ckpt_rev = super::logfile::checkpoint_rev(&ckpt).map_err(|e| format!("{}: {e}", ckpt.display()))?.unwrap_or(0);
+        for path in [super::logfile::old_segment(log), log.clone()] {
+            if !path.exists() {
+                continue;
+            }
+            let r = read_log(&path)?;
+            cut_tail(&path, &r, &mut rep)?;
+            rep.files += 1;
+            for rec in r.records {
+                rep.records += 1;
+                match rec {
+                    Record::Put { key, v } => {
+                        max_rev = max_rev.max(v.mod_rev);
+                        if v.mod_rev > ckpt_rev {
+                            store.load_version(&key, v);
+                        }
                     }
-                }
-                Record::Delete { key, rev, sub } => {
-                    max_rev = max_rev.max(rev);
-                    if rev > ckpt_rev {
-                        store.load_version(&key, Version { mod_rev: rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 });
+                    Record::Delete { key, rev, sub } => {
+                        max_rev = max_rev.max(rev);
+                        if rev > ckpt_rev {
+                            store.load_version(&key, Version { mod_rev: rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 });
+                        }
                     }
+                    Record::LeaseGrant { id, ttl } => {
+                        lease_set.insert(id, ttl);
+                    }
+                    Record::LeaseRevoke(id) => {
+                        lease_set.remove(&id);
+                    }
+                    Record::Compact(c) => compacted = compacted.max(c),
+                    Record::RevFloor(f) => floor = floor.max(f),
                 }
-                Record::LeaseGrant { id, ttl } => {
-                    lease_set.insert(id, ttl);
-                }
-                Record::LeaseRevoke(id) => {
-                    lease_set.remove(&id);
-                }
-                Record::Compact(c) => compacted = compacted.max(c),
-                Record::RevFloor(f) => floor = floor.max(f),
             }
         }
     }
@@ -198,6 +210,16 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     // Reserve revisions above everything seen before accepting writes.
     let f = rev + REV_BLOCK;
     wal.write_meta(REC_REV_FLOOR, f).map_err(|e| format!("{}: {e}", meta_path.display()))?;
+    // A cut an earlier run did not finish (`.wal.old` left): open that log now
+    // so the next checkpoint round covers the old segment even if nothing is
+    // written to the prefix.
+    for s in store.all_shards() {
+        let unfinished = super::logfile::old_segment(&dir.join(format!("{}.wal", super::file_stem(&s.prefix)))).exists();
+        let k = if unfinished { s.data.read().iter().next().map(|(k, _)| k.clone()) } else { None };
+        if let Some(k) = k {
+            wal.log_for(&k);
+        }
+    }
     if restored {
         // Persist the restored state at once as checkpoints (and leases in their log).
         for (id, ttl) in &lease_set {
