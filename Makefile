@@ -69,7 +69,8 @@ demo-store: build
 	$(MEGANODE_BIN) demo --store-only --store-bin $(STORE_BIN)
 
 # The standard side-by-side comparison with real etcd (v3.6, started by `meganode etcd`, data on tmpfs):
-# put (buffered) swept over clients, lease-flood, watch, and put with --durability=fsync against etcd with its
+# put (buffered) swept over clients, the floor beside it (get-missing and status: unary RPCs with no store work,
+# so put's server CPU splits into transport and store), lease-flood, watch, and put with --durability=fsync against etcd with its
 # data on the same disk (BENCH_FSYNC=0 skips it), and memory after BENCH_MEMORY_KEYS Lease-sized keys × 10 updates,
 # compacted (BENCH_MEMORY_KEYS=0 skips it; 1M takes ~8 min, mostly etcd). Writes docs/benchmarks.md and docs/bench/ from the JSON results.
 BENCH_DURATION ?= 10s
@@ -83,6 +84,8 @@ bench: build
 	@rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT) $(BENCH_DISK_DIR)
 	-$(MEGANODE_BIN) bench put $(BENCH_FLAGS) --label buffered --clients 1,16,100,1000 --conns 10 \
 	  --key-size 48 --val-size 1024 --key-space-size 100000 --store-args=--durability=buffered --out $(BENCH_OUT)/put-buffered
+	-$(MEGANODE_BIN) bench get-missing $(BENCH_FLAGS) --clients 100,1000 --conns 10 --out $(BENCH_OUT)/get-missing
+	-$(MEGANODE_BIN) bench status $(BENCH_FLAGS) --clients 100,1000 --conns 10 --out $(BENCH_OUT)/status
 	-$(MEGANODE_BIN) bench lease-flood $(BENCH_FLAGS) --clients 100,1000 --conns 10 --leases 10000 --out $(BENCH_OUT)/lease-flood
 	-$(MEGANODE_BIN) bench watch $(BENCH_FLAGS) --clients 100 --conns 10 --watchers 10 --val-size 1024 --out $(BENCH_OUT)/watch
 	-if [ "$(BENCH_FSYNC)" = 1 ]; then $(MEGANODE_BIN) bench put $(BENCH_FLAGS) --label fsync --clients 100,1000 --conns 10 \

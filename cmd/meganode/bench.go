@@ -51,6 +51,12 @@ var benchWorkloads = map[string]struct{ short, long, example string }{
 	"range": {"paginated LISTs of --keys keys at the latest and an old revision",
 		"range: --clients listers page (--page-limit per page) through --keys keys at the latest revision and at an old one, as kube-apiserver's LIST does.",
 		"  meganode bench range --target both --keys 100000 --page-limit 500"},
+	"get-missing": {"the floor: a Range of a key that does not exist, as put's shape",
+		"get-missing: --clients readers on --conns connections get random missing keys (linearizable): the server's cost of a unary RPC that does no store work, to set beside put's.",
+		"  meganode bench get-missing --target both --clients 100,1000"},
+	"status": {"the floor: the Maintenance Status RPC",
+		"status: --clients callers on --conns connections call Status: the server's cost of a unary RPC that touches no key.",
+		"  meganode bench status --target both --clients 100,1000"},
 }
 
 // Per-workload defaults of the shared flags.
@@ -59,6 +65,8 @@ var benchDefaults = map[string]map[string]string{
 	"lease-flood": {"clients": "1000", "conns": "10", "leases": "10000"},
 	"watch":       {"clients": "100", "conns": "10", "watchers": "10", "key-size": "16", "val-size": "1024", "key-space-size": "10000"},
 	"range":       {"clients": "10", "conns": "10", "key-size": "32", "val-size": "1024", "keys": "100000"},
+	"get-missing": {"clients": "1000", "conns": "10", "key-size": "48", "key-space-size": "100000"},
+	"status":      {"clients": "1000", "conns": "10"},
 }
 
 // benchFlags are a workload command's flags.

@@ -381,9 +381,13 @@ func New(name string, cfg Config) (Workload, error) {
 		return NewWatch(cfg), nil
 	case "range":
 		return NewRange(cfg), nil
+	case "get-missing":
+		return NewGetMissing(cfg), nil
+	case "status":
+		return StatusCall{}, nil
 	}
-	return nil, fmt.Errorf("unknown workload %q (want put, lease-flood, watch or range)", name)
+	return nil, fmt.Errorf("unknown workload %q (want put, lease-flood, watch, range, get-missing or status)", name)
 }
 
 // Workloads lists the workload names.
-var Workloads = []string{"put", "lease-flood", "watch", "range"}
+var Workloads = []string{"put", "get-missing", "status", "lease-flood", "watch", "range"}

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+
 	"github.com/meganode/meganode/internal/etcdref"
 )
 
@@ -121,6 +123,21 @@ func TestSmokeRange(t *testing.T) {
 	res := smoke(t, "range", Config{Clients: 2, Conns: 2, Keys: 1200, PageLimit: 500, KeySize: 24, ValSize: 64})
 	if res.Extra["lists_latest"] < 1 || res.Extra["lists_old"] < 1 || res.Extra["wrong_lists"] != 0 {
 		t.Fatalf("lists: %v", res.Extra)
+	}
+}
+
+// The floor workloads run against real etcd with no errors; get-missing finds nothing.
+func TestSmokeFloor(t *testing.T) {
+	smoke(t, "get-missing", Config{Clients: 8, Conns: 2, KeySize: 48, KeySpaceSize: 1000})
+	smoke(t, "status", Config{Clients: 8, Conns: 2})
+	cs, err := Connect(context.Background(), []string{refEtcd.Endpoint}, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer CloseAll(cs)
+	g, err := cs[0].Get(context.Background(), "/missing/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || g.Count != 0 {
+		t.Fatalf("get-missing wrote keys? count %d, %v", g.Count, err)
 	}
 }
 

@@ -11,6 +11,10 @@ use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
+#[cfg(feature = "jemalloc")]
+#[global_allocator]
+static ALLOC: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 
 fn host_port(url: &str) -> Result<(bool, SocketAddr), String> {
     let (tls, rest) = if let Some(r) = url.strip_prefix("https://") {

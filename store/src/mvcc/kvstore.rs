@@ -104,6 +104,9 @@ impl Accounted {
     }
 }
 
+/// Keys compacted per hold of a shard's write lock (≈ 100 µs).
+const COMPACT_STEP: usize = 1024;
+
 /// How many compactions etcd keeps a hash of (its hashStorageMaxSize).
 const COMPACTIONS_KEPT: usize = 10;
 
@@ -716,12 +719,23 @@ impl Store {
         self.compact_shards(rev);
     }
 
+    /// Each shard in steps of COMPACT_STEP keys, the write lock released
+    /// between steps: compacting a million keys at once held the prefix's
+    /// writers for the whole walk.
     fn compact_shards(&self, rev: i64) {
         for s in self.all_shards() {
-            let mut d = s.data.write();
-            let before = d.bytes as i64;
-            d.compact(rev);
-            self.kv_bytes.fetch_add(d.bytes as i64 - before, Ordering::Relaxed);
+            let mut after = None;
+            loop {
+                let mut d = s.data.write();
+                let before = d.bytes as i64;
+                let next = d.compact_some(rev, after.as_deref(), COMPACT_STEP);
+                self.kv_bytes.fetch_add(d.bytes as i64 - before, Ordering::Relaxed);
+                drop(d);
+                match next {
+                    Some(k) => after = Some(k),
+                    None => break,
+                }
+            }
         }
     }
 
@@ -786,8 +800,19 @@ impl Store {
 /// Hands memory freed by compaction back to the OS: glibc keeps freed small
 /// blocks in its arenas, so without this a compacted store keeps the RSS of
 /// its uncompacted peak.
+/// Gives the pages compaction freed back to the OS at once: glibc's malloc
+/// keeps them until asked (malloc_trim), jemalloc until its decay timer (10 s)
+/// runs out — either way a store just compacted would report and hold the
+/// history it dropped. jemalloc: purge every arena's unused dirty pages.
 fn release_free_memory() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    #[cfg(feature = "jemalloc")]
+    {
+        // SAFETY: "arena.<MALLCTL_ARENAS_ALL>.purge" takes and returns nothing.
+        unsafe {
+            tikv_jemalloc_sys::mallctl(c"arena.4096.purge".as_ptr(), std::ptr::null_mut(), std::ptr::null_mut(), std::ptr::null_mut(), 0);
+        }
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu", not(feature = "jemalloc")))]
     {
         extern "C" {
             fn malloc_trim(pad: usize) -> i32;

@@ -204,18 +204,44 @@ impl ShardData {
 
     /// Applies compaction at `rev` to every key; keys with nothing left leave the index.
     pub fn compact(&mut self, rev: i64) {
+        let mut after = None;
+        while let Some(last) = self.compact_some(rev, after.as_deref(), usize::MAX) {
+            after = Some(last);
+        }
+    }
+
+    /// Applies compaction at `rev` to at most `n` keys after `after` (all with
+    /// None), so a big shard is compacted in steps between which the lock is
+    /// released; returns the last key visited, or None once the walk reached
+    /// the end. Reads below `rev` are refused before it starts, so versions it
+    /// has not reached yet are never read.
+    pub fn compact_some(&mut self, rev: i64, after: Option<&[u8]>, n: usize) -> Option<Bytes> {
+        let from = match after {
+            Some(k) => Bound::Excluded(k),
+            None => Bound::Unbounded,
+        };
         let mut gone = Vec::new();
-        let mut bytes = 0usize;
-        for (k, &i) in self.order.iter() {
+        let (mut seen, mut last) = (0usize, None);
+        let (mut added, mut freed) = (0usize, 0usize);
+        for (k, &i) in self.order.range::<[u8], _>((from, Bound::Unbounded)) {
+            if seen == n {
+                break;
+            }
+            seen += 1;
+            last = Some(k);
             let h = &mut self.slots[i];
             if h.len() > 1 || h.versions().first().map_or(true, |v| v.mod_rev <= rev) {
+                let before = h.bytes();
                 if h.compact(rev) {
+                    freed += before + crate::quota::key_bytes(k.len());
                     gone.push(k.clone());
                     continue;
                 }
+                added += h.bytes();
+                freed += before;
             }
-            bytes += crate::quota::key_bytes(k.len()) + h.bytes();
         }
+        let last = last.cloned();
         for k in gone {
             if let Some(i) = self.by_key.remove(&k) {
                 self.order.remove(&k);
@@ -223,7 +249,12 @@ impl ShardData {
                 self.free.push(i);
             }
         }
-        self.bytes = bytes;
+        self.bytes = (self.bytes + added).saturating_sub(freed);
+        if seen < n {
+            None
+        } else {
+            last
+        }
     }
 
     /// Every key with its history, in key order (dumps, snapshots, hashes).
@@ -288,5 +319,50 @@ mod tests {
         assert_eq!(one, vec![Bytes::from("/b")]);
         assert_eq!(s.range(&KeyRange::new(b"/c", b"/a")).count(), 0);
         assert_eq!(s.range(&KeyRange::new(b"/ab", b"\0")).count(), 3);
+    }
+
+    /// Compaction in steps of a few keys leaves exactly what one walk leaves
+    /// (keys, versions, accounted bytes), keys that leave the index included.
+    #[test]
+    fn stepwise_compaction_equals_one_walk() {
+        use super::super::key_history::Version;
+        let v = |rev: i64, ver: i64| Version { mod_rev: rev, sub: 0, create_rev: 1, version: ver, value: Bytes::from(vec![b'x'; rev as usize]), lease: 0 };
+        let build = || {
+            let mut s = ShardData::default();
+            let mut rev = 1;
+            for round in 0..4 {
+                for k in 0..23 {
+                    if round == 3 && k % 5 == 0 {
+                        continue; // deleted in round 2 for good: leaves the index once compacted
+                    }
+                    let (_, h) = s.entry(format!("/k{k:02}").as_bytes());
+                    let ver = if round == 2 && k % 5 == 0 { 0 } else { round + 1 };
+                    h.push(v(rev, ver));
+                    rev += 1;
+                }
+            }
+            let total: usize = s.iter().map(|(k, h)| crate::quota::key_bytes(k.len()) + h.bytes()).sum();
+            s.bytes = total;
+            s
+        };
+        for rev in [10, 50, 70, 92] {
+            let (mut one, mut steps) = (build(), build());
+            one.compact(rev);
+            let mut after = None;
+            let mut n = 0;
+            while let Some(k) = steps.compact_some(rev, after.as_deref(), 4) {
+                after = Some(k);
+                n += 1;
+            }
+            assert!(n >= 5, "{n} steps");
+            let dump = |s: &ShardData| s.iter().map(|(k, h)| (k.clone(), h.versions().to_vec())).collect::<Vec<_>>();
+            assert_eq!(dump(&steps), dump(&one), "at {rev}");
+            assert_eq!(steps.len(), one.len());
+            if rev == 92 {
+                assert_eq!(one.len(), 23 - 5, "deleted keys left the index");
+            }
+            let recount: usize = one.iter().map(|(k, h)| crate::quota::key_bytes(k.len()) + h.bytes()).sum();
+            assert_eq!((steps.bytes, one.bytes), (recount, recount), "at {rev}");
+        }
     }
 }

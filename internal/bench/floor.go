@@ -1,0 +1,42 @@
+package bench
+
+import (
+	"context"
+)
+
+// The floor: unary RPCs that ask the store for (almost) nothing, on the same
+// server, connections and clients as put. Their server CPU per call is what
+// the transport (gRPC, HTTP/2, TCP, the runtime) costs; put's minus it is what
+// the store's own write path costs.
+
+// GetMissing is a Range of one key that does not exist, linearizable as
+// clientv3's Get defaults to (etcd: a ReadIndex, then an index look-up).
+type GetMissing struct{ cfg Config }
+
+// NewGetMissing returns the get-missing workload.
+func NewGetMissing(cfg Config) *GetMissing {
+	cfg.Normalize()
+	return &GetMissing{cfg: cfg}
+}
+
+func (g *GetMissing) Name() string                                        { return "get-missing" }
+func (g *GetMissing) Setup(ctx context.Context, r *Run) error             { return nil }
+func (g *GetMissing) Finish(ctx context.Context, r *Run, _ *Result) error { return nil }
+
+func (g *GetMissing) Op(ctx context.Context, w *Worker) error {
+	k := w.Rng.Uint64N(uint64(g.cfg.KeySpaceSize))
+	_, err := w.Cli.Get(ctx, "/missing/"+FixedKey(k, g.cfg.KeySize))
+	return err
+}
+
+// StatusCall is the Maintenance Status RPC: no key at all.
+type StatusCall struct{}
+
+func (StatusCall) Name() string                                        { return "status" }
+func (StatusCall) Setup(ctx context.Context, r *Run) error             { return nil }
+func (StatusCall) Finish(ctx context.Context, r *Run, _ *Result) error { return nil }
+
+func (StatusCall) Op(ctx context.Context, w *Worker) error {
+	_, err := w.Cli.Status(ctx, w.Cli.Endpoints()[0])
+	return err
+}
