@@ -7,6 +7,8 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -26,7 +28,10 @@ type StateLoad struct {
 	ValueBytes        int64           `json:"value_bytes"` // the values clients wrote, summed
 	// After the load, history compacted at the latest revision (and etcd defragmented, as an
 	// operator would): the server's resident set and its data directory (on tmpfs: memory too).
-	RSSBytes           uint64  `json:"rss_bytes"`
+	RSSBytes uint64 `json:"rss_bytes"`
+	// AnonBytes is the anonymous part of the resident set (RssAnon): RSS also counts the
+	// pages of files the server maps (etcd's db on tmpfs), which DataDirBytes already counts.
+	AnonBytes          uint64  `json:"rss_anon_bytes"`
 	DataDirBytes       int64   `json:"data_dir_bytes"`
 	DataDirBytesBefore int64   `json:"data_dir_bytes_before_compaction"`
 	EtcdDBBytes        int64   `json:"etcd_db_bytes,omitempty"`
@@ -77,7 +82,7 @@ func (st *stateRun) load(ctx context.Context) (*StateLoad, error) {
 		res.ServerCPUPerObjUs = use.CPUMicros / float64(res.Objects)
 	}
 	if firstErr != nil {
-		res.RSSBytes = rssBytes(st.target.Pid)
+		res.RSSBytes, res.AnonBytes = rssBytes(st.target.Pid), anonBytes(st.target.Pid)
 		res.DataDirBytes = dirBytes(st.target.DataDir)
 		return res, firstErr
 	}
@@ -176,8 +181,9 @@ func (st *stateRun) compact(ctx context.Context, res *StateLoad) error {
 	res.DataDirBytes = dirBytes(st.target.DataDir)
 	res.EtcdDBBytes = etcdDBBytes(st.target)
 	res.RSSBytes = rssBytes(st.target.Pid)
-	st.cfg.logf("%s: compacted in %.1f s; RSS %s, data dir %s (before %s), etcd db %s (before defrag %s)", st.target.Name,
-		res.CompactSeconds, FmtBytes(float64(res.RSSBytes)), FmtBytes(float64(res.DataDirBytes)), FmtBytes(float64(res.DataDirBytesBefore)),
+	res.AnonBytes = anonBytes(st.target.Pid)
+	st.cfg.logf("%s: compacted in %.1f s; RSS %s (anonymous %s), data dir %s (before %s), etcd db %s (before defrag %s)", st.target.Name,
+		res.CompactSeconds, FmtBytes(float64(res.RSSBytes)), FmtBytes(float64(res.AnonBytes)), FmtBytes(float64(res.DataDirBytes)), FmtBytes(float64(res.DataDirBytesBefore)),
 		FmtBytes(float64(res.EtcdDBBytes)), FmtBytes(float64(res.EtcdDBBytesBefore)))
 	return nil
 }
@@ -188,6 +194,24 @@ func rssBytes(pid int) uint64 {
 		return 0
 	}
 	return s.RSSBytes
+}
+
+// anonBytes is RssAnon from /proc/<pid>/status, 0 if unknown.
+func anonBytes(pid int) uint64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			f := strings.Fields(v)
+			if len(f) > 0 {
+				n, _ := strconv.ParseUint(f[0], 10, 64)
+				return n * 1024
+			}
+		}
+	}
+	return 0
 }
 
 // dirBytes is the space the files under dir take (allocated blocks: tmpfs pages).

@@ -92,8 +92,9 @@ func stateRows(r *StateReport) []stateRow {
 			}
 			return fmt.Sprintf("%s (%s)", FmtBytes(float64(l.EtcdDBBytes)), FmtBytes(float64(l.EtcdDBBytesBefore)))
 		})},
-		stateRow{"memory: RSS + data dir, per object written", load(func(l *StateLoad) string {
-			tot := float64(l.RSSBytes) + float64(l.DataDirBytes)
+		stateRow{"anonymous RSS after load", load(func(l *StateLoad) string { return FmtBytes(float64(l.AnonBytes)) })},
+		stateRow{"memory: anonymous RSS + data dir, per object", load(func(l *StateLoad) string {
+			tot := float64(l.AnonBytes) + float64(l.DataDirBytes)
 			if l.Objects == 0 {
 				return "-"
 			}

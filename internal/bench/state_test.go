@@ -127,7 +127,7 @@ func checkStateTarget(t *testing.T, r *StateTarget, n int, watchers int) {
 		t.Fatalf("%s: failed %q or a phase missing: %+v", r.Target, r.Failed, r)
 	}
 	l := r.Load
-	if len(l.Kinds) != 3 || l.Objects != int64(3*n) || l.RSSBytes == 0 || l.DataDirBytes == 0 || l.ServerCPUPerObjUs <= 0 ||
+	if len(l.Kinds) != 3 || l.Objects != int64(3*n) || l.RSSBytes == 0 || l.AnonBytes == 0 || l.AnonBytes > l.RSSBytes || l.DataDirBytes == 0 || l.ServerCPUPerObjUs <= 0 ||
 		(etcd && (l.EtcdDBBytes == 0 || l.EtcdDBBytesBefore == 0)) || (!etcd && l.EtcdDBBytes != 0) {
 		t.Fatalf("%s load: %+v", r.Target, l)
 	}
