@@ -167,3 +167,33 @@ func checkStateTarget(t *testing.T, r *StateTarget, n int, watchers int) {
 		t.Fatalf("%s restart: %+v", r.Target, rs)
 	}
 }
+
+// TestBenchStateReportsFailure: etcd with a backend quota too small for the state fails the
+// load; the result says so (phase, etcd's error) and the phases that could not run are absent,
+// and the table shows them as failed and not run rather than leaving the rows out.
+func TestBenchStateReportsFailure(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts etcd")
+	}
+	storeBin, err := storeproc.FindBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	meganode := filepath.Join(filepath.Dir(storeBin), "meganode")
+	spec := TargetSpec{Kind: TargetEtcd, EtcdCmd: []string{meganode, "etcd"}, EtcdArgs: []string{"--quota-backend-bytes", "4194304"}}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	res, err := RunState(ctx, spec, StateConfig{Nodes: 2000, Clients: 8, Conns: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.HasPrefix(res.Failed, "load: nodes:") || !strings.Contains(res.Failed, "database space exceeded") ||
+		res.Load == nil || res.Load.Kinds[0].Errors == 0 || res.Load.Kinds[0].Objects >= 2000 || res.List != nil || res.Watch != nil || res.Restart != nil {
+		t.Fatalf("failed %q: %+v", res.Failed, res)
+	}
+	var buf bytes.Buffer
+	WriteStateTable(&buf, &StateReport{Nodes: 2000, Targets: []*StateTarget{res}})
+	if out := buf.String(); !strings.Contains(out, "FAILED after") || !strings.Contains(out, "not run") || !strings.Contains(out, "database space exceeded") {
+		t.Fatalf("table:\n%s", out)
+	}
+}
