@@ -72,11 +72,14 @@ demo-store: build
 # put (buffered) swept over clients, the floor beside it (get-missing and status: unary RPCs with no store work,
 # so put's server CPU splits into transport and store), lease-flood, watch, and put with --durability=fsync against etcd with its
 # data on the same disk (BENCH_FSYNC=0 skips it), and memory after BENCH_MEMORY_KEYS Lease-sized keys × 10 updates,
-# compacted (BENCH_MEMORY_KEYS=0 skips it; 1M takes ~8 min, mostly etcd). Writes docs/benchmarks.md and docs/bench/ from the JSON results.
+# compacted (BENCH_MEMORY_KEYS=0 skips it; 1M takes ~8 min, mostly etcd), and `bench state` (issue 14) with BENCH_STATE_NODES
+# nodes + as many pods and leases loaded, listed, watched and restarted (default 0 = skipped; 100000 takes ~4 min, its memory
+# ~3 GiB for etcd on tmpfs, 300000 three times that). Writes docs/benchmarks.md and docs/bench/ from the JSON results.
 BENCH_DURATION ?= 10s
 BENCH_ROUNDS ?= 3
 BENCH_FSYNC ?= 1
 BENCH_MEMORY_KEYS ?= 1000000
+BENCH_STATE_NODES ?= 0
 BENCH_OUT ?= $(BIN)/bench-results
 BENCH_DISK_DIR ?= $(BIN)/bench-disk
 BENCH_FLAGS = --duration $(BENCH_DURATION) --rounds $(BENCH_ROUNDS) --target both
@@ -93,6 +96,8 @@ bench: build
 	  --etcd-data-dir $(BENCH_DISK_DIR) --out $(BENCH_OUT)/put-fsync; fi
 	-if [ "$(BENCH_MEMORY_KEYS)" != 0 ]; then $(MEGANODE_BIN) bench memory --keys $(BENCH_MEMORY_KEYS) --updates 10 \
 	  --out $(BENCH_OUT)/memory; fi
+	-if [ "$(BENCH_STATE_NODES)" != 0 ]; then $(MEGANODE_BIN) bench state --nodes $(BENCH_STATE_NODES) --target both \
+	  --out $(BENCH_OUT)/state; fi
 	$(MEGANODE_BIN) bench report --in $$(ls -d $(BENCH_OUT)/*/ | paste -sd, -) --md docs/benchmarks.md --charts docs/bench
 
 # Real Kubernetes components for `meganode up`: kube-apiserver, kube-controller-manager and kube-scheduler from

@@ -502,6 +502,9 @@ func WriteMarkdown(w io.Writer, rep *Report, charts []NamedChart, chartPrefix st
 	}
 	fmt.Fprintln(w)
 
+	if rep.State != nil {
+		writeStateMarkdown(w, rep.State)
+	}
 	sums := Summarize(rep.Runs)
 	cmp := Compare(sums)
 	var names []string

@@ -28,6 +28,7 @@ type Report struct {
 	Meta     Meta          `json:"meta"`
 	Runs     []*Result     `json:"runs"`
 	Memory   *MemoryResult `json:"memory,omitempty"`
+	State    *StateReport  `json:"state,omitempty"`
 	Failures []string      `json:"failures,omitempty"`
 }
 
@@ -315,6 +316,9 @@ func Merge(reps ...*Report) *Report {
 		out.Runs = append(out.Runs, r.Runs...)
 		if r.Memory != nil {
 			out.Memory = r.Memory
+		}
+		if r.State != nil {
+			out.State = r.State
 		}
 		out.Failures = append(out.Failures, r.Failures...)
 	}

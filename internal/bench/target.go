@@ -55,6 +55,20 @@ type Target struct {
 	Pid       int
 	DataDir   string
 	close     func() error
+	crash     func() error // SIGKILL, then start again on DataDir (sets Endpoints and Pid)
+}
+
+// ReadyTimeout is how long a (re)started server may take to say it is ready.
+const ReadyTimeout = 10 * time.Minute
+
+// KillRestart kills the server with SIGKILL, as a crash would, and starts it again on the
+// same data directory (on a new port: Endpoints and Pid change). It returns once the new
+// process says it is ready to serve clients.
+func (t *Target) KillRestart() error {
+	if t == nil || t.crash == nil {
+		return errors.New("this target was not started here: it cannot be restarted")
+	}
+	return t.crash()
 }
 
 // Close stops the server if this package started it and removes its data.
@@ -99,19 +113,28 @@ func (s TargetSpec) startStore() (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := storeproc.Start(storeproc.Options{Bin: s.StoreBin, DataDir: dir, ExtraArgs: s.StoreArgs, Stderr: s.Log})
+	p, err := storeproc.Start(storeproc.Options{Bin: s.StoreBin, DataDir: dir, ExtraArgs: s.StoreArgs, Stderr: s.Log, ReadyTimeout: ReadyTimeout})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
 	}
-	return &Target{
+	t := &Target{
 		Name: TargetMeganode, Endpoints: []string{p.Endpoint}, Pid: p.Pid(), DataDir: dir,
 		close: func() error {
 			err := p.Stop()
 			os.RemoveAll(dir)
 			return err
 		},
-	}, nil
+	}
+	t.crash = func() error {
+		_ = p.Kill()
+		if err := p.Restart(); err != nil {
+			return err
+		}
+		t.Endpoints, t.Pid = []string{p.Endpoint}, p.Pid()
+		return nil
+	}
+	return t, nil
 }
 
 // ReadyLine is what a server prints once it serves clients (etcd's own wording).
@@ -129,6 +152,57 @@ func (s TargetSpec) startEtcd() (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
+	p, err := s.launchEtcd(dir, 60*time.Second)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	t := &Target{Name: TargetEtcd, Endpoints: []string{p.ep}, Pid: p.cmd.Process.Pid, DataDir: dir}
+	t.close = func() error {
+		p.stop()
+		os.RemoveAll(dir)
+		return nil
+	}
+	t.crash = func() error {
+		p.kill()
+		np, err := s.launchEtcd(dir, ReadyTimeout)
+		if err != nil {
+			return err
+		}
+		p = np
+		t.Endpoints, t.Pid = []string{p.ep}, p.cmd.Process.Pid
+		return nil
+	}
+	return t, nil
+}
+
+// etcdProc is one etcd process.
+type etcdProc struct {
+	ep   string
+	cmd  *exec.Cmd
+	done chan struct{}
+}
+
+func (p *etcdProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func (p *etcdProc) stop() {
+	select {
+	case <-p.done:
+	default:
+		_ = p.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(10 * time.Second):
+			p.kill()
+		}
+	}
+}
+
+// launchEtcd runs etcd on dir (fresh or not) on a free port and waits for its ready line.
+func (s TargetSpec) launchEtcd(dir string, timeout time.Duration) (*etcdProc, error) {
 	port, err := storeproc.FreePort()
 	if err != nil {
 		return nil, err
@@ -145,12 +219,11 @@ func (s TargetSpec) startEtcd() (*Target, error) {
 	}
 	cmd.Stdout = cmd.Stderr
 	if err := cmd.Start(); err != nil {
-		os.RemoveAll(dir)
 		return nil, err
 	}
 	tail := &lineTail{}
 	ready := make(chan struct{})
-	done := make(chan struct{})
+	p := &etcdProc{ep: ep, cmd: cmd, done: make(chan struct{})}
 	var waitErr error
 	go func() {
 		sc := bufio.NewScanner(out)
@@ -167,32 +240,16 @@ func (s TargetSpec) startEtcd() (*Target, error) {
 			}
 		}
 	}()
-	go func() { waitErr = cmd.Wait(); close(done) }()
-	stop := func() error {
-		select {
-		case <-done:
-		default:
-			_ = cmd.Process.Signal(syscall.SIGTERM)
-			select {
-			case <-done:
-			case <-time.After(10 * time.Second):
-				_ = cmd.Process.Kill()
-				<-done
-			}
-		}
-		os.RemoveAll(dir)
-		return nil
-	}
+	go func() { waitErr = cmd.Wait(); close(p.done) }()
 	select {
 	case <-ready:
-	case <-done:
-		os.RemoveAll(dir)
+	case <-p.done:
 		return nil, fmt.Errorf("etcd exited before it was ready (%v):\n%s", waitErr, tail.String())
-	case <-time.After(60 * time.Second):
-		stop()
-		return nil, errors.New("etcd not ready after 60s:\n" + tail.String())
+	case <-time.After(timeout):
+		p.stop()
+		return nil, fmt.Errorf("etcd not ready after %s:\n%s", timeout, tail.String())
 	}
-	return &Target{Name: TargetEtcd, Endpoints: []string{ep}, Pid: cmd.Process.Pid, DataDir: dir, close: stop}, nil
+	return p, nil
 }
 
 type lineTail struct {

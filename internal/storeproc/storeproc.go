@@ -24,8 +24,11 @@ type Options struct {
 	Bin       string   // path to meganode-store; default: $MEGANODE_STORE_BIN or <repo>/bin/meganode-store
 	DataDir   string   // default: a new temporary directory
 	ExtraArgs []string // passed through as they are (e.g. TLS flags, --durability)
-	Stderr    io.Writer
-	Scheme    string // "http" (default) or "https"
+	// ReadyTimeout bounds the wait for the ready line (default 30 s; a restart over a large
+	// data directory needs longer).
+	ReadyTimeout time.Duration
+	Stderr       io.Writer
+	Scheme       string // "http" (default) or "https"
 }
 
 // Proc is a running store.
@@ -147,14 +150,18 @@ func (p *Proc) start() error {
 		p.waitErr = cmd.Wait()
 		close(p.done)
 	}()
+	timeout := p.opts.ReadyTimeout
+	if timeout <= 0 {
+		timeout = 30 * time.Second
+	}
 	select {
 	case <-ready:
 		return nil
 	case <-p.done:
 		return fmt.Errorf("meganode-store exited before it was ready (%v):\n%s", p.waitErr, p.Tail())
-	case <-time.After(30 * time.Second):
+	case <-time.After(timeout):
 		_ = cmd.Process.Kill()
-		return fmt.Errorf("meganode-store not ready after 30s:\n%s", p.Tail())
+		return fmt.Errorf("meganode-store not ready after %s:\n%s", timeout, p.Tail())
 	}
 }
 
