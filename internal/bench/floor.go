@@ -2,6 +2,8 @@ package bench
 
 import (
 	"context"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 )
 
 // The floor: unary RPCs that ask the store for (almost) nothing, on the same
@@ -29,7 +31,10 @@ func (g *GetMissing) Op(ctx context.Context, w *Worker) error {
 	return err
 }
 
-// StatusCall is the Maintenance Status RPC: no key at all.
+// StatusCall is the Maintenance Status RPC on the worker's own connection: no
+// key at all. (clientv3's Maintenance.Status dials the endpoint anew for every
+// call, which measures connection set-up, not the RPC: 86 µs of server CPU per
+// call instead of get-missing's 13.)
 type StatusCall struct{}
 
 func (StatusCall) Name() string                                        { return "status" }
@@ -37,6 +42,6 @@ func (StatusCall) Setup(ctx context.Context, r *Run) error             { return 
 func (StatusCall) Finish(ctx context.Context, r *Run, _ *Result) error { return nil }
 
 func (StatusCall) Op(ctx context.Context, w *Worker) error {
-	_, err := w.Cli.Status(ctx, w.Cli.Endpoints()[0])
+	_, err := pb.NewMaintenanceClient(w.Cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
 	return err
 }
