@@ -135,7 +135,9 @@ impl PbMaintenanceService for MaintenanceService {
     async fn snapshot(&self, r: Request<PbSnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
         self.admin(&r)?;
         let store = self.0.store.clone();
-        let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode(&store))
+        // With the auth state, as etcd's snapshot holds its auth buckets (restored by --restore-from).
+        let auth = self.0.auth.encoded_state();
+        let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode_with_auth(&store, Some(&auth)))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
         // It holds every committed write: sent only once they are all durable.
