@@ -274,6 +274,23 @@ func (f *fieldSide) kv() {
 	txn("txn: duplicate put", &pb.TxnRequest{Success: []*pb.RequestOp{putOp("x", "1"), putOp("x", "2")}})
 	txn("txn: put with a missing lease", &pb.TxnRequest{Success: []*pb.RequestOp{
 		{Request: &pb.RequestOp_RequestPut{RequestPut: &pb.PutRequest{Key: b("x"), Value: b("1"), Lease: 999}}}}})
+	txn("txn: compare over a range [a, c) by version > 0, delete [b, c)", &pb.TxnRequest{Compare: []*pb.Compare{{Key: b("a"), RangeEnd: b("c"),
+		Target: pb.Compare_VERSION, Result: pb.Compare_GREATER, TargetUnion: &pb.Compare_Version{Version: 0}}},
+		Success: []*pb.RequestOp{{Request: &pb.RequestOp_RequestDeleteRange{RequestDeleteRange: &pb.DeleteRangeRequest{Key: b("b"), RangeEnd: b("c"), PrevKv: true}}}}})
+	txn("txn: compare lease of a = 0, value of missing < x, mod of e != 0", &pb.TxnRequest{Compare: []*pb.Compare{
+		{Key: b("a"), Target: pb.Compare_LEASE, Result: pb.Compare_EQUAL, TargetUnion: &pb.Compare_Lease{Lease: 0}},
+		{Key: b("e"), Target: pb.Compare_MOD, Result: pb.Compare_NOT_EQUAL, TargetUnion: &pb.Compare_ModRevision{ModRevision: 0}}},
+		Success: []*pb.RequestOp{putOp("b", "2"), getOp("b")}})
+	txn("txn: value compare on a missing key fails", &pb.TxnRequest{Compare: []*pb.Compare{
+		{Key: b("zz"), Target: pb.Compare_VALUE, Result: pb.Compare_LESS, TargetUnion: &pb.Compare_Value{Value: b("x")}}},
+		Failure: []*pb.RequestOp{getOp("zz")}})
+	put("put new key f with prev_kv (none)", &pb.PutRequest{Key: b("f"), Value: b("1"), PrevKv: true})
+	r("range [a, \\x00) sorted by create revision ascending, limit 2", &pb.RangeRequest{Key: b("a"), RangeEnd: b("\x00"),
+		SortOrder: pb.RangeRequest_ASCEND, SortTarget: pb.RangeRequest_CREATE, Limit: 2})
+	r("range [a, \\x00) sorted by key descending, keys only", &pb.RangeRequest{Key: b("a"), RangeEnd: b("\x00"),
+		SortOrder: pb.RangeRequest_DESCEND, KeysOnly: true})
+	r("range [a, \\x00) sort target value, no order", &pb.RangeRequest{Key: b("a"), RangeEnd: b("\x00"), SortTarget: pb.RangeRequest_VALUE})
+	del("delete [e, g) prev_kv", &pb.DeleteRangeRequest{Key: b("e"), RangeEnd: b("g"), PrevKv: true})
 	cr, err := kv.Compact(ctx, &pb.CompactionRequest{Revision: 3})
 	f.rec("compact 3", cr, err)
 	cr, err = kv.Compact(ctx, &pb.CompactionRequest{Revision: 2})
@@ -354,6 +371,15 @@ func (f *fieldSide) watch() {
 	bs.recv("B: put wa")
 	bs.recv("B: put w again")
 
+	e := f.watchStream(ctx)
+	e.create("E: watch [w, x) without puts, prev_kv", &pb.WatchCreateRequest{Key: b("w"), RangeEnd: b("x"), PrevKv: true,
+		Filters: []pb.WatchCreateRequest_FilterType{pb.WatchCreateRequest_NOPUT}})
+	put("wb", "1")
+	_, err = f.tg.KV.Txn(f.ctx(), &pb.TxnRequest{Success: []*pb.RequestOp{putOp("wc", "1"), delOp("wa", "wb\x00")}})
+	must(f.t, "txn", err)
+	e.recv("E: the txn's deletes of wa and wb")
+	e.send("E: cancel", cancelReq(0))
+
 	c := f.watchStream(ctx)
 	c.create("C: watch at a compacted revision", &pb.WatchCreateRequest{Key: b("w"), StartRevision: 2})
 	c.recv("C: its cancel")
@@ -405,10 +431,22 @@ func (f *fieldSide) lease() {
 	f.rec("time to live 7001", tl, err)
 	tl, err = ls.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: 9999})
 	f.rec("time to live of a missing lease", tl, err)
+	// 7002 (TTL 2) expires: its key goes, and the lease is gone for TimeToLive and KeepAlive.
+	_, err = f.tg.KV.Put(ctx, &pb.PutRequest{Key: b("l3"), Value: b("v"), Lease: 7002})
+	must(f.t, "put on 7002", err)
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if g, err := f.tg.KV.Range(ctx, rangeOf("l3", "")); err == nil && len(g.Kvs) == 0 {
+			break
+		}
+	}
+	tl, err = ls.LeaseTimeToLive(ctx, &pb.LeaseTimeToLiveRequest{ID: 7002, Keys: true})
+	f.rec("time to live of the expired 7002", tl, err)
+	rv0, err := ls.LeaseRevoke(ctx, &pb.LeaseRevokeRequest{ID: 7002})
+	f.rec("revoke the expired 7002", rv0, err)
 	ll, err := ls.LeaseLeases(ctx, &pb.LeaseLeasesRequest{})
 	if err == nil { // the order of etcd's list is its map's
 		for i, l := range ll.Leases {
-			if l.ID != 7001 && l.ID != 7002 {
+			if l.ID != 7001 {
 				ll.Leases[i].ID = normLeaseID
 			}
 		}
@@ -492,8 +530,20 @@ func (f *fieldSide) maintenance() {
 	f.rec("alarm activate corrupt", al, err)
 	st, err = m.Status(ctx, &pb.StatusRequest{})
 	f.rec("status with an alarm", st, err)
+	pr, err := f.tg.KV.Put(ctx, &pb.PutRequest{Key: b("x"), Value: b("1")})
+	f.rec("put with corrupt raised", pr, err)
 	al, err = m.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: f.me, Alarm: pb.AlarmType_CORRUPT})
 	f.rec("alarm deactivate corrupt", al, err)
+	al, err = m.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_ACTIVATE, MemberID: f.me, Alarm: pb.AlarmType_NOSPACE})
+	f.rec("alarm activate nospace", al, err)
+	pr, err = f.tg.KV.Put(ctx, &pb.PutRequest{Key: b("x"), Value: b("1")})
+	f.rec("put with nospace raised", pr, err)
+	dr, err := f.tg.KV.DeleteRange(ctx, &pb.DeleteRangeRequest{Key: b("x")})
+	f.rec("delete with nospace raised", dr, err)
+	al, err = m.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_GET, Alarm: pb.AlarmType_NOSPACE})
+	f.rec("alarm get nospace", al, err)
+	al, err = m.Alarm(ctx, &pb.AlarmRequest{Action: pb.AlarmRequest_DEACTIVATE, MemberID: f.me, Alarm: pb.AlarmType_NOSPACE})
+	f.rec("alarm deactivate nospace", al, err)
 	d, err := m.Defragment(ctx, &pb.DefragmentRequest{})
 	f.rec("defragment", d, err)
 	h, err := m.Hash(ctx, &pb.HashRequest{})
