@@ -16,7 +16,7 @@ import (
 type etcdFlags struct {
 	dataDir, listen, logLevel string
 	quota                     int64
-	maxReq                    uint
+	maxReq, authTTL           uint
 }
 
 // newEtcdCmd: `meganode etcd` runs real etcd (v3.6, embedded from its Go modules) as a
@@ -42,6 +42,7 @@ SIGTERM or SIGINT stops it and keeps the data directory.`,
 	fs.Int64Var(&f.quota, "quota-backend-bytes", 8<<30, "backend quota in bytes (etcd's default is 2 GiB)")
 	fs.StringVar(&f.logLevel, "log-level", "error", "etcd log level")
 	fs.UintVar(&f.maxReq, "max-request-bytes", 0, "max request size; 0 keeps etcd's 1.5 MiB")
+	fs.UintVar(&f.authTTL, "auth-token-ttl", 0, "simple token TTL in seconds; 0 keeps etcd's 300")
 	return cmd
 }
 
@@ -65,7 +66,7 @@ func runEtcd(ctx context.Context, cmd *cobra.Command, f *etcdFlags) error {
 	}
 	srv, err := etcdref.Start(etcdref.Options{
 		DataDir: f.dataDir, ClientPort: port, LogLevel: f.logLevel,
-		QuotaBackendBytes: f.quota, MaxRequestBytes: f.maxReq,
+		QuotaBackendBytes: f.quota, MaxRequestBytes: f.maxReq, AuthTokenTTL: f.authTTL,
 	})
 	if err != nil {
 		return err

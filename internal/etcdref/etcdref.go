@@ -29,6 +29,8 @@ type Options struct {
 	// ClientPort to listen on (127.0.0.1); 0 picks a free port.
 	ClientPort int
 	AuthToken  string // etcd's --auth-token ("" keeps etcd's default, simple)
+	// AuthTokenTTL is etcd's --auth-token-ttl in seconds (0 keeps etcd's 300).
+	AuthTokenTTL uint
 }
 
 // Server is a running embedded etcd.
@@ -89,6 +91,9 @@ func Start(opts Options) (*Server, error) {
 	}
 	if opts.AuthToken != "" {
 		cfg.AuthToken = opts.AuthToken
+	}
+	if opts.AuthTokenTTL != 0 {
+		cfg.AuthTokenTTL = opts.AuthTokenTTL
 	}
 	if opts.QuotaBackendBytes != 0 {
 		cfg.QuotaBackendBytes = opts.QuotaBackendBytes

@@ -203,6 +203,12 @@ func (p *Proc) Restart() error {
 	return p.start()
 }
 
+// RestartWith starts the stopped process again with extraArgs in place of its options' ExtraArgs.
+func (p *Proc) RestartWith(extraArgs []string) error {
+	p.opts.ExtraArgs = extraArgs
+	return p.start()
+}
+
 // Exited reports whether the process has gone, with its wait error.
 func (p *Proc) Exited(ctx context.Context) (bool, error) {
 	select {

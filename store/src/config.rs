@@ -9,6 +9,9 @@ pub struct Config {
     pub data_dir: String,
     pub listen_client_urls: Vec<String>,
     pub advertise_client_urls: Vec<String>,
+    /// etcd's --initial-advertise-peer-urls: only reported as this member's
+    /// peer URLs (MemberList); nothing listens on them (a single member).
+    pub advertise_peer_urls: Vec<String>,
     pub listen_metrics_urls: Vec<String>,
     pub max_request_bytes: usize,
     pub cert_file: Option<String>,
@@ -45,6 +48,7 @@ impl Default for Config {
             data_dir: String::new(),
             listen_client_urls: vec!["http://localhost:2379".into()],
             advertise_client_urls: Vec::new(),
+            advertise_peer_urls: vec!["http://localhost:2380".into()],
             listen_metrics_urls: Vec::new(),
             max_request_bytes: 1572864,
             cert_file: None,
@@ -69,7 +73,7 @@ impl Default for Config {
 
 /// etcd flags with no meaning for a single in-memory member.
 const IGNORED: &[&str] = &[
-    "listen-peer-urls", "initial-advertise-peer-urls", "initial-cluster", "initial-cluster-state",
+    "listen-peer-urls", "initial-cluster", "initial-cluster-state",
     "initial-cluster-token", "snapshot-count", "heartbeat-interval", "election-timeout",
     "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
     "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
@@ -78,7 +82,7 @@ const IGNORED: &[&str] = &[
 ];
 
 const KNOWN: &[&str] = &[
-    "name", "data-dir", "listen-client-urls", "advertise-client-urls", "listen-metrics-urls", "max-request-bytes",
+    "name", "data-dir", "listen-client-urls", "advertise-client-urls", "initial-advertise-peer-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
     "test-fault-fsync-latency", "test-fault-write-latency",
@@ -141,6 +145,7 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
             "data-dir" => c.data_dir = value,
             "listen-client-urls" => c.listen_client_urls = list(&value),
             "advertise-client-urls" => c.advertise_client_urls = list(&value),
+            "initial-advertise-peer-urls" => c.advertise_peer_urls = list(&value),
             "listen-metrics-urls" => c.listen_metrics_urls = list(&value),
             "max-request-bytes" => {
                 c.max_request_bytes = value.parse().map_err(|_| format!("invalid value {value:?} for --max-request-bytes"))?
@@ -223,6 +228,11 @@ mod tests {
         assert_eq!(parse(&a(&["--quota-backend-bytes", "33554432"])).unwrap().quota_backend_bytes, 33554432);
         assert_eq!(parse(&a(&["--quota-backend-bytes=-1"])).unwrap().quota_backend_bytes, -1);
         assert!(parse(&a(&["--quota-backend-bytes=32MiB"])).is_err());
+        // etcd's default peer URL, or the flag's: reported by MemberList only.
+        assert_eq!(c.advertise_peer_urls, vec!["http://localhost:2380"]);
+        let c = parse(&a(&["--initial-advertise-peer-urls", "http://10.0.0.1:2380,http://10.0.0.2:2380"])).unwrap();
+        assert_eq!(c.advertise_peer_urls, vec!["http://10.0.0.1:2380", "http://10.0.0.2:2380"]);
+        assert!(c.ignored.is_empty());
     }
 
     #[test]

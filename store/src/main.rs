@@ -155,7 +155,9 @@ async fn run(cfg: Config) -> Result<(), String> {
     // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.
     let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
     let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));
-    let mut auth = meganode_store::auth::AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir).map_err(|e| e.message().to_string())?;
+    // A --restore-from snapshot's auth state replaces the directory's (docs/design.md §7).
+    let mut auth = meganode_store::auth::AuthStore::new_restored(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir, rep.restored_auth.as_deref())
+        .map_err(|e| e.message().to_string())?;
     if cfg.auth_token.starts_with("jwt") {
         auth = auth.with_jwt(meganode_store::auth::jwt::JwtTokens::parse(&cfg.auth_token)?);
     }

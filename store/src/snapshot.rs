@@ -1,6 +1,9 @@
 //! The snapshot format (docs/design.md, "Snapshot"): the whole state — every
 //! retained revision of every key, leases, revision counters — as one
 //! checksummed byte string. Maintenance.Snapshot streams it; restore reads it.
+//! The server's snapshots end with the auth state (`"AUTH" | len:u64 |
+//! auth.state's bytes`, crate::auth::persist) before the checksum, as etcd's
+//! snapshot holds its auth buckets; a snapshot without it still decodes.
 use bytes::{Buf, BufMut, Bytes};
 
 use crate::mvcc::key_history::Version;
@@ -8,7 +11,14 @@ use crate::mvcc::Store;
 
 pub const MAGIC: &[u8; 8] = b"MGNSNAP1";
 
+const AUTH_TAG: &[u8; 4] = b"AUTH";
+
 pub fn encode(store: &Store) -> Vec<u8> {
+    encode_with_auth(store, None)
+}
+
+/// The snapshot, with the encoded auth state (crate::auth::persist::encode) when given.
+pub fn encode_with_auth(store: &Store, auth: Option<&[u8]>) -> Vec<u8> {
     let shards = store.all_shards();
     let locked = store.lock_read(shards);
     // Committed: the shards hold every version up to it; the server streams
@@ -32,6 +42,11 @@ pub fn encode(store: &Store) -> Vec<u8> {
             put_key(&mut out, k, h.versions());
         }
     }
+    if let Some(a) = auth {
+        out.put_slice(AUTH_TAG);
+        out.put_u64_le(a.len() as u64);
+        out.put_slice(a);
+    }
     let crc = crc32c::crc32c(&out);
     out.put_u32_le(crc);
     out
@@ -42,6 +57,8 @@ pub struct Decoded {
     pub compacted: i64,
     pub leases: Vec<(i64, i64, i64)>,
     pub keys: Vec<(Bytes, Vec<Version>)>,
+    /// The encoded auth state, when the snapshot carries one.
+    pub auth: Option<Vec<u8>>,
 }
 
 pub fn decode(buf: &[u8]) -> Result<Decoded, String> {
@@ -74,7 +91,18 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, String> {
     need!(8);
     let nk = b.get_u64_le() as usize;
     let keys = get_keys(&mut b, nk)?;
-    Ok(Decoded { rev, compacted, leases, keys })
+    let mut auth = None;
+    if b.remaining() >= 12 && &b[..4] == AUTH_TAG {
+        b.advance(4);
+        let n = b.get_u64_le() as usize;
+        need!(n);
+        auth = Some(b[..n].to_vec());
+        b.advance(n);
+    }
+    if b.has_remaining() {
+        return Err(format!("snapshot: {} bytes after the keys", b.remaining()));
+    }
+    Ok(Decoded { rev, compacted, leases, keys, auth })
 }
 
 /// One key with its versions, as snapshots and checkpoints store it.
@@ -152,5 +180,9 @@ mod tests {
         let mut bad = blob.clone();
         bad[20] ^= 1;
         assert!(decode(&bad).is_err());
+        assert_eq!(d.auth, None);
+        let with = decode(&encode_with_auth(&s, Some(b"MGNAUTH1 state"))).unwrap();
+        assert_eq!(with.auth.as_deref(), Some(&b"MGNAUTH1 state"[..]));
+        assert_eq!(with.keys.len(), 7);
     }
 }

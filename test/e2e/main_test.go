@@ -66,6 +66,7 @@ type serverOpts struct {
 	NoClient        bool          // start only the server
 	QuotaBytes      int64         // --quota-backend-bytes; 0 keeps the server's default
 	AuthToken       string        // --auth-token; "" keeps the server's default (simple)
+	AuthTokenTTL    uint          // --auth-token-ttl in seconds; 0 keeps the server's default (300)
 }
 
 func useEtcdForMeganode() bool { return os.Getenv("MEGANODE_E2E_TARGET") == "etcd" }
@@ -79,7 +80,7 @@ func startServer(kind string, o serverOpts) (*target, error) {
 	}
 	if kind == kindEtcd || useEtcdForMeganode() {
 		eo := etcdref.Options{LogLevel: "fatal", MaxRequestBytes: o.MaxRequestBytes, WatchProgressNotifyInterval: o.ProgressNotify,
-			QuotaBackendBytes: o.QuotaBytes, AuthToken: o.AuthToken}
+			QuotaBackendBytes: o.QuotaBytes, AuthToken: o.AuthToken, AuthTokenTTL: o.AuthTokenTTL}
 		if dir, err := os.MkdirTemp(shmDir(), "e2e-etcd-"); err == nil {
 			eo.DataDir = dir
 		}
@@ -100,27 +101,12 @@ func startServer(kind string, o serverOpts) (*target, error) {
 			return nil, fmt.Errorf("%v\n(the meganode subtests need the store binary: `make store`, or set MEGANODE_STORE_BIN; "+
 				"MEGANODE_E2E_TARGET=etcd runs them against a second embedded etcd instead)", err)
 		}
-		so := storeproc.Options{Bin: bin, Scheme: scheme}
+		so := storeproc.Options{Bin: bin, Scheme: scheme, ExtraArgs: storeArgs(o)}
 		if os.Getenv("MEGANODE_STORE_LOG") == "1" {
 			so.Stderr = os.Stderr
 		}
 		if dir, err := os.MkdirTemp(shmDir(), "e2e-store-"); err == nil {
 			so.DataDir = dir
-		}
-		if o.MaxRequestBytes > 0 {
-			so.ExtraArgs = append(so.ExtraArgs, "--max-request-bytes", fmt.Sprint(o.MaxRequestBytes))
-		}
-		if o.QuotaBytes != 0 {
-			so.ExtraArgs = append(so.ExtraArgs, "--quota-backend-bytes", fmt.Sprint(o.QuotaBytes))
-		}
-		if o.AuthToken != "" {
-			so.ExtraArgs = append(so.ExtraArgs, "--auth-token", o.AuthToken)
-		}
-		if o.ProgressNotify > 0 {
-			so.ExtraArgs = append(so.ExtraArgs, "--watch-progress-notify-interval", o.ProgressNotify.String())
-		}
-		if o.Certs != nil {
-			so.ExtraArgs = append(so.ExtraArgs, o.Certs.StoreArgs(o.ClientCertAuth)...)
 		}
 		p, err := storeproc.Start(so)
 		if err != nil {
@@ -138,6 +124,30 @@ func startServer(kind string, o serverOpts) (*target, error) {
 	}
 	tg.setClient(cli)
 	return tg, nil
+}
+
+// storeArgs are the store's flags for o.
+func storeArgs(o serverOpts) []string {
+	var args []string
+	if o.MaxRequestBytes > 0 {
+		args = append(args, "--max-request-bytes", fmt.Sprint(o.MaxRequestBytes))
+	}
+	if o.QuotaBytes != 0 {
+		args = append(args, "--quota-backend-bytes", fmt.Sprint(o.QuotaBytes))
+	}
+	if o.AuthToken != "" {
+		args = append(args, "--auth-token", o.AuthToken)
+	}
+	if o.AuthTokenTTL != 0 {
+		args = append(args, "--auth-token-ttl", fmt.Sprint(o.AuthTokenTTL))
+	}
+	if o.ProgressNotify > 0 {
+		args = append(args, "--watch-progress-notify-interval", o.ProgressNotify.String())
+	}
+	if o.Certs != nil {
+		args = append(args, o.Certs.StoreArgs(o.ClientCertAuth)...)
+	}
+	return args
 }
 
 func shmDir() string {

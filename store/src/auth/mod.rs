@@ -187,16 +187,25 @@ pub struct AuthStore {
 impl AuthStore {
     /// `bcrypt_cost` outside bcrypt's 4..=31 falls back to 10, as etcd's.
     pub fn new(bcrypt_cost: u32, token_ttl: Duration, dir: Option<PathBuf>) -> Result<Self> {
+        Self::new_restored(bcrypt_cost, token_ttl, dir, None)
+    }
+
+    /// `new`, but starting from `restored` (a snapshot's auth state, encoded as
+    /// auth.state is) instead of what `dir` holds; it is saved there at once.
+    pub fn new_restored(bcrypt_cost: u32, token_ttl: Duration, dir: Option<PathBuf>, restored: Option<&[u8]>) -> Result<Self> {
         let cost = if (4..=31).contains(&bcrypt_cost) { bcrypt_cost } else { 10 };
-        let mut state = match &dir {
-            Some(d) => persist::load(d).map_err(AuthError::Other)?.unwrap_or_default(),
-            None => State::default(),
+        let restored = restored.map(|b| persist::decode(b).map_err(|e| AuthError::Other(format!("restored auth state: {e}")))).transpose()?;
+        let mut state = match (&restored, &dir) {
+            (Some(s), _) => s.clone(),
+            (None, Some(d)) => persist::load(d).map_err(AuthError::Other)?.unwrap_or_default(),
+            (None, None) => State::default(),
         };
         // etcd starts a new auth store at revision 1.
         let fresh = state.revision == 0;
         if fresh {
             state.revision = 1;
         }
+        let fresh = fresh || restored.is_some();
         let s = AuthStore {
             enabled: AtomicBool::new(state.enabled),
             revision: AtomicU64::new(state.revision),
@@ -228,6 +237,11 @@ impl AuthStore {
     #[inline]
     pub fn enabled(&self) -> bool {
         self.enabled.load(Ordering::Acquire)
+    }
+
+    /// The whole state as auth.state holds it, for the Maintenance Snapshot.
+    pub fn encoded_state(&self) -> Vec<u8> {
+        persist::encode(&self.inner.read().state)
     }
 
     pub fn revision(&self) -> u64 {
@@ -702,6 +716,28 @@ mod tests {
         assert_eq!(s.status(), (true, 3));
         assert!(s.enabled());
         assert_eq!(s.check_password("root", "r"), Ok(3));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn restored_state_replaces_the_directorys() {
+        let snap = {
+            let s = AuthStore::new(4, Duration::from_secs(300), None).unwrap();
+            s.user_add("root", pw(&s, "r"), false).unwrap();
+            s.user_grant_role("root", "root").unwrap();
+            s.enable().unwrap();
+            s.encoded_state()
+        };
+        let dir = std::env::temp_dir().join(format!("auth-restore-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        AuthStore::new(4, Duration::from_secs(300), Some(dir.clone())).unwrap();
+        let s = AuthStore::new_restored(4, Duration::from_secs(300), Some(dir.clone()), Some(&snap)).unwrap();
+        assert_eq!(s.status(), (true, 3));
+        // Saved at once: the next start (without the snapshot) has it.
+        let s = AuthStore::new(4, Duration::from_secs(300), Some(dir.clone())).unwrap();
+        assert_eq!(s.status(), (true, 3));
+        assert_eq!(s.check_password("root", "r"), Ok(3));
+        assert!(AuthStore::new_restored(4, Duration::from_secs(300), None, Some(b"garbage")).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -86,8 +86,11 @@ impl PbMaintenanceService for MaintenanceService {
             is_learner: false,
             storage_version: "3.6.0".into(),
             db_size_quota: self.0.store.quota(),
-            // etcd always sets it (not enabled, no target).
-            downgrade_info: Some(PbDowngradeInfo { enabled: false, target_version: String::new() }),
+            // etcd always sets it: not enabled and no target, or Downgrade ENABLE's.
+            downgrade_info: Some(match self.0.downgrade.lock().unwrap().clone() {
+                Some(target_version) => PbDowngradeInfo { enabled: true, target_version },
+                None => PbDowngradeInfo { enabled: false, target_version: String::new() },
+            }),
         }))
     }
 
@@ -132,7 +135,9 @@ impl PbMaintenanceService for MaintenanceService {
     async fn snapshot(&self, r: Request<PbSnapshotRequest>) -> Result<Response<Self::SnapshotStream>, Status> {
         self.admin(&r)?;
         let store = self.0.store.clone();
-        let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode(&store))
+        // With the auth state, as etcd's snapshot holds its auth buckets (restored by --restore-from).
+        let auth = self.0.auth.encoded_state();
+        let blob = tokio::task::spawn_blocking(move || crate::snapshot::encode_with_auth(&store, Some(&auth)))
             .await
             .map_err(|e| Status::internal(e.to_string()))?;
         // It holds every committed write: sent only once they are all durable.
@@ -165,8 +170,85 @@ impl PbMaintenanceService for MaintenanceService {
         }
     }
 
+    /// etcd's Downgrade on a single member: VALIDATE and ENABLE take the target
+    /// as X.Y or X.Y.Z, which must be one minor below the cluster version (3.6);
+    /// ENABLE records it (Status' downgrade_info, in memory), CANCEL clears it
+    /// and answers OK whether or not one was enabled. Every answer carries the
+    /// cluster version (X.Y). etcd would then lower the cluster version to the
+    /// target while its members run older binaries; this store never does
+    /// (docs/design.md §6 Membership).
     async fn downgrade(&self, r: Request<PbDowngradeRequest>) -> Result<Response<PbDowngradeResponse>, Status> {
         self.admin(&r)?;
-        Err(Status::unimplemented("downgrade is not supported"))
+        let r = r.into_inner();
+        let cluster: String = ETCD_COMPAT_VERSION.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
+        let mut state = self.0.downgrade.lock().unwrap();
+        match r.action {
+            DOWNGRADE_VALIDATE | DOWNGRADE_ENABLE => {
+                let target = downgrade_target(&r.version)?;
+                if state.is_some() {
+                    return Err(Status::failed_precondition("etcdserver: cluster has a downgrade job in progress"));
+                }
+                if r.action == DOWNGRADE_ENABLE {
+                    *state = Some(target);
+                }
+            }
+            DOWNGRADE_CANCEL => *state = None,
+            _ => return Err(Status::unknown("etcdserver: unknown method")),
+        }
+        drop(state);
+        Ok(Response::new(PbDowngradeResponse { header: self.0.header(self.0.store.current_rev()), version: cluster }))
+    }
+}
+
+const DOWNGRADE_VALIDATE: i32 = 0;
+const DOWNGRADE_ENABLE: i32 = 1;
+const DOWNGRADE_CANCEL: i32 = 2;
+
+/// etcd's convertToClusterVersion and allowedDowngradeVersion: `v` read as a
+/// semantic version (X.Y taken as X.Y.0), its patch dropped, must be one minor
+/// below the version this store reports; answers it as etcd records it ("3.5.0").
+fn downgrade_target(v: &str) -> Result<String, Status> {
+    let (major, minor) = semver_major_minor(v)
+        .or_else(|| semver_major_minor(&format!("{v}.0")))
+        .ok_or_else(|| Status::invalid_argument("etcdserver: wrong downgrade target version format"))?;
+    let mut ours = ETCD_COMPAT_VERSION.split('.').map(|p| p.parse::<i64>().unwrap_or(0));
+    let (our_major, our_minor) = (ours.next().unwrap_or(0), ours.next().unwrap_or(0));
+    if (major, minor) != (our_major, our_minor - 1) {
+        return Err(Status::invalid_argument("etcdserver: invalid downgrade target version"));
+    }
+    Ok(format!("{major}.{minor}.0"))
+}
+
+/// go-semver's Version.Set: MAJOR.MINOR.PATCH[-PRE][+META], each of the three an integer.
+fn semver_major_minor(v: &str) -> Option<(i64, i64)> {
+    let (v, meta) = v.split_once('+').unwrap_or((v, ""));
+    let (v, pre) = v.split_once('-').unwrap_or((v, ""));
+    let ident_ok = |s: &str| s.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '.');
+    if !ident_ok(pre) || !ident_ok(meta) {
+        return None;
+    }
+    let parts: Vec<&str> = v.splitn(3, '.').collect();
+    if parts.len() != 3 {
+        return None;
+    }
+    let n: Vec<i64> = parts.iter().map(|p| p.parse::<i64>().ok()).collect::<Option<_>>()?;
+    Some((n[0], n[1]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::downgrade_target;
+
+    #[test]
+    fn downgrade_targets_as_etcd_reads_them() {
+        assert_eq!(downgrade_target("3.5").unwrap(), "3.5.0");
+        assert_eq!(downgrade_target("3.5.17").unwrap(), "3.5.0");
+        assert_eq!(downgrade_target("3.5.0-rc.1").unwrap(), "3.5.0");
+        for bad in ["3.4", "3.6", "3.7", "4.5"] {
+            assert_eq!(downgrade_target(bad).unwrap_err().message(), "etcdserver: invalid downgrade target version", "{bad}");
+        }
+        for bad in ["x.y", "", "3", "3.5.1.2", "3.a"] {
+            assert_eq!(downgrade_target(bad).unwrap_err().message(), "etcdserver: wrong downgrade target version format", "{bad}");
+        }
     }
 }

@@ -56,6 +56,11 @@ pub struct Ctx {
     pub wal: Option<Arc<crate::wal::Wal>>,
     /// Users, roles, tokens and the permission checks (crate::auth).
     pub auth: Arc<AuthStore>,
+    /// This member's peer URLs as MemberList reports them: --initial-advertise-peer-urls,
+    /// changed by MemberUpdate (in memory only, see cluster.rs).
+    pub peer_urls: std::sync::Mutex<Vec<String>>,
+    /// The downgrade target etcd's Downgrade ENABLE set and CANCEL clears (maintenance.rs).
+    pub downgrade: std::sync::Mutex<Option<String>>,
 }
 
 impl Ctx {
@@ -80,7 +85,11 @@ impl Ctx {
                 }
             }));
         }
-        Arc::new(Ctx { store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth })
+        let peer_urls = std::sync::Mutex::new(cfg.advertise_peer_urls.clone());
+        Arc::new(Ctx {
+            store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth, peer_urls,
+            downgrade: std::sync::Mutex::new(None),
+        })
     }
 
     /// What the request brings to identify its caller: its `token` (or

@@ -7,7 +7,7 @@
 //! responses and the one being built; its stream is then lagging (etcd's
 //! victims), and each of its watchers that a compaction passes meanwhile is
 //! cancelled with compact_revision, to relist, once it reads again.
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -56,6 +56,9 @@ struct Watcher {
     fragment: bool,
     /// The next revision this watcher has not seen.
     next_rev: i64,
+    /// Its create's start_revision (0: from now): etcd answers no progress
+    /// request while it is ahead of the current revision.
+    start: i64,
     /// Created with a start revision in the past: its first delivery reads
     /// history and sends everything up to now in one response (etcd's unsynced
     /// path), after which it follows the log one revision per response.
@@ -111,6 +114,10 @@ struct Session {
     lagging: bool,
     watchers: BTreeMap<i64, Watcher>,
     next_id: i64,
+    /// Ids of watchers a compaction cancelled: etcd keeps them in the stream
+    /// until the client cancels them, so the id stays taken and no progress
+    /// request is answered meanwhile.
+    compacted: BTreeSet<i64>,
     /// This stream's low-water mark in the watch log (see WatchHub::trim_below).
     mark: Arc<std::sync::atomic::AtomicI64>,
     /// The stream's token / certificate, checked at each create as etcd does.
@@ -185,21 +192,8 @@ impl Session {
             r.cancel_reason = reason;
             return self.send(r).await;
         }
-        let id = if c.watch_id != 0 {
-            if self.watchers.contains_key(&c.watch_id) {
-                let mut r = self.resp(cur, -1);
-                r.created = true;
-                r.canceled = true;
-                r.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream".into();
-                return self.send(r).await;
-            }
-            c.watch_id
-        } else {
-            while self.watchers.contains_key(&self.next_id) {
-                self.next_id += 1;
-            }
-            self.next_id
-        };
+        // etcd's watchStream.Watch: the range first, then the id. An id the
+        // stream chose itself is never chosen again (etcd's nextID only grows).
         let end = if c.range_end == [0u8] { vec![0u8] } else { c.range_end.clone() };
         if KeyRange::new(&c.key, &end).is_empty() {
             let mut r = self.resp(cur, -1);
@@ -208,6 +202,22 @@ impl Session {
             r.cancel_reason = "mvcc: watcher range is empty".into();
             return self.send(r).await;
         }
+        let id = if c.watch_id != 0 {
+            if self.watchers.contains_key(&c.watch_id) || self.compacted.contains(&c.watch_id) {
+                let mut r = self.resp(cur, -1);
+                r.created = true;
+                r.canceled = true;
+                r.cancel_reason = "mvcc: duplicate watch ID provided on the WatchStream".into();
+                return self.send(r).await;
+            }
+            c.watch_id
+        } else {
+            while self.watchers.contains_key(&self.next_id) || self.compacted.contains(&self.next_id) {
+                self.next_id += 1;
+            }
+            self.next_id += 1;
+            self.next_id - 1
+        };
         let start = if c.start_revision > 0 { c.start_revision } else { cur + 1 };
         let mut r = self.resp(cur, id);
         r.created = true;
@@ -218,10 +228,12 @@ impl Session {
         let compacted = self.ctx.store.floor_for(&KeyRange::new(&c.key, &end));
         if start < compacted {
             // No cancel reason, as etcd: the Go client would pass a reason on to
-            // every watcher of the stream.
-            let mut r = self.resp(cur, id);
+            // every watcher of the stream. No revision in the header either:
+            // etcd's compacted response carries none.
+            let mut r = self.resp(0, id);
             r.compact_revision = compacted;
             r.canceled = true;
+            self.compacted.insert(id);
             return self.send(r).await;
         }
         let w = Watcher {
@@ -234,6 +246,7 @@ impl Session {
             progress_notify: c.progress_notify,
             fragment: c.fragment,
             next_rev: start,
+            start: c.start_revision,
             catch_up: start <= cur,
         };
         self.ctx.store.watch_bytes.fetch_add(w.accounted_bytes(), Ordering::Relaxed);
@@ -243,7 +256,7 @@ impl Session {
     }
 
     async fn cancel(&mut self, id: i64) -> Result<(), Closed> {
-        if self.drop_watcher(id) {
+        if self.drop_watcher(id) | self.compacted.remove(&id) {
             let mut r = self.resp(self.ctx.store.current_rev(), id);
             r.canceled = true;
             self.send(r).await?;
@@ -264,7 +277,7 @@ impl Session {
                 if self.lagging && !w.catch_up {
                     let floor = self.ctx.store.floor_for(&KeyRange::new(&w.key, &w.end));
                     if w.next_rev < floor {
-                        self.cancel_compacted(id, cur, floor).await?;
+                        self.cancel_compacted(id, floor).await?;
                         break;
                     }
                 }
@@ -335,7 +348,7 @@ impl Session {
                             }
                             Err(_) => {
                                 let floor = self.ctx.store.floor_for(&KeyRange::new(&key, &end));
-                                self.cancel_compacted(id, cur, floor).await?;
+                                self.cancel_compacted(id, floor).await?;
                             }
                         }
                     }
@@ -350,11 +363,12 @@ impl Session {
 
     /// Cancels a watcher whose next revision is compacted: etcd's response
     /// with compact_revision, which tells the client to relist.
-    async fn cancel_compacted(&mut self, id: i64, cur: i64, floor: i64) -> Result<(), Closed> {
+    async fn cancel_compacted(&mut self, id: i64, floor: i64) -> Result<(), Closed> {
         self.drop_watcher(id);
+        self.compacted.insert(id);
         // No cancel reason, as etcd: the Go client would pass a reason on to
-        // every watcher of the stream.
-        let mut r = self.resp(cur, id);
+        // every watcher of the stream. Header revision 0, as etcd's.
+        let mut r = self.resp(0, id);
         r.compact_revision = floor;
         r.canceled = true;
         self.send(r).await
@@ -418,7 +432,8 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
     let mut progress = tokio::time::interval(ctx.cfg.progress_notify_interval);
     progress.tick().await;
     let mark = ctx.store.hub.register_mark();
-    let mut s = Session { ctx: ctx.clone(), tx, budget, blocked: false, lagging: false, watchers: BTreeMap::new(), next_id: 0, mark, creds };
+    let mut s = Session { ctx: ctx.clone(), tx, budget, blocked: false, lagging: false, watchers: BTreeMap::new(), next_id: 0,
+        compacted: BTreeSet::new(), mark, creds };
     let result: Result<(), Closed> = async {
         loop {
             tokio::select! {
@@ -437,6 +452,11 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
                         Some(Union::ProgressRequest(_)) => {
                             let cur = ctx.store.current_rev();
                             s.deliver(cur).await?;
+                            // etcd's progressIfSync: no answer at all while a watcher of the
+                            // stream waits for a future start or was cancelled by a compaction.
+                            if !s.compacted.is_empty() || s.watchers.values().any(|w| w.start > cur) {
+                                continue;
+                            }
                             // Never ahead of an event this stream has not sent yet.
                             let r = s.resp(s.synced_rev(cur), -1);
                             s.send(r).await?;

@@ -32,6 +32,8 @@ pub struct RecoveryReport {
     pub compacted: i64,
     pub leases: usize,
     pub millis: u128,
+    /// The auth state a `--restore-from` snapshot carried (crate::auth::persist's encoding).
+    pub restored_auth: Option<Vec<u8>>,
 }
 
 fn lock_file(dir: &Path) -> Result<File, String> {
@@ -97,6 +99,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         }
         max_rev = snap.rev;
         compacted = compacted.max(snap.compacted);
+        rep.restored_auth = snap.auth;
         restored = true;
     }
     for path in &entries {

@@ -1,0 +1,53 @@
+package e2e
+
+// etcd's JWT with the public key only (--auth-token jwt,pub-key=F,sign-method=M, no priv-key): the
+// member verifies tokens another member (here: itself before a restart) signed, and cannot issue
+// any — Authenticate is refused with etcd's unmapped verify-only error.
+
+import (
+	"fmt"
+	"testing"
+
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+
+	"github.com/meganode/meganode/internal/etcdref"
+)
+
+func TestAuthJWTVerifyOnly(t *testing.T) {
+	priv, pub := writeRSAKeys(t, t.TempDir())
+	full := serverOpts{AuthToken: fmt.Sprintf("jwt,pub-key=%s,priv-key=%s,sign-method=RS256,ttl=10m", pub, priv)}
+	verify := serverOpts{AuthToken: fmt.Sprintf("jwt,pub-key=%s,sign-method=RS256,ttl=10m", pub)}
+	tr := transcripts{}
+	forEachDedicated(t, full, func(t *testing.T, tg *target) {
+		s := newAuthSide(t, tg, tr)
+		root, alice := s.enableWithUsers()
+		s.put(root, "root put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
+		// The same data directory with the public key only.
+		tg.Cli.Close()
+		if tg.Proc != nil {
+			must(t, "stop", tg.Proc.Stop())
+			must(t, "restart verify-only", tg.Proc.RestartWith(storeArgs(verify)))
+			tg.Endpoint = tg.Proc.Endpoint
+		} else {
+			tg.Etcd.Etcd.Close()
+			e, err := etcdref.Start(etcdref.Options{LogLevel: "fatal", DataDir: tg.Etcd.DataDir, AuthToken: verify.AuthToken})
+			must(t, "restart etcd verify-only", err)
+			tg.Etcd, tg.Endpoint = e, e.Endpoint
+		}
+		cli, err := newClient(tg.Endpoint, nil)
+		must(t, "client", err)
+		tg.setClient(cli)
+		s = newAuthSide(t, tg, tr)
+		s.restarted = true
+		s.get(alice, "alice's signed token, verified with the public key", "/a/1", "")
+		s.put(alice, "alice put /a/1 (read only)", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
+		s.get(alice+"x", "a tampered token", "/a/1", "")
+		s.status(root)
+		s.login("alice", "alicepw")
+		s.login("alice", "wrong")
+		_, err = s.auth.RoleAdd(s.as(root), &pb.AuthRoleAddRequest{Name: "extra"})
+		s.rec("root adds a role", err)
+		s.get(alice, "alice's token after the change", "/a/1", "")
+	})
+	tr.compare(t)
+}
