@@ -9,8 +9,6 @@ import (
 	"testing"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-
-	"github.com/meganode/meganode/internal/etcdref"
 )
 
 func TestAuthJWTVerifyOnly(t *testing.T) {
@@ -23,20 +21,7 @@ func TestAuthJWTVerifyOnly(t *testing.T) {
 		root, alice := s.enableWithUsers()
 		s.put(root, "root put /a/1", &pb.PutRequest{Key: b("/a/1"), Value: b("v")})
 		// The same data directory with the public key only.
-		tg.Cli.Close()
-		if tg.Proc != nil {
-			must(t, "stop", tg.Proc.Stop())
-			must(t, "restart verify-only", tg.Proc.RestartWith(storeArgs(verify)))
-			tg.Endpoint = tg.Proc.Endpoint
-		} else {
-			tg.Etcd.Etcd.Close()
-			e, err := etcdref.Start(etcdref.Options{LogLevel: "fatal", DataDir: tg.Etcd.DataDir, AuthToken: verify.AuthToken})
-			must(t, "restart etcd verify-only", err)
-			tg.Etcd, tg.Endpoint = e, e.Endpoint
-		}
-		cli, err := newClient(tg.Endpoint, nil)
-		must(t, "client", err)
-		tg.setClient(cli)
+		restart(t, tg, verify)
 		s = newAuthSide(t, tg, tr)
 		s.restarted = true
 		s.get(alice, "alice's signed token, verified with the public key", "/a/1", "")
@@ -45,7 +30,7 @@ func TestAuthJWTVerifyOnly(t *testing.T) {
 		s.status(root)
 		s.login("alice", "alicepw")
 		s.login("alice", "wrong")
-		_, err = s.auth.RoleAdd(s.as(root), &pb.AuthRoleAddRequest{Name: "extra"})
+		_, err := s.auth.RoleAdd(s.as(root), &pb.AuthRoleAddRequest{Name: "extra"})
 		s.rec("root adds a role", err)
 		s.get(alice, "alice's token after the change", "/a/1", "")
 	})

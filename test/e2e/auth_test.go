@@ -422,13 +422,14 @@ func TestAuth(t *testing.T) {
 	tr.compare(t)
 }
 
-// restart stops the side's server and starts it again on the same data directory.
+// restart stops the side's server and starts it again on the same data
+// directory with the options o (the ones it ran with, or new ones).
 func restart(t *testing.T, tg *target, o serverOpts) {
 	t.Helper()
 	tg.Cli.Close()
 	if tg.Proc != nil {
 		must(t, "stop", tg.Proc.Stop())
-		must(t, "restart", tg.Proc.Restart())
+		must(t, "restart", tg.Proc.RestartWith(storeArgs(o)))
 		tg.Endpoint = tg.Proc.Endpoint
 	} else {
 		tg.Etcd.Etcd.Close()
