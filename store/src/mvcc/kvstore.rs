@@ -176,6 +176,22 @@ impl<G: std::ops::Deref<Target = ShardData>> Locked<G> {
         self.shards.iter().filter(|(s, _)| s.prefix.is_empty() || r.overlaps_prefix(&s.prefix)).map(|(_, g)| g).collect()
     }
 
+    /// Calls `f` on every key of the interval with its history, shard by
+    /// shard (key order within a shard only), without collecting them.
+    pub fn for_each_in<'a>(&'a self, r: &KeyRange<'_>, mut f: impl FnMut(&'a Bytes, &'a KeyHistory)) {
+        if r.is_single() {
+            if let Some((k, h)) = self.index_of(r.key).and_then(|i| self.shards[i].1.range(r).next()) {
+                f(k, h);
+            }
+            return;
+        }
+        for g in self.touched(r) {
+            for (k, h) in g.range(r) {
+                f(k, h);
+            }
+        }
+    }
+
     /// How many keys of the interval (not a single key) are live at `rev`,
     /// counted shard by shard without collecting them.
     pub fn count_live(&self, r: &KeyRange<'_>, rev: i64) -> i64 {
