@@ -345,3 +345,57 @@ func TestWatchProgressNotifyInterval(t *testing.T) {
 		_ = plain
 	})
 }
+
+// TestWatchCatchUpBatches: a watcher created 2,500 revisions in the past gets
+// every missed event once, in revision order, in responses of at most 1,000
+// revisions each (etcd's watchBatchMaxRevs; the store reads its catch-up from
+// history one such batch at a time), then live events.
+func TestWatchCatchUpBatches(t *testing.T) {
+	forEach(t, func(t *testing.T, tg *target, p string) {
+		ctx := ctxT(t)
+		const n = 2500
+		revs := make([]int64, n)
+		for i := 0; i < n; i++ {
+			r, err := tg.KV.Put(ctx, &pb.PutRequest{Key: b(fmt.Sprintf("%sbig/k%04d", p, i%300)), Value: b(fmt.Sprint(i))})
+			must(t, "put", err)
+			revs[i] = r.Header.Revision
+		}
+		first := revs[0]
+		w := openRawWatch(t, tg)
+		c := w.create(&pb.WatchCreateRequest{Key: b(p + "big/"), RangeEnd: prefixEnd(p + "big/"), StartRevision: first})
+		var got []*mvccpb.Event
+		responses := 0
+		for len(got) < n {
+			r := w.next(fmt.Sprintf("catch-up after %d events", len(got)))
+			if r.WatchId != c.WatchId || r.Canceled || len(r.Events) == 0 {
+				t.Fatalf("unexpected response: %v", r)
+			}
+			inResp := map[int64]bool{}
+			for _, ev := range r.Events {
+				inResp[ev.Kv.ModRevision] = true
+				if ev.Kv.ModRevision > r.Header.Revision {
+					t.Errorf("event at %d in a response with header revision %d", ev.Kv.ModRevision, r.Header.Revision)
+				}
+			}
+			if len(inResp) > 1000 {
+				t.Errorf("response %d holds %d revisions (etcd sends at most 1000)", responses, len(inResp))
+			}
+			got = append(got, r.Events...)
+			responses++
+		}
+		for i, ev := range got {
+			if want := fmt.Sprintf("%sbig/k%04d=%d@%d", p, i%300, i, revs[i]); fmt.Sprintf("%s=%s@%d", ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision) != want {
+				t.Fatalf("event %d: %s=%s@%d, want %s", i, ev.Kv.Key, ev.Kv.Value, ev.Kv.ModRevision, want)
+			}
+		}
+		if responses < 3 {
+			t.Errorf("%d events of %d revisions came in %d responses (want at least 3 of at most 1000 revisions)", n, n, responses)
+		}
+		r, err := tg.KV.Put(ctx, &pb.PutRequest{Key: b(p + "big/live"), Value: b("x")})
+		must(t, "put", err)
+		if e := w.events(1)[c.WatchId]; len(e) != 1 || e[0].Kv.ModRevision != r.Header.Revision {
+			t.Errorf("live event after the catch-up: %v", e)
+		}
+		w.quiet(200 * time.Millisecond)
+	})
+}

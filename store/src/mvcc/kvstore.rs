@@ -83,6 +83,8 @@ pub struct Store {
     quota: AtomicI64,
     /// The raised alarms (NOSPACE, CORRUPT), in memory: see crate::quota.
     pub alarms: crate::quota::Alarms,
+    /// The counts of paged lists in progress (page_counts).
+    pub page_counts: super::page_counts::PageCounts,
 }
 
 /// The accounted size by part (crate::quota), in bytes.
@@ -165,6 +167,55 @@ impl<G: std::ops::Deref<Target = ShardData>> Locked<G> {
         }
         if parts > 1 {
             out.sort_by(|a, b| a.0.cmp(b.0));
+        }
+        out
+    }
+
+    /// The locked shards that can hold keys of the interval (not single, not empty).
+    fn touched(&self, r: &KeyRange<'_>) -> Vec<&G> {
+        if r.is_empty() {
+            return Vec::new();
+        }
+        self.shards.iter().filter(|(s, _)| s.prefix.is_empty() || r.overlaps_prefix(&s.prefix)).map(|(_, g)| g).collect()
+    }
+
+    /// Calls `f` on every key of the interval with its history, shard by
+    /// shard (key order within a shard only), without collecting them.
+    pub fn for_each_in<'a>(&'a self, r: &KeyRange<'_>, mut f: impl FnMut(&'a Bytes, &'a KeyHistory)) {
+        if r.is_single() {
+            if let Some((k, h)) = self.index_of(r.key).and_then(|i| self.shards[i].1.range(r).next()) {
+                f(k, h);
+            }
+            return;
+        }
+        for g in self.touched(r) {
+            for (k, h) in g.range(r) {
+                f(k, h);
+            }
+        }
+    }
+
+    /// How many keys of the interval (not a single key) are live at `rev`,
+    /// counted shard by shard without collecting them.
+    pub fn count_live(&self, r: &KeyRange<'_>, rev: i64) -> i64 {
+        self.touched(r).into_iter().map(|g| g.range(r).filter(|(_, h)| h.at(rev).is_some()).count() as i64).sum()
+    }
+
+    /// The first `want` keys of the interval (not a single key) live at `rev`,
+    /// in key order: at most `want` from each shard, then merged.
+    pub fn first_live<'a>(&'a self, r: &KeyRange<'_>, rev: i64, want: usize) -> Vec<(&'a Bytes, &'a Version)> {
+        let mut out: Vec<(&Bytes, &Version)> = Vec::new();
+        let mut parts = 0;
+        for g in self.touched(r) {
+            let before = out.len();
+            out.extend(g.range(r).filter_map(|(k, h)| h.at(rev).map(|v| (k, v))).take(want));
+            if out.len() > before {
+                parts += 1;
+            }
+        }
+        if parts > 1 {
+            out.sort_by(|a, b| a.0.cmp(b.0));
+            out.truncate(want);
         }
         out
     }
@@ -275,6 +326,7 @@ impl Store {
             watch_bytes: AtomicI64::new(0),
             quota: AtomicI64::new(0),
             alarms: crate::quota::Alarms::default(),
+            page_counts: Default::default(),
         }
     }
 
@@ -338,6 +390,7 @@ impl Store {
 
     /// Sets the revision counters after recovery.
     pub fn set_revisions(&self, rev: i64, compacted: i64) {
+        self.page_counts.clear();
         self.compacted.store(compacted, Ordering::Release);
         self.hub.reset(rev);
         self.vis.reset(rev);
@@ -544,7 +597,7 @@ impl Store {
         req: &etcd_client::proto::PbRangeRequest,
         rev: i64,
     ) -> PbRangeResponse {
-        super::kvstore_range::range_over(locked, req, rev)
+        super::kvstore_range::range_over(locked, req, rev, Some(&self.page_counts))
     }
 
     pub fn range(&self, req: &etcd_client::proto::PbRangeRequest) -> Result<PbRangeResponse> {
@@ -702,6 +755,7 @@ impl Store {
                 s.compacted(rev);
             }
         }
+        self.page_counts.forget_below(rev);
         self.compact_shards(rev);
         self.hub.trim_below(rev);
         release_free_memory();
@@ -716,6 +770,7 @@ impl Store {
 
     /// Compacts recovered history without the checks and logging of the RPC.
     pub fn compact_loaded(&self, rev: i64) {
+        self.page_counts.clear();
         self.compact_shards(rev);
     }
 

@@ -5,21 +5,30 @@ use etcd_client::proto::{PbRangeRequest, PbRangeResponse};
 
 use super::key_history::Version;
 use super::kvstore::{header, to_kv, Locked};
+use super::page_counts::PageCounts;
 use super::shard::{KeyRange, ShardData};
 
 /// etcd's order of work: count every key in range, filter, sort, then cut at
-/// `limit` and set `more`.
+/// `limit` and set `more`. With `counts`, a page of a list in key order
+/// (limit, no sort, no filter) reads only its own keys and takes its count
+/// from the page before it when that one is remembered (page_counts).
 pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
     locked: &Locked<G>,
     req: &PbRangeRequest,
     rev: i64,
+    counts: Option<&PageCounts>,
 ) -> PbRangeResponse {
     let r = KeyRange::new(&req.key, &req.range_end);
-    let entries = locked.range(&r);
     let filtered = req.min_mod_revision != 0
         || req.max_mod_revision != 0
         || req.min_create_revision != 0
         || req.max_create_revision != 0;
+    if let Some(counts) = counts {
+        if !r.is_single() && !filtered && req.sort_order == 0 && req.sort_target == 0 && (req.limit > 0 || req.count_only) {
+            return page_over(locked, req, &r, rev, counts);
+        }
+    }
+    let entries = locked.range(&r);
     // A non-key target without an order sorts ascending; but, as in etcd, only
     // an explicit order (or a filter) makes the range fetch everything before
     // sorting: otherwise limit+1 keys are fetched in key order and sorted.
@@ -80,6 +89,40 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
     }
 }
 
+/// A limited range in key order (or a count): the first limit+1 live keys of
+/// each shard the interval touches (their merge starts with the interval's
+/// first limit+1), and the count remembered or counted once, shard by shard,
+/// without collecting the interval.
+fn page_over<G: std::ops::Deref<Target = ShardData>>(
+    locked: &Locked<G>,
+    req: &PbRangeRequest,
+    r: &KeyRange<'_>,
+    rev: i64,
+    counts: &PageCounts,
+) -> PbRangeResponse {
+    let count = match counts.lookup(rev, &req.key, &req.range_end) {
+        Some(n) => n,
+        None => locked.count_live(r, rev),
+    };
+    if req.count_only {
+        return PbRangeResponse { header: header(rev), kvs: Vec::new(), more: false, count };
+    }
+    let limit = req.limit as usize;
+    let mut kvs = locked.first_live(r, rev, limit.saturating_add(1));
+    let more = kvs.len() > limit;
+    if more {
+        kvs.truncate(limit);
+        counts.record(rev, &req.key, &req.range_end, kvs[limit - 1].0, count - limit as i64);
+    } else {
+        counts.finish(rev, &req.key, &req.range_end);
+    }
+    PbRangeResponse {
+        header: header(rev),
+        kvs: kvs.into_iter().map(|(k, v)| to_kv(k, v, req.keys_only)).collect(),
+        more,
+        count,
+    }
+}
 
 fn ord(o: std::cmp::Ordering, desc: bool) -> std::cmp::Ordering {
     if desc {

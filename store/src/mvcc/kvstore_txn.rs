@@ -196,7 +196,7 @@ fn nested_header() -> Option<etcd_client::proto::PbResponseHeader> {
 fn range_in(locked: &Locked<WriteGuard>, r: &etcd_client::proto::PbRangeRequest, rev: i64) -> PbRangeResponse {
     // Store::range_locked only reads the store's lock-free fields; a throwaway
     // store is not needed because the function is pure over `locked`.
-    super::kvstore_range::range_over(locked, r, rev)
+    super::kvstore_range::range_over(locked, r, rev, None)
 }
 
 /// etcd's compare semantics: every key of the compare's range must satisfy it;

@@ -5,6 +5,7 @@ pub mod kvstore;
 pub mod kvstore_range;
 pub mod kvstore_stream;
 pub mod kvstore_txn;
+pub mod page_counts;
 pub mod shard;
 pub mod visibility;
 pub mod watch_hub;

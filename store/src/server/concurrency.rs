@@ -528,10 +528,15 @@ impl Follow {
                         }
                     }
                     LogRead::Gap => {
-                        let evs = self.ctx.store.events_between(&self.key, &self.end, self.next, cur).map_err(|_| Compacted)?;
-                        self.next = cur + 1;
+                        let (evs, hi) = self
+                            .ctx
+                            .store
+                            .events_between(&self.key, &self.end, self.next, cur, crate::mvcc::watch_catchup::CATCHUP_REVS)
+                            .map_err(|_| Compacted)?;
+                        self.next = hi + 1;
                         self.mark.store(self.next, Ordering::Release);
                         if !evs.is_empty() {
+                            // The header of etcd's catch-up response: the revision of the round.
                             return Ok((cur, evs));
                         }
                     }

@@ -29,8 +29,9 @@ use crate::mvcc::watch_hub::{Event, LogRead};
 pub struct WatchService(pub Arc<Ctx>);
 
 /// Revisions read from the log per watcher per round, so one busy watcher
-/// cannot monopolise its stream.
-const LOG_READ_BATCH: usize = 1024;
+/// cannot monopolise its stream: etcd's watchBatchMaxRevs, as a catch-up from
+/// history (mvcc::watch_catchup::CATCHUP_REVS), so no response carries more.
+const LOG_READ_BATCH: usize = crate::mvcc::watch_catchup::CATCHUP_REVS;
 /// Event bytes read from the log per watcher per round (at least one revision):
 /// what a stream holds in hand besides its queue while its client is slow.
 const LOG_READ_BYTES: usize = 4 << 20;
@@ -269,6 +270,7 @@ impl Session {
         self.blocked = false;
         let ids: Vec<i64> = self.watchers.keys().copied().collect();
         for id in ids {
+            let mut catching = false;
             loop {
                 let Some(w) = self.watchers.get(&id) else { break };
                 if w.next_rev > cur {
@@ -331,14 +333,17 @@ impl Session {
                     LogRead::Gap => {
                         // New with a past start revision, or behind the log: rebuild the
                         // missed events from history.
-                        if !w.catch_up {
+                        // In bounded batches (CATCHUP_REVS revisions each, as etcd's
+                        // watchBatchMaxRevs): this loop comes back for the next one.
+                        if !w.catch_up && !catching {
                             self.ctx.metrics.slow_watcher_catchups.fetch_add(1, Ordering::Relaxed);
                         }
+                        catching = true;
                         let (key, end, from, fragment, prev) = (w.key.clone(), w.end.clone(), w.next_rev, w.fragment, w.prev_kv);
-                        match self.ctx.store.events_between(&key, &end, from, cur) {
-                            Ok(events) => {
+                        match self.ctx.store.events_between(&key, &end, from, cur, crate::mvcc::watch_catchup::CATCHUP_REVS) {
+                            Ok((events, hi)) => {
                                 let w = self.watchers.get_mut(&id).unwrap();
-                                w.next_rev = cur + 1;
+                                w.next_rev = hi + 1;
                                 w.catch_up = false;
                                 let evs: Vec<PbEvent> = events.iter().filter(|e| w.matches(e)).map(|e| pb_event(e, prev)).collect();
                                 drop(events);
