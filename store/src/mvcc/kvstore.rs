@@ -156,13 +156,11 @@ impl<G: std::ops::Deref<Target = ShardData>> Locked<G> {
         }
         let mut out: Vec<(&Bytes, &KeyHistory)> = Vec::new();
         let mut parts = 0;
-        for (s, g) in &self.shards {
-            if s.prefix.is_empty() || r.overlaps_prefix(&s.prefix) {
-                let before = out.len();
-                out.extend(g.range(r));
-                if out.len() > before {
-                    parts += 1;
-                }
+        for g in self.touched(r) {
+            let before = out.len();
+            out.extend(g.range(r));
+            if out.len() > before {
+                parts += 1;
             }
         }
         if parts > 1 {
@@ -852,9 +850,6 @@ impl Store {
     }
 }
 
-/// Hands memory freed by compaction back to the OS: glibc keeps freed small
-/// blocks in its arenas, so without this a compacted store keeps the RSS of
-/// its uncompacted peak.
 /// Gives the pages compaction freed back to the OS at once: glibc's malloc
 /// keeps them until asked (malloc_trim), jemalloc until its decay timer (10 s)
 /// runs out — either way a store just compacted would report and hold the

@@ -202,17 +202,9 @@ impl ShardData {
         self.by_key.is_empty()
     }
 
-    /// Applies compaction at `rev` to every key; keys with nothing left leave the index.
-    pub fn compact(&mut self, rev: i64) {
-        let mut after = None;
-        while let Some(last) = self.compact_some(rev, after.as_deref(), usize::MAX) {
-            after = Some(last);
-        }
-    }
-
     /// Applies compaction at `rev` to at most `n` keys after `after` (all with
-    /// None), so a big shard is compacted in steps between which the lock is
-    /// released; returns the last key visited, or None once the walk reached
+    /// None); keys with nothing left leave the index. A big shard is compacted
+    /// in steps between which the lock is released (`Store::compact_shards`); returns the last key visited, or None once the walk reached
     /// the end. Reads below `rev` are refused before it starts, so versions it
     /// has not reached yet are never read.
     pub fn compact_some(&mut self, rev: i64, after: Option<&[u8]>, n: usize) -> Option<Bytes> {
@@ -347,7 +339,7 @@ mod tests {
         };
         for rev in [10, 50, 70, 92] {
             let (mut one, mut steps) = (build(), build());
-            one.compact(rev);
+            assert!(one.compact_some(rev, None, usize::MAX).is_none(), "one walk reaches the end");
             let mut after = None;
             let mut n = 0;
             while let Some(k) = steps.compact_some(rev, after.as_deref(), 4) {

@@ -104,7 +104,7 @@ impl LogFile {
     pub(super) fn start_segment(&self, dir: &Path, rev: i64, m: &WalMetrics) -> std::io::Result<()> {
         let mut io = self.io.lock();
         self.flush_locked(&mut io, i64::MAX, m)?;
-        if io.size == 0 && !io.dirty {
+        if io.size == 0 {
             // Nothing in the file: no segment to keep.
             *self.cut.lock() = Some(rev);
             return Ok(());

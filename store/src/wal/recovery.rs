@@ -102,12 +102,15 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         rep.restored_auth = snap.auth;
         restored = true;
     }
+    // The revision each prefix's checkpoint covers, by its `.ckpt` path.
+    let mut covered: HashMap<PathBuf, i64> = HashMap::new();
     for path in &entries {
         if path.extension().map_or(true, |x| x != "ckpt") {
             continue;
         }
         let buf = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
         let (rev, keys) = super::checkpoint::decode_checkpoint(&buf).map_err(|e| format!("{}: {e}", path.display()))?;
+        covered.insert(path.clone(), rev);
         max_rev = max_rev.max(rev);
         rep.files += 1;
         for (k, vs) in keys {
@@ -134,8 +137,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     logs.dedup();
     for log in &logs {
         // Records already in this prefix's checkpoint are skipped.
-        let ckpt = log.with_extension("ckpt");
-        let ckpt_rev = super::logfile::checkpoint_rev(&ckpt).map_err(|e| format!("{}: {e}", ckpt.display()))?.unwrap_or(0);
+        let ckpt_rev = covered.get(&log.with_extension("ckpt")).copied().unwrap_or(0);
         for path in [super::logfile::old_segment(log), log.clone()] {
             if !path.exists() {
                 continue;
@@ -213,12 +215,14 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     // Reserve revisions above everything seen before accepting writes.
     let f = rev + REV_BLOCK;
     wal.write_meta(REC_REV_FLOOR, f).map_err(|e| format!("{}: {e}", meta_path.display()))?;
-    // A cut an earlier run did not finish (`.wal.old` left): open that log now
-    // so the next checkpoint round covers the old segment even if nothing is
-    // written to the prefix.
+    // Open now the logs the next checkpoint must cover: every prefix's after a
+    // restore, and a prefix's whose cut an earlier run did not finish
+    // (`.wal.old` left), even if nothing is written to it again.
     for s in store.all_shards() {
-        let unfinished = super::logfile::old_segment(&dir.join(format!("{}.wal", super::file_stem(&s.prefix)))).exists();
-        let k = if unfinished { s.data.read().iter().next().map(|(k, _)| k.clone()) } else { None };
+        if !restored && !super::logfile::old_segment(&wal.log_path(&s.prefix)).exists() {
+            continue;
+        }
+        let k = s.data.read().iter().next().map(|(k, _)| k.clone());
         if let Some(k) = k {
             wal.log_for(&k);
         }
@@ -232,12 +236,6 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
             });
         }
         wal.leases.flush_to(i64::MAX, &wal.metrics).map_err(|e| e.to_string())?;
-        for s in store.all_shards() {
-            let k = s.data.read().iter().next().map(|(k, _)| k.clone());
-            if let Some(k) = k {
-                wal.log_for(&k);
-            }
-        }
         wal.checkpoint(store, 0, true).map_err(|e| format!("writing checkpoints after restore: {e}"))?;
     }
     rep.rev = rev;

@@ -77,6 +77,11 @@ pub struct Wal {
 }
 
 impl Wal {
+    /// Where the log of the shard holding `prefix` lives (`<stem>.wal`).
+    pub(super) fn log_path(&self, prefix: &[u8]) -> std::path::PathBuf {
+        self.dir.join(format!("{}.wal", file_stem(prefix)))
+    }
+
     pub(super) fn log_for(&self, key: &[u8]) -> Option<Arc<LogFile>> {
         let prefix = prefix_of(key).unwrap_or(b"");
         if let Some(l) = self.logs.read().get(prefix) {
@@ -90,7 +95,7 @@ impl Wal {
         let log = if mode == Mode::None {
             None
         } else {
-            let path = self.dir.join(format!("{}.wal", file_stem(prefix)));
+            let path = self.log_path(prefix);
             // Opened at its first write: an open that fails is a failed write.
             let l = Arc::new(LogFile::new(path, mode, self.faults.clone()));
             if mode == Mode::Fsync {
