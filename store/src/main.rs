@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
-use meganode_store::server::{self, auth, cluster, election, health, kv, lease, lock, maintenance, metrics, watch, Ctx};
+use meganode_store::server::{self, auth, cluster, election, grpc_metrics, health, http_endpoints, kv, lease, lock, maintenance, metrics, watch, Ctx};
 use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
@@ -59,7 +59,8 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
             let _ = s.set_nodelay(true);
         })
     });
-    builder
+    let mut routes = tonic::service::Routes::builder();
+    routes
         .add_service(kv::KvRouter::new(ctx.clone(), limit))
         .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
         .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
@@ -68,7 +69,14 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         .add_service(auth::AuthRouter::new(ctx.clone(), limit))
         .add_service(lock::LockRouter::new(ctx.clone(), limit))
         .add_service(election::ElectionRouter::new(ctx.clone(), limit))
-        .add_service(health::HealthRouter::default())
+        .add_service(health::HealthRouter::default());
+    let mut routes = routes.routes();
+    http_endpoints::add(&mut routes, &ctx);
+    // HTTP/1 too: etcd answers its HTTP endpoints on the client port (http_endpoints).
+    builder
+        .accept_http1(true)
+        .layer(grpc_metrics::CountRpcs)
+        .add_routes(routes)
         .serve_with_incoming(incoming)
         .await
         .map_err(|e| format!("serve {url}: {e}"))

@@ -825,29 +825,6 @@ impl Store {
     pub fn key_count(&self) -> usize {
         self.all_shards().iter().map(|s| s.data.read().len()).sum()
     }
-
-    /// CRC32C over every retained revision at or below `rev`, in key order: equal
-    /// stores give equal hashes (etcd's own hash covers its bbolt layout, so the
-    /// two are not comparable with each other).
-    pub fn hash_kv(&self, rev: i64) -> u32 {
-        let shards = self.all_shards();
-        let locked = self.lock_read(shards);
-        let r = KeyRange::new(b"\0", b"\0");
-        let mut entries = locked.range(&r);
-        entries.sort_by(|a, b| a.0.cmp(b.0));
-        let mut crc = 0u32;
-        for (k, h) in entries {
-            for v in h.versions().iter().filter(|v| v.mod_rev <= rev) {
-                crc = crc32c::crc32c_append(crc, k);
-                crc = crc32c::crc32c_append(crc, &v.mod_rev.to_le_bytes());
-                crc = crc32c::crc32c_append(crc, &v.create_rev.to_le_bytes());
-                crc = crc32c::crc32c_append(crc, &v.version.to_le_bytes());
-                crc = crc32c::crc32c_append(crc, &v.lease.to_le_bytes());
-                crc = crc32c::crc32c_append(crc, &v.value);
-            }
-        }
-        crc
-    }
 }
 
 /// Gives the pages compaction freed back to the OS at once: glibc's malloc

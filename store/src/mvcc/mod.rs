@@ -1,5 +1,6 @@
 //! Multi-version key-value engine: per-key revision histories, one ordered
 //! index per resource prefix, one global revision, the watch log.
+pub mod hash;
 pub mod key_history;
 pub mod kvstore;
 pub mod kvstore_range;

@@ -1,4 +1,5 @@
-//! Prometheus metrics and health on --listen-metrics-urls, with etcd's metric
+//! Prometheus metrics and health on --listen-metrics-urls (and, through
+//! http_endpoints, on the client URLs), with etcd's metric
 //! names where etcd has one. A tiny HTTP/1 responder: nothing here is hot.
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -126,29 +127,11 @@ pub fn render(ctx: &Ctx) -> String {
         h.render("meganode_request_duration_seconds", &format!("method=\"{name}\""), &mut o);
     }
     o.push_str(&format!("# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n", rss_bytes()));
+    super::grpc_metrics::GrpcMetrics::global().render(&mut o);
     if let Some(extra) = crate::server::metrics::EXTRA.get() {
         o.push_str(&extra());
     }
     o
-}
-
-/// etcd's /health: unhealthy (503) while an alarm is raised, naming the first
-/// one, unless the query excludes it (`?exclude=NOSPACE`, repeatable).
-fn health(ctx: &Ctx, query: &str) -> (&'static str, &'static str, String) {
-    let excluded: Vec<&str> = query.split('&').filter_map(|kv| kv.strip_prefix("exclude=")).collect();
-    let raised = ctx.store.alarms.get(crate::quota::ALARM_NONE).into_iter().map(|(_, t)| t).find(|t| !excluded.contains(&crate::quota::alarm_name(*t).as_str()));
-    match raised {
-        None => ("200 OK", "application/json", "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
-        Some(t) => {
-            let reason = match t {
-                crate::quota::ALARM_NOSPACE => "ALARM NOSPACE",
-                crate::quota::ALARM_CORRUPT => "ALARM CORRUPT",
-                _ => "ALARM UNKNOWN",
-            };
-            // http.Error's form: plain text, a newline after the JSON.
-            ("503 Service Unavailable", "text/plain; charset=utf-8", format!("{{\"health\":\"false\",\"reason\":\"{reason}\"}}\n"))
-        }
-    }
 }
 
 /// Extra metric text from other parts of the binary (the write-ahead log).
@@ -167,13 +150,7 @@ pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
             let req = String::from_utf8_lossy(&buf[..n]);
             let target = req.split_whitespace().nth(1).unwrap_or("/");
             let (path, query) = target.split_once('?').unwrap_or((target, ""));
-            let (status, ctype, body) = match path {
-                "/metrics" => ("200 OK", "text/plain; version=0.0.4", render(&ctx)),
-                "/health" => health(&ctx, query),
-                "/readyz" if ctx.store.alarms.corrupt() => ("503 Service Unavailable", "text/plain; charset=utf-8", "[-]data_corruption failed: alarm activated: CORRUPT\nreadyz check failed\n".to_string()),
-                "/livez" | "/readyz" => ("200 OK", "application/json", "{\"health\":\"true\",\"reason\":\"\"}".to_string()),
-                _ => ("404 Not Found", "text/plain", "not found\n".to_string()),
-            };
+            let (status, ctype, body) = super::http_endpoints::answer(&ctx, path, query).unwrap_or(("404 Not Found", "text/plain", "not found\n".to_string()));
             let resp = format!("HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}", body.len());
             let _ = sock.write_all(resp.as_bytes()).await;
         });
