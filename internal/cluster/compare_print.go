@@ -70,6 +70,7 @@ func (c *Comparison) Print(w io.Writer) {
 	fmt.Fprintln(w, "\nratio = meganode / stock: below 1 is better where lower is better (latency, CPU, memory), above 1 where higher is (pods/s).")
 	fmt.Fprintln(w, "API p99 per verb and pod startup over the paced window (kube-apiserver's apiserver_request_duration_seconds, a pod watch);")
 	fmt.Fprintln(w, "store CPU and RSS from /proc of the store process(es) over that window; pods/s and scheduler CPU from the drain (/proc of the scheduler).")
+	fmt.Fprintln(w, "One run of each stack: on a small shared machine the latency rows move from run to run; make bench and meganode scheduler bench repeat and sweep.")
 	for _, n := range c.Notes {
 		fmt.Fprintln(w, "note:", n)
 	}
