@@ -133,6 +133,9 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"up", "stray"},
 		{"up", "-nodes", "10"}, // Go flag's single-dash long form is gone with pflag
 		{"demo", "--store-only", "--target", "zookeeper"},
+		{"demo", "--store", "etcd"}, // the comparison picks both stacks itself
+		{"demo", "--keep"},          // … and stops each before the next
+		{"demo", "--compare=false", "--drain-pods", "-1"},
 		{"bench", "put", "--target", "x"},
 		{"bench", "put", "--clients", "0"},
 		{"bench", "report"},
@@ -241,8 +244,13 @@ func TestFlagsLandInOptions(t *testing.T) {
 	}
 
 	cmd, o := dryRun(t, "demo")
-	if d := o.(*demoFlags); d.up.nodes != 1000 || d.up.pods != 2000 || d.storeOnly || cmd.Flags().Lookup("nodes").DefValue != "1000" {
+	if d := o.(*demoFlags); d.up.nodes != 1000 || d.up.pods != 1000 || d.storeOnly || !d.compare || d.drainPods != 1000 ||
+		d.up.sched.scheduler != "meganode" || cmd.Flags().Lookup("nodes").DefValue != "1000" {
 		t.Errorf("demo defaults: %+v", d)
+	}
+	_, o = dryRun(t, "demo", "--compare=false", "--store", "etcd", "--scheduler", "kube-scheduler", "--keep")
+	if d := o.(*demoFlags); d.compare || d.up.store != "etcd" || d.up.sched.scheduler != "kube-scheduler" || !d.keep {
+		t.Errorf("demo --compare=false: %+v", d)
 	}
 	_, o = dryRun(t, "demo", "--store-only", "--target", "etcd", "--duration", "2s")
 	if d := o.(*demoFlags); !d.storeOnly || d.target != "etcd" || d.duration.Seconds() != 2 {

@@ -10,6 +10,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/cluster"
 )
 
 // demoFlags are `demo`'s flags: the cluster demo's (up's, and the pods under measurement)
@@ -25,24 +26,35 @@ type demoFlags struct {
 	target     string
 	duration   time.Duration
 	quiet      bool
+	compare    bool
+	drainPods  int
+	storeData  string // set by the comparison: the tmpfs directory of both stacks' store data
 }
 
 func newDemoCmd() *cobra.Command {
 	f := &demoFlags{}
 	cmd := &cobra.Command{
 		Use:   "demo",
-		Short: "a Kubernetes control plane on meganode-store with KWOK nodes and pods, its SLO report, then down (--store-only: the store alone)",
-		Long: `demo runs 'meganode up' (meganode-store, kube-apiserver, controller-manager, a scheduler and
-KWOK with --nodes nodes), creates --pods pods at --qps under measurement, prints the SLO
-report (API call latency per verb, pod startup, scheduling throughput, store CPU and memory)
-with its charts in --out, and stops the cluster (unless --keep). It takes the flags of 'up'.
+		Short: "meganode (meganode-store + meganode scheduler) and the stock stack (etcd + kube-scheduler) under the same load, one table of both (--store-only: the store alone)",
+		Long: `demo shows what meganode gains. It runs 'meganode up' with the product — meganode-store
+and the meganode scheduler — with --nodes KWOK nodes, creates --pods pods at --qps under
+measurement (API call latency per verb, pod startup), then drains --drain-pods pods created
+while the scheduler is paused (pods scheduled/s, scheduler CPU per pod), and stops the
+cluster. Then it does the same with the stock stack — real etcd v3.6 and the stock
+kube-scheduler — and prints one table of both stacks with the ratios (meganode/stock), and
+writes it as comparison.json (with each stack's report.json and charts) to --out.
+
+With --compare=false it runs one stack only — by default the product; --store and
+--scheduler pick another — and prints its SLO report (--keep leaves it running).
 
 With --store-only it starts one meganode-store (or etcd with --target etcd) and runs
 --duration of each workload (put, lease-flood, range, watch) against it with the official
 etcd Go client.`,
 		Example: `  meganode demo
-  meganode demo --nodes 1000 --pods 2000 --scheduler meganode --shards 2
-  meganode demo --nodes 100 --pods 200 --keep && meganode down
+  meganode demo --nodes 200 --pods 400 --drain-pods 400 --out /tmp/demo
+  meganode demo --compare=false --nodes 1000 --pods 2000 --shards 2
+  meganode demo --compare=false --store etcd --scheduler kube-scheduler
+  meganode demo --compare=false --nodes 100 --pods 200 --keep && meganode down
   meganode demo --store-only --store-bin bin/meganode-store`,
 		Args: noArgs,
 		RunE: action(f, func(ctx context.Context, cmd *cobra.Command, f *demoFlags) error {
@@ -54,11 +66,13 @@ etcd Go client.`,
 	}
 	f.up.register(cmd)
 	fs := cmd.Flags()
-	setDefaults(fs, map[string]string{"nodes": "1000", "pods": "2000"})
+	setDefaults(fs, map[string]string{"nodes": "1000", "pods": "1000", "scheduler": cluster.SchedulerMeganode})
+	fs.BoolVar(&f.compare, "compare", true, "run the stock stack (etcd v3.6 + kube-scheduler) after meganode's under the same load and print both with the ratios")
+	fs.IntVar(&f.drainPods, "drain-pods", 1000, "pods created with the scheduler paused, then drained: pods scheduled/s and scheduler CPU per pod (0: skip)")
 	fs.BoolVar(&f.deployment, "deployment", false, "create the pods through a Deployment")
 	fs.Float64Var(&f.qps, "qps", 50, "pod creates per second (the SLO is measured below saturation; 0 = unthrottled)")
 	fs.BoolVar(&f.keep, "keep", false, "leave the cluster running (stop it with 'meganode down')")
-	fs.StringVar(&f.out, "out", "", "directory for report.json and charts (default <state-dir>/report)")
+	fs.StringVar(&f.out, "out", "", "directory for comparison.json, report.json and charts (default <state-dir>/report)")
 	fs.BoolVar(&f.storeOnly, "store-only", false, "run the store-only demo instead: one store, a few seconds of each workload")
 	fs.StringVar(&f.storeBin, "store-bin", "", "--store-only: meganode-store binary (default $MEGANODE_STORE_BIN or bin/meganode-store)")
 	fs.StringVar(&f.target, "target", bench.TargetMeganode, "--store-only: meganode, or etcd to show the reference doing the same")
@@ -71,6 +85,21 @@ etcd Go client.`,
 func (f *demoFlags) validate() error {
 	if f.storeOnly {
 		return oneOf("target", f.target, bench.TargetMeganode, bench.TargetEtcd)
+	}
+	if f.drainPods < 0 {
+		return usagef("--drain-pods must be ≥ 0")
+	}
+	if f.compare {
+		// The comparison picks both stacks itself; --store and --scheduler name the one stack of --compare=false.
+		if f.up.store != cluster.StoreMeganode || f.up.sched.scheduler != cluster.SchedulerMeganode {
+			return usagef("--store and --scheduler pick the stack of --compare=false; the comparison runs meganode and the stock stack itself")
+		}
+		if f.keep {
+			return usagef("--keep needs --compare=false (the comparison stops each stack before the next)")
+		}
+		if f.up.record != "" {
+			return usagef("--record needs --compare=false (the proxy would sit under one stack only)")
+		}
 	}
 	return f.up.validate()
 }

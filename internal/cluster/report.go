@@ -67,14 +67,18 @@ type RatePoint struct {
 
 // Report is the SLO report of one measured window.
 type Report struct {
-	Store             string       `json:"store"`
-	StoreShards       int          `json:"store_shards"`
-	Nodes             int          `json:"nodes"`
-	ReadyNodes        int          `json:"ready_nodes"`
-	Start             time.Time    `json:"start"`
-	Seconds           float64      `json:"seconds"`
-	Pods              *PodRun      `json:"pods,omitempty"`
-	API               []APILatency `json:"api_latency"`
+	Store       string       `json:"store"`
+	StoreShards int          `json:"store_shards"`
+	StoreNames  []string     `json:"store_components"` // the store processes among Components
+	Nodes       int          `json:"nodes"`
+	ReadyNodes  int          `json:"ready_nodes"`
+	Start       time.Time    `json:"start"`
+	Seconds     float64      `json:"seconds"`
+	Pods        *PodRun      `json:"pods,omitempty"`
+	API         []APILatency `json:"api_latency"`
+	// APIByVerb is the same latency per verb over every resource (the demo's comparison rows:
+	// per verb/resource rows differ between schedulers, per verb they line up).
+	APIByVerb         []APILatency `json:"api_latency_by_verb"`
 	APISLOMet         bool         `json:"api_slo_met"`
 	PodStartupSLOMet  bool         `json:"pod_startup_slo_met"`
 	StoreOps          []StoreOp    `json:"store_ops"`
@@ -164,6 +168,9 @@ func (r *Recorder) Stop(ctx context.Context, pods *PodRun) (*Report, error) {
 	}
 	win := after.At.Sub(r.before.At).Seconds()
 	rep := &Report{Store: r.st.Store, StoreShards: len(r.st.Shards), Nodes: r.st.Nodes, Start: r.start, Seconds: win, Pods: pods}
+	for _, sh := range r.st.Shards {
+		rep.StoreNames = append(rep.StoreNames, sh.Component)
+	}
 	if cs, err := Clientset(r.st); err == nil {
 		total, ready, err := CountReadyNodes(ctx, cs)
 		if err == nil {
@@ -197,6 +204,14 @@ func (r *Recorder) Stop(ctx context.Context, pods *PodRun) (*Report, error) {
 		rep.API = append(rep.API, a)
 	}
 	sort.Slice(rep.API, func(i, j int) bool { return rep.API[i].Count > rep.API[j].Count })
+	vd := Delta(after.Histograms("apiserver_request_duration_seconds", "verb"), r.before.Histograms("apiserver_request_duration_seconds", "verb"))
+	for verb, h := range vd {
+		if verb == "WATCH" || verb == "WATCHLIST" || verb == "CONNECT" {
+			continue
+		}
+		rep.APIByVerb = append(rep.APIByVerb, APILatency{Verb: verb, Count: h.Count(), PerSec: h.Count() / win, P50: h.Quantile(0.5), P99: h.Quantile(0.99)})
+	}
+	sort.Slice(rep.APIByVerb, func(i, j int) bool { return rep.APIByVerb[i].Count > rep.APIByVerb[j].Count })
 	// Store requests as kube-apiserver issued them.
 	sd := Delta(after.Histograms("etcd_request_duration_seconds", "operation"), r.before.Histograms("etcd_request_duration_seconds", "operation"))
 	all := Delta(after.Histograms("etcd_request_duration_seconds"), r.before.Histograms("etcd_request_duration_seconds"))

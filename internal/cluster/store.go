@@ -51,7 +51,11 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 			return nil, err
 		}
 		url := fmt.Sprintf("http://127.0.0.1:%d", port)
-		data := filepath.Join(st.Dir, "data", name)
+		root := o.DataDir
+		if root == "" {
+			root = filepath.Join(st.Dir, "data")
+		}
+		data := filepath.Join(root, name)
 		if err := os.MkdirAll(data, 0o700); err != nil {
 			return nil, err
 		}

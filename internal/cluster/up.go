@@ -15,14 +15,17 @@ import (
 
 // UpOptions configure Up. Zero values take defaults.
 type UpOptions struct {
-	StateDir      string
-	Store         string   // meganode (default) | etcd
-	StoreShards   int      // 0: as many as the sizing plan asks for (1–4)
-	Nodes         int      // KWOK nodes to create once the control plane is healthy (also sizes the plan)
-	Pods          int      // sizes the plan only
-	BinDir        string   // default: BinDir()
-	EtcdCmd       []string // how to run real etcd; default: <bin>/meganode etcd
-	StoreArgs     []string // extra flags for every store process
+	StateDir    string
+	Store       string   // meganode (default) | etcd
+	StoreShards int      // 0: as many as the sizing plan asks for (1–4)
+	Nodes       int      // KWOK nodes to create once the control plane is healthy (also sizes the plan)
+	Pods        int      // sizes the plan only
+	BinDir      string   // default: BinDir()
+	EtcdCmd     []string // how to run real etcd; default: <bin>/meganode etcd
+	StoreArgs   []string // extra flags for every store process
+	// DataDir holds the stores' data (one directory per store); default <state-dir>/data. The
+	// demo's comparison puts it on tmpfs for both stacks, etcd's best case as in `make bench`.
+	DataDir       string
 	APIServerArgs []string // extra kube-apiserver flags
 	// Scheduler: SchedulerKube ("" = default) or SchedulerMeganode (`meganode scheduler`, SchedulerShards shards).
 	Scheduler       string
