@@ -139,8 +139,9 @@ test-cluster: build k8s-bins
 	$(GO) test -count=1 -timeout 15m -v ./test/e2e/cluster/
 
 # `make test` builds the Kubernetes binaries first: the cluster e2e test needs them (cached after the first run);
-# and etcdctl, which the quota and lock/elect e2e tests run against both servers.
-test-go: k8s-bins etcdctl
+# etcdctl, which the quota and lock/elect e2e tests run against both servers; helm, which renders the chart
+# (deploy/helm, and its server-side dry run in test/e2e/scheduler); and the images, whose binaries deploy/images runs.
+test-go: k8s-bins etcdctl helm images
 
 # etcdctl at the version of the etcd the tests compare with (go.mod), built in a throw-away module as
 # etcd's go.mod files carry replace directives that `go install` refuses (toolchain notes). A stamp
@@ -216,7 +217,7 @@ images: store $(OCIIMAGE)
 	@rm -rf $(IMAGES)/rootfs && mkdir -p $(IMAGES)/rootfs
 	CGO_ENABLED=0 $(GO) build -ldflags '-s -w -X main.version=$(IMAGE_TAG)' -o $(IMAGES)/rootfs/meganode ./cmd/meganode
 	objcopy --strip-debug $(STORE_BIN) $(IMAGES)/rootfs/meganode-store
-	@file $(IMAGES)/rootfs/meganode | grep -q 'statically linked' || { echo "meganode is not static"; exit 1; }
+	@! readelf -l $(IMAGES)/rootfs/meganode | grep -q INTERP || { echo "meganode is not static"; exit 1; }
 	$(OCIIMAGE) --layout $(IMAGES)/meganode --tar $(IMAGES)/meganode.tar --epoch $(SOURCE_DATE_EPOCH) \
 	  --tag $(IMAGE_REGISTRY)/meganode:$(VERSION),$(IMAGE_REGISTRY)/meganode:$(IMAGE_TAG) $(IMAGE_LABELS) \
 	  --label org.opencontainers.image.title=meganode --entrypoint /usr/local/bin/meganode --env PATH=/usr/local/bin \
