@@ -227,11 +227,22 @@ func TestMeganodeStoreImage(t *testing.T) {
 	if !slices.Contains(libs, "/lib64/ld-linux-x86-64.so.2") || !slices.Contains(libs, "/lib/x86_64-linux-gnu/libc.so.6") {
 		t.Errorf("libraries in the layer: %v, want the loader and libc at least", libs)
 	}
-	// Without root (no chroot): the packaged loader, told to look only in the packaged
-	// libraries, still runs it.
+	// Without root too (no chroot): the packaged loader resolves every library the binary
+	// needs inside the layer (it would fall back to this machine's /lib for a missing one:
+	// --list shows where each came from), and runs it.
 	ld := filepath.Join(img.dir, "lib64", "ld-linux-x86-64.so.2")
-	out, err := exec.Command(ld, "--inhibit-cache", "--library-path", filepath.Join(img.dir, "lib", "x86_64-linux-gnu"),
-		filepath.Join(img.dir, "usr", "local", "bin", "meganode-store"), "--version").CombinedOutput()
+	ldArgs := []string{"--inhibit-cache", "--library-path", filepath.Join(img.dir, "lib", "x86_64-linux-gnu")}
+	bin := filepath.Join(img.dir, "usr", "local", "bin", "meganode-store")
+	out, err := exec.Command(ld, append(ldArgs, "--list", bin)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s --list: %v\n%s", ld, err, out)
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if _, path, ok := strings.Cut(l, "=> "); ok && !strings.HasPrefix(path, img.dir+"/") {
+			t.Errorf("library not in the layer: %s", strings.TrimSpace(l))
+		}
+	}
+	out, err = exec.Command(ld, append(ldArgs, bin, "--version")...).CombinedOutput()
 	if err != nil || !strings.HasPrefix(string(out), "meganode-store "+img.tags[0]+" ") {
 		t.Fatalf("the packaged loader: %v: %q, want meganode-store %s", err, out, img.tags[0])
 	}
