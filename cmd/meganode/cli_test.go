@@ -19,6 +19,7 @@ import (
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meganode/meganode/deploy/manifesttest"
 	"github.com/meganode/meganode/internal/cluster"
 	"github.com/meganode/meganode/internal/scheduler/collector"
 )
@@ -337,7 +338,9 @@ func TestMakefileInvocationsParse(t *testing.T) {
 	}
 }
 
-// The meganode scheduler's command lines in deploy/scheduler (a `sh -c` string or an argument list).
+// The meganode scheduler's command lines in deploy/scheduler (a `sh -c` string or an argument
+// list) and in the Helm chart rendered with its defaults and with the webhook intake and a relay
+// tree (bin/helm, `make helm`). Kubernetes' $(VAR) references (the pod index) stand in as 0.
 func TestDeployManifestInvocationsParse(t *testing.T) {
 	files, err := filepath.Glob("../../deploy/scheduler/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -349,39 +352,59 @@ func TestDeployManifestInvocationsParse(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, doc := range strings.Split(string(b), "\n---") {
-			var obj map[string]any
-			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
-				t.Fatalf("%s: %v", file, err)
-			}
-			for _, c := range containers(obj) {
-				var line []string
-				for _, key := range []string{"command", "args"} {
-					for _, a := range asStrings(c[key]) {
-						line = append(line, a)
-					}
-				}
-				if len(line) == 0 {
-					continue
-				}
-				var args []string
-				if line[0] == "/bin/sh" && len(line) == 3 {
-					f := strings.Fields(regexp.MustCompile(`\$\{[^}]*\}`).ReplaceAllString(line[2], "0"))
-					if len(f) < 2 || f[0] != "exec" || f[1] != "meganode" {
-						t.Fatalf("%s: unexpected shell line %q", file, line[2])
-					}
-					args = f[2:]
-				} else {
-					args = line
-				}
-				n++
-				dryRun(t, args...)
-			}
-		}
+		n += manifestInvocations(t, file, string(b))
 	}
 	if n < 4 {
 		t.Fatalf("found %d meganode containers in deploy/scheduler, want ≥ 4", n)
 	}
+	chart := manifesttest.Helm(t, "meganode", "x", false)
+	chart = append(chart, manifesttest.Helm(t, "meganode", "x", false, "--set=scheduler.intake=webhook,scheduler.shards=25")...)
+	// shard, relay, collector; then shard, 3 leaf relays, the root relay, collector.
+	if n = manifestInvocations(t, "helm template", string(chart)); n != 3+6 {
+		t.Fatalf("found %d meganode containers in the chart, want 9", n)
+	}
+}
+
+// manifestInvocations dry-runs the meganode command line of every container of a YAML stream
+// (store containers aside) and returns their count.
+func manifestInvocations(t *testing.T, file, stream string) int {
+	t.Helper()
+	n := 0
+	for _, doc := range regexp.MustCompile(`(?m)^---`).Split(stream, -1) {
+		var obj map[string]any
+		if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+			t.Fatalf("%s: %v", file, err)
+		}
+		for _, c := range containers(obj) {
+			if img, _ := c["image"].(string); strings.Contains(img, "/meganode-store:") {
+				continue
+			}
+			var line []string
+			for _, key := range []string{"command", "args"} {
+				for _, a := range asStrings(c[key]) {
+					line = append(line, a)
+				}
+			}
+			if len(line) == 0 {
+				continue
+			}
+			var args []string
+			if line[0] == "/bin/sh" && len(line) == 3 {
+				f := strings.Fields(regexp.MustCompile(`\$\{[^}]*\}`).ReplaceAllString(line[2], "0"))
+				if len(f) < 2 || f[0] != "exec" || f[1] != "meganode" {
+					t.Fatalf("%s: unexpected shell line %q", file, line[2])
+				}
+				args = f[2:]
+			} else {
+				for _, a := range line {
+					args = append(args, regexp.MustCompile(`\$\([A-Z_]+\)`).ReplaceAllString(a, "0"))
+				}
+			}
+			n++
+			dryRun(t, args...)
+		}
+	}
+	return n
 }
 
 // containers finds the container specs (maps with an image) anywhere in a decoded manifest.
@@ -412,4 +435,12 @@ func asStrings(v any) []string {
 		}
 	}
 	return out
+}
+
+// --version prints the version make links in (-X main.version; "dev" in tests).
+func TestVersionFlag(t *testing.T) {
+	var out, errOut bytes.Buffer
+	if code := run(context.Background(), []string{"--version"}, &out, &errOut); code != 0 || out.String() != "meganode version "+version+"\n" {
+		t.Errorf("--version: exit %d, %q %q", code, out.String(), errOut.String())
+	}
 }

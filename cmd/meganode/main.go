@@ -14,6 +14,9 @@ import (
 	"github.com/spf13/cobra"
 )
 
+// version is set at link time (`make meganode` and `make images`: -X main.version=VERSION-<git describe>).
+var version = "dev"
+
 func main() {
 	os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -52,6 +55,7 @@ command did its work, 1 when it failed (or doctor found problems), 2 for a usage
   meganode doctor plan --nodes 1000000
   meganode help scheduler bench
   source <(meganode completion bash)`,
+		Version:               version, // --version
 		Args:                  subcommandArgs,
 		RunE:                  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
 		DisableFlagsInUseLine: true,

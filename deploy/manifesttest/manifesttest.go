@@ -37,24 +37,33 @@ func Load(t *testing.T, kinds map[string]func() any) []Doc {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for i, part := range separator.Split(string(b), -1) {
-			if strings.TrimSpace(stripComments(part)) == "" {
-				continue
-			}
-			var tm metav1.TypeMeta
-			if err := yaml.Unmarshal([]byte(part), &tm); err != nil {
-				t.Fatalf("%s document %d: %v", f, i+1, err)
-			}
-			newObj, ok := kinds[tm.APIVersion+"/"+tm.Kind]
-			if !ok {
-				t.Fatalf("%s document %d: unexpected kind %s %s", f, i+1, tm.APIVersion, tm.Kind)
-			}
-			obj := newObj()
-			if err := yaml.UnmarshalStrict([]byte(part), obj); err != nil {
-				t.Fatalf("%s document %d (%s): %v", f, i+1, tm.Kind, err)
-			}
-			out = append(out, Doc{f, obj})
+		out = append(out, Parse(t, f, b, kinds)...)
+	}
+	return out
+}
+
+// Parse decodes the documents of one multi-document YAML stream (a file, or `helm template`'s
+// output) as Load does; file names them in failures and in Doc.File.
+func Parse(t *testing.T, file string, b []byte, kinds map[string]func() any) []Doc {
+	t.Helper()
+	var out []Doc
+	for i, part := range separator.Split(string(b), -1) {
+		if strings.TrimSpace(stripComments(part)) == "" {
+			continue
 		}
+		var tm metav1.TypeMeta
+		if err := yaml.Unmarshal([]byte(part), &tm); err != nil {
+			t.Fatalf("%s document %d: %v", file, i+1, err)
+		}
+		newObj, ok := kinds[tm.APIVersion+"/"+tm.Kind]
+		if !ok {
+			t.Fatalf("%s document %d: unexpected kind %s %s", file, i+1, tm.APIVersion, tm.Kind)
+		}
+		obj := newObj()
+		if err := yaml.UnmarshalStrict([]byte(part), obj); err != nil {
+			t.Fatalf("%s document %d (%s): %v", file, i+1, tm.Kind, err)
+		}
+		out = append(out, Doc{file, obj})
 	}
 	return out
 }

@@ -4,10 +4,12 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -18,12 +20,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/restmapper"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/yaml"
 
+	"github.com/meganode/meganode/deploy/manifesttest"
 	"github.com/meganode/meganode/internal/cluster"
 )
 
@@ -33,7 +37,7 @@ import (
 // be bound exactly once; pods created while the scheduler is down (the apiserver skips the
 // webhook) or stopped (the apiserver times out on it) must be bound once it is back (its
 // reconcile LIST, or the late webhook); the deploy/scheduler manifests, the webhook ones
-// included, must pass a server-side dry run.
+// included, deploy/store's, and the Helm chart rendered under two value sets must pass a server-side dry run.
 func TestMeganodeSchedulerWebhookIntake(t *testing.T) {
 	const nodes, shards, pods = 20, 2, 100
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
@@ -186,15 +190,182 @@ func TestMeganodeSchedulerWebhookIntake(t *testing.T) {
 	})
 
 	t.Run("deploy manifests pass a server-side dry run", func(t *testing.T) {
-		dryRunManifests(t, ctx, st, filepath.Join("..", "..", "..", "deploy", "scheduler"))
+		objs, from := readManifests(t, filepath.Join("..", "..", "..", "deploy", "scheduler"))
+		if kinds := dryRunObjects(t, ctx, st, objs, from); kinds["ValidatingWebhookConfiguration"] == 0 {
+			t.Errorf("no ValidatingWebhookConfiguration among the manifests (%v)", kinds)
+		}
+		objs, from = readManifests(t, filepath.Join("..", "..", "..", "deploy", "store"))
+		if kinds := dryRunObjects(t, ctx, st, objs, from); kinds["StatefulSet"] != 3 {
+			t.Errorf("deploy/store: %v, want 3 StatefulSets", kinds)
+		}
+	})
+
+	// The chart (deploy/helm/meganode) rendered by `helm template` for a cluster that serves
+	// prometheus-operator's ServiceMonitor: the defaults, and a webhook-intake install with 25
+	// shards, the leases and events stores and TLS off. Its namespaces are created for real.
+	t.Run("helm chart passes a server-side dry run", func(t *testing.T) {
+		createServiceMonitorCRD(t, ctx, st)
+		for _, c := range []struct {
+			ns   string
+			args []string
+		}{
+			{"meganode-chart", nil},
+			{"meganode-chart-large", []string{"--set=scheduler.intake=webhook,scheduler.shards=25,scheduler.collectors=3",
+				"--set=store.shards.leases.enabled=true,store.shards.events.enabled=true,store.tls.enabled=false"}},
+		} {
+			out := manifesttest.Helm(t, "meganode", c.ns, false, append(c.args, "--api-versions=monitoring.coreos.com/v1/ServiceMonitor")...)
+			objs, from := splitObjects(t, "helm template "+strings.Join(c.args, " "), out)
+			ns := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": c.ns}}}
+			from[ns] = "(release namespace)"
+			kinds := dryRunObjects(t, ctx, st, append([]*unstructured.Unstructured{ns}, objs...), from)
+			for _, k := range []string{"StatefulSet", "Service", "ServiceAccount", "ClusterRoleBinding", "ServiceMonitor"} {
+				if kinds[k] == 0 {
+					t.Errorf("%s: no %s rendered (%v)", c.ns, k, kinds)
+				}
+			}
+			if (kinds["ValidatingWebhookConfiguration"] > 0) != (len(c.args) > 0) {
+				t.Errorf("%s: %d webhook configurations", c.ns, kinds["ValidatingWebhookConfiguration"])
+			}
+		}
 	})
 }
 
-// dryRunManifests creates every object of dir/*.yaml with dryRun=All (namespaces for real,
-// so the namespaced objects can be checked in them; an object that already exists is checked
-// as a dry-run replacement), so the apiserver's validation and admission see the manifests as
-// `kubectl create`/`replace` would send them.
-func dryRunManifests(t *testing.T, ctx context.Context, st *cluster.State, dir string) {
+// serviceMonitorCRD is the part of prometheus-operator's ServiceMonitor CRD the chart uses: its
+// field names and types as monitoring.coreos.com/v1 defines them (a field the chart wrote
+// outside them is refused by the strict field validation of the dry run).
+const serviceMonitorCRD = `
+apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata: {name: servicemonitors.monitoring.coreos.com}
+spec:
+  group: monitoring.coreos.com
+  names: {kind: ServiceMonitor, listKind: ServiceMonitorList, plural: servicemonitors, singular: servicemonitor, categories: [prometheus-operator], shortNames: [smon]}
+  scope: Namespaced
+  versions:
+    - name: v1
+      served: true
+      storage: true
+      schema:
+        openAPIV3Schema:
+          type: object
+          required: [spec]
+          properties:
+            apiVersion: {type: string}
+            kind: {type: string}
+            metadata: {type: object}
+            spec:
+              type: object
+              required: [selector]
+              properties:
+                jobLabel: {type: string}
+                selector:
+                  type: object
+                  properties:
+                    matchLabels: {type: object, additionalProperties: {type: string}}
+                    matchExpressions:
+                      type: array
+                      items:
+                        type: object
+                        required: [key, operator]
+                        properties:
+                          key: {type: string}
+                          operator: {type: string}
+                          values: {type: array, items: {type: string}}
+                namespaceSelector:
+                  type: object
+                  properties:
+                    any: {type: boolean}
+                    matchNames: {type: array, items: {type: string}}
+                endpoints:
+                  type: array
+                  items:
+                    type: object
+                    properties:
+                      port: {type: string}
+                      path: {type: string}
+                      scheme: {type: string, enum: [http, https, HTTP, HTTPS]}
+                      interval: {type: string, pattern: '^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$'}
+                      scrapeTimeout: {type: string}
+`
+
+// createServiceMonitorCRD creates the CRD (for real) and waits until discovery serves it.
+func createServiceMonitorCRD(t *testing.T, ctx context.Context, st *cluster.State) {
+	t.Helper()
+	objs, _ := splitObjects(t, "serviceMonitorCRD", []byte(serviceMonitorCRD))
+	rc, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dc, err := dynamic.NewForConfig(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crds := dc.Resource(schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"})
+	if _, err := crds.Create(ctx, objs[0], metav1.CreateOptions{FieldValidation: "Strict"}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	cs, err := cluster.Clientset(st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		rl, err := cs.Discovery().ServerResourcesForGroupVersion("monitoring.coreos.com/v1")
+		if err == nil && slices.ContainsFunc(rl.APIResources, func(r metav1.APIResource) bool { return r.Kind == "ServiceMonitor" }) {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ServiceMonitor CRD not served after 30s: %v", err)
+		}
+	}
+}
+
+// readManifests reads every document of dir/*.yaml.
+func readManifests(t *testing.T, dir string) ([]*unstructured.Unstructured, map[*unstructured.Unstructured]string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no manifests in %s: %v", dir, err)
+	}
+	var objs []*unstructured.Unstructured
+	from := map[*unstructured.Unstructured]string{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, fr := splitObjects(t, filepath.Base(f), b)
+		objs = append(objs, o...)
+		maps.Copy(from, fr)
+	}
+	return objs, from
+}
+
+// splitObjects decodes a multi-document YAML stream; from names each object's source.
+func splitObjects(t *testing.T, name string, b []byte) ([]*unstructured.Unstructured, map[*unstructured.Unstructured]string) {
+	t.Helper()
+	var objs []*unstructured.Unstructured
+	from := map[*unstructured.Unstructured]string{}
+	for i, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
+		var m map[string]any
+		if err := yaml.Unmarshal([]byte(part), &m); err != nil {
+			t.Fatalf("%s document %d: %v", name, i+1, err)
+		}
+		if len(m) == 0 {
+			continue // comments only
+		}
+		u := &unstructured.Unstructured{Object: m}
+		from[u] = name
+		objs = append(objs, u)
+	}
+	return objs, from
+}
+
+// dryRunObjects creates every object with dryRun=All (namespaces for real, so the namespaced
+// objects can be checked in them; an object that already exists is checked as a dry-run
+// replacement), so the apiserver's validation and admission see the manifests as `kubectl
+// create`/`replace` would send them. It returns the objects' count by kind.
+func dryRunObjects(t *testing.T, ctx context.Context, st *cluster.State, objs []*unstructured.Unstructured,
+	from map[*unstructured.Unstructured]string) map[string]int {
 	t.Helper()
 	rc, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 	if err != nil {
@@ -209,30 +380,6 @@ func dryRunManifests(t *testing.T, ctx context.Context, st *cluster.State, dir s
 		t.Fatal(err)
 	}
 	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(cs.Discovery()))
-	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
-	if err != nil || len(files) == 0 {
-		t.Fatalf("no manifests in %s: %v", dir, err)
-	}
-	var objs []*unstructured.Unstructured
-	from := map[*unstructured.Unstructured]string{}
-	for _, f := range files {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		for i, part := range regexp.MustCompile(`(?m)^---\s*$`).Split(string(b), -1) {
-			var m map[string]any
-			if err := yaml.Unmarshal([]byte(part), &m); err != nil {
-				t.Fatalf("%s document %d: %v", f, i+1, err)
-			}
-			if len(m) == 0 {
-				continue // comments only
-			}
-			u := &unstructured.Unstructured{Object: m}
-			from[u] = filepath.Base(f)
-			objs = append(objs, u)
-		}
-	}
 	kinds := map[string]int{}
 	for _, namespaces := range []bool{true, false} {
 		for _, u := range objs {
@@ -269,12 +416,10 @@ func dryRunManifests(t *testing.T, ctx context.Context, st *cluster.State, dir s
 			kinds[gvk.Kind]++
 		}
 	}
-	if kinds["ValidatingWebhookConfiguration"] == 0 {
-		t.Errorf("no ValidatingWebhookConfiguration among the manifests (%v)", kinds)
-	}
 	var b bytes.Buffer
 	for k, n := range kinds {
 		fmt.Fprintf(&b, " %s×%d", k, n)
 	}
-	t.Logf("%d objects from %d files accepted:%s", len(objs), len(files), b.String())
+	t.Logf("%d objects accepted:%s", len(objs), b.String())
+	return kinds
 }

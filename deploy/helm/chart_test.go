@@ -1,0 +1,237 @@
+// Package helm holds the Helm chart deploy/helm/meganode. This test renders it with `helm
+// template` (bin/helm, `make helm`) under several value sets, decodes every object strictly
+// into the k8s.io/api types, and runs the checks the plain manifests of deploy/store and
+// deploy/scheduler pass (manifesttest.CheckStore, CheckScheduler) on the result, plus the
+// durability plan, the ServiceMonitor's guard and the values' validation. The apiserver's own
+// validation of the rendered objects runs in test/e2e/scheduler (server-side dry run on an
+// `up` cluster).
+package helm
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	"github.com/meganode/meganode/deploy/manifesttest"
+)
+
+// serviceMonitor is the part of prometheus-operator's ServiceMonitor the chart writes (decoded
+// strictly: a field outside it fails here; the CRD's own check is the e2e dry run).
+type serviceMonitor struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata"`
+	Spec              struct {
+		JobLabel          string               `json:"jobLabel"`
+		Selector          metav1.LabelSelector `json:"selector"`
+		NamespaceSelector struct {
+			MatchNames []string `json:"matchNames"`
+		} `json:"namespaceSelector"`
+		Endpoints []struct {
+			Port     string `json:"port"`
+			Path     string `json:"path"`
+			Scheme   string `json:"scheme"`
+			Interval string `json:"interval"`
+		} `json:"endpoints"`
+	} `json:"spec"`
+}
+
+var kinds = map[string]func() any{
+	"v1/ServiceAccount":   func() any { return &corev1.ServiceAccount{} },
+	"v1/Service":          func() any { return &corev1.Service{} },
+	"apps/v1/StatefulSet": func() any { return &appsv1.StatefulSet{} },
+	"rbac.authorization.k8s.io/v1/ClusterRoleBinding":                func() any { return &rbacv1.ClusterRoleBinding{} },
+	"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration": func() any { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
+	"monitoring.coreos.com/v1/ServiceMonitor":                        func() any { return &serviceMonitor{} },
+}
+
+const withCRD = "--api-versions=monitoring.coreos.com/v1/ServiceMonitor"
+
+// rendered is one render's objects by kind.
+type rendered struct {
+	docs     []manifesttest.Doc
+	services map[string]*corev1.Service
+	sets     map[string]*appsv1.StatefulSet
+	monitors []*serviceMonitor
+	hooks    []*admissionregistrationv1.ValidatingWebhookConfiguration
+}
+
+func render(t *testing.T, release, ns string, args ...string) rendered {
+	t.Helper()
+	r := rendered{services: map[string]*corev1.Service{}, sets: map[string]*appsv1.StatefulSet{}}
+	r.docs = manifesttest.Parse(t, "helm template "+strings.Join(args, " "), manifesttest.Helm(t, release, ns, false, args...), kinds)
+	for _, d := range r.docs {
+		if o, ok := d.Obj.(metav1.Object); ok && o.GetNamespace() != "" && o.GetNamespace() != ns {
+			t.Errorf("%s in namespace %q, want the release's %q", o.GetName(), o.GetNamespace(), ns)
+		}
+		switch o := d.Obj.(type) {
+		case *corev1.Service:
+			r.services[o.Name] = o
+		case *appsv1.StatefulSet:
+			r.sets[o.Name] = o
+		case *serviceMonitor:
+			r.monitors = append(r.monitors, o)
+		case *admissionregistrationv1.ValidatingWebhookConfiguration:
+			r.hooks = append(r.hooks, o)
+		}
+	}
+	return r
+}
+
+// storeFlags checks the store StatefulSets of a render and returns each one's flags by name.
+func (r rendered) stores(t *testing.T) map[string]map[string]string {
+	t.Helper()
+	out := map[string]map[string]string{}
+	for name, s := range r.sets {
+		if s.Spec.Template.Labels["app.kubernetes.io/name"] != "meganode-store" {
+			continue
+		}
+		t.Run(name, func(t *testing.T) { manifesttest.CheckStore(t, s, r.services) })
+		out[name] = manifesttest.Flags(s.Spec.Template.Spec.Containers[0])
+	}
+	return out
+}
+
+func TestChartDefaults(t *testing.T) {
+	r := render(t, "meganode", "meganode-system")
+	stores := r.stores(t)
+	main := stores["meganode-store"]
+	if len(stores) != 1 || main == nil {
+		t.Fatalf("stores %v, want meganode-store only", stores)
+	}
+	// The durability plan of deploy/store/statefulset.yaml.
+	if main["--durability"] != "fsync" || main["--durability-prefix"] != "/registry/events/=none,/registry/leases/=buffered" {
+		t.Errorf("durability plan: --durability=%s --durability-prefix=%s", main["--durability"], main["--durability-prefix"])
+	}
+	if !strings.HasPrefix(main["--listen-client-urls"], "https://") || main["--trusted-ca-file"] == "" {
+		t.Errorf("the client port serves TLS with client certificates by default: %v", main)
+	}
+	if c := r.sets["meganode-store"].Spec.VolumeClaimTemplates; len(c) != 1 || c[0].Spec.Resources.Requests.Storage().String() != "20Gi" {
+		t.Errorf("claim templates %+v, want one of 20Gi", c)
+	}
+	manifesttest.CheckScheduler(t, r.docs, "meganode")
+	if s := r.sets["meganode-shard"]; s == nil || *s.Spec.Replicas != 4 {
+		t.Errorf("shards: %+v", s)
+	}
+	if len(r.monitors) != 0 || len(r.hooks) != 0 {
+		t.Errorf("without the ServiceMonitor CRD and with the watch intake: %d ServiceMonitors, %d webhook configurations, want none",
+			len(r.monitors), len(r.hooks))
+	}
+	// The images have no shell: no command line goes through one, and the indexed roles
+	// take their index from the pod-index label.
+	for name, s := range r.sets {
+		c := s.Spec.Template.Spec.Containers[0]
+		if slices.ContainsFunc(append(c.Command, c.Args...), func(a string) bool { return strings.Contains(a, "sh") && strings.Contains(a, "/bin/") }) {
+			t.Errorf("%s runs a shell: %v %v", name, c.Command, c.Args)
+		}
+		if slices.Contains(c.Args, "--index=$(POD_INDEX)") && !slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool {
+			return e.Name == "POD_INDEX" && e.ValueFrom != nil && e.ValueFrom.FieldRef != nil &&
+				e.ValueFrom.FieldRef.FieldPath == "metadata.labels['apps.kubernetes.io/pod-index']"
+		}) {
+			t.Errorf("%s: --index=$(POD_INDEX) without POD_INDEX from the pod-index label", name)
+		}
+		if want := "ghcr.io/meganode/" + map[bool]string{true: "meganode-store", false: "meganode"}[strings.HasPrefix(name, "meganode-store")] + ":0.1.0"; c.Image != want {
+			t.Errorf("%s: image %s, want %s", name, c.Image, want)
+		}
+	}
+}
+
+// The ServiceMonitor renders only where the CRD is served, and then scrapes every headless
+// Service's metrics port (the store's and each scheduler role's), once.
+func TestChartServiceMonitor(t *testing.T) {
+	r := render(t, "meganode", "monitoring-test", withCRD)
+	if len(r.monitors) != 1 {
+		t.Fatalf("%d ServiceMonitors with the CRD, want 1", len(r.monitors))
+	}
+	m := r.monitors[0]
+	if len(m.Spec.Endpoints) != 1 || m.Spec.Endpoints[0].Port != "metrics" || m.Spec.Endpoints[0].Path != "/metrics" {
+		t.Errorf("endpoints %+v", m.Spec.Endpoints)
+	}
+	sel, err := metav1.LabelSelectorAsSelector(&m.Spec.Selector)
+	if err != nil {
+		t.Fatal(err)
+	}
+	scraped := map[string]bool{} // workload component → scraped
+	for _, s := range r.services {
+		if !sel.Matches(labels.Set(s.Labels)) {
+			continue
+		}
+		if s.Spec.ClusterIP != corev1.ClusterIPNone || !slices.ContainsFunc(s.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == "metrics" }) {
+			t.Errorf("ServiceMonitor selects %s: not headless or no metrics port", s.Name)
+		}
+		c := s.Spec.Selector["app.kubernetes.io/component"]
+		if scraped[c] {
+			t.Errorf("component %s scraped twice", c)
+		}
+		scraped[c] = true
+	}
+	for _, c := range []string{"main", "shard", "relay", "collector"} {
+		if !scraped[c] {
+			t.Errorf("component %s not scraped (%v)", c, scraped)
+		}
+	}
+	if r := render(t, "meganode", "monitoring-test", withCRD, "--set=serviceMonitor.enabled=false"); len(r.monitors) != 0 {
+		t.Errorf("serviceMonitor.enabled=false still renders it")
+	}
+}
+
+// A large, webhook-intake install under another release name: the leases and events stores,
+// TLS off, a durability plan of its own, 25 shards (a root relay over 3 leaf relays).
+func TestChartValues(t *testing.T) {
+	r := render(t, "prod", "sched", "--set=scheduler.shards=25,scheduler.collectors=3,scheduler.intake=webhook",
+		"--set=store.shards.leases.enabled=true,store.shards.events.enabled=true,store.tls.enabled=false",
+		"--set=store.durability=buffered,store.durabilityPrefixes[0].prefix=/registry/pods/,store.durabilityPrefixes[0].mode=fsync",
+		"--set=image.tag=0.1.0-abc1234,store.persistence.storageClassName=local-nvme")
+	stores := r.stores(t)
+	if len(stores) != 3 {
+		t.Fatalf("%d stores, want main, leases, events", len(stores))
+	}
+	main := stores["prod-meganode-store"]
+	if main["--durability"] != "buffered" || main["--durability-prefix"] != "/registry/pods/=fsync" {
+		t.Errorf("durability plan: --durability=%s --durability-prefix=%s", main["--durability"], main["--durability-prefix"])
+	}
+	for _, n := range []string{"prod-meganode-store-leases", "prod-meganode-store-events"} {
+		if f := stores[n]; f["--durability"] != "none" || f["--durability-prefix"] != "" || f["--cert-file"] != "" ||
+			!strings.HasPrefix(f["--listen-client-urls"], "http://") {
+			t.Errorf("%s: %v", n, f)
+		}
+	}
+	if sc := r.sets["prod-meganode-store"].Spec.VolumeClaimTemplates[0].Spec.StorageClassName; sc == nil || *sc != "local-nvme" {
+		t.Errorf("storageClassName %v", sc)
+	}
+	manifesttest.CheckScheduler(t, r.docs, "prod-meganode")
+	root := manifesttest.Flags(r.sets["prod-meganode-relay"].Spec.Template.Spec.Containers[0])["--children"]
+	if n := len(strings.Split(root, ",")); n != 3 || !strings.Contains(root, "prod-meganode-relay-leaf2-0.prod-meganode-relay-leaf2:7070") {
+		t.Errorf("root relay children %q, want the 3 leaf relays", root)
+	}
+	leafShards := 0
+	for i := range 3 {
+		leafShards += len(strings.Split(manifesttest.Flags(r.sets["prod-meganode-relay-leaf"+string(rune('0'+i))].Spec.Template.Spec.Containers[0])["--children"], ","))
+	}
+	if leafShards != 25 {
+		t.Errorf("leaf relays cover %d shards, want 25", leafShards)
+	}
+	if len(r.hooks) != 1 || r.hooks[0].Webhooks[0].ClientConfig.Service.Namespace != "sched" {
+		t.Errorf("webhook configurations %+v", r.hooks)
+	}
+	for name, s := range r.sets {
+		if img := s.Spec.Template.Spec.Containers[0].Image; !strings.HasSuffix(img, ":0.1.0-abc1234") {
+			t.Errorf("%s: image %s", name, img)
+		}
+	}
+}
+
+// Values the store or the scheduler would refuse fail the render, not the pod.
+func TestChartRejectsBadValues(t *testing.T) {
+	for _, set := range []string{"store.durability=sometimes", "store.durabilityPrefixes[0].mode=always", "scheduler.intake=poll", "scheduler.shards=0"} {
+		if out := manifesttest.Helm(t, "meganode", "x", true, "--set="+set); !strings.Contains(string(out), "want") {
+			t.Errorf("--set %s: %s", set, out)
+		}
+	}
+}
