@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -91,8 +92,18 @@ func TestDemoComparison(t *testing.T) {
 			t.Errorf("%s stack: %v", s.Name, err)
 		}
 	}
-	if !c.Complete() {
-		t.Errorf("rows with a missing value: %+v", c.Rows)
+	// Every row has both values, except the p99 of an API verb only one stack happened to serve in
+	// a window of a few seconds (a node lease renewal or status update falling into one run only);
+	// POST (the pods created) is served by both.
+	for _, r := range c.Rows {
+		if r.Meganode != nil && r.Stock != nil {
+			continue
+		}
+		if strings.HasPrefix(r.Name, "API p99 ") && r.Name != "API p99 POST" {
+			t.Logf("row %s: served by one stack only in this short run", r.Name)
+			continue
+		}
+		t.Errorf("row %s: a missing value (meganode %v, stock %v)", r.Name, r.Meganode, r.Stock)
 	}
 	for _, r := range c.Rows {
 		if r.Meganode != nil && r.Stock != nil && (*r.Meganode < 0 || *r.Stock < 0 || r.Ratio == nil) {
