@@ -176,6 +176,10 @@ async fn run(cfg: Config) -> Result<(), String> {
         cfg.auth_token.split(',').next().unwrap_or("")
     );
     let ctx = Ctx::with_auth(store, cfg.clone(), Some(log.clone()), Arc::new(auth));
+    // Peer URLs and the downgrade target are kept by the auth state's rule (server/member_state.rs).
+    if durable {
+        ctx.member.keep_in(std::path::PathBuf::from(&cfg.data_dir))?;
+    }
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {
         let (_, addr) = host_port(url)?;

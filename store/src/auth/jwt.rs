@@ -6,13 +6,39 @@
 //! change of the auth store since its revision makes permission checks answer
 //! `revision of auth store is old`.
 //!
-//! Differences from etcd: the public key must be given (etcd derives it from a
-//! private key alone); without a private key the server only verifies, as etcd.
+//! Without pub-key the public key is derived from priv-key, as etcd does;
+//! without priv-key the server only verifies, as etcd.
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 
 use super::AuthError;
+
+/// The verifying key of a private key given alone (PEM, PKCS#8 or PKCS#1 for
+/// RSA), in the form jsonwebtoken hands to ring: an RSAPublicKey DER, an
+/// uncompressed EC point, or Ed25519's 32 bytes.
+fn derived_public(alg: Algorithm, private_pem: &[u8]) -> Result<DecodingKey, String> {
+    let bad = |e: &dyn std::fmt::Display| format!("--auth-token priv-key: {e}");
+    let block = pem::parse(private_pem).map_err(|e| bad(&e))?;
+    let der = block.contents();
+    use ring::signature::{self, KeyPair};
+    Ok(match alg {
+        Algorithm::ES256 | Algorithm::ES384 => {
+            let a = if alg == Algorithm::ES256 { &signature::ECDSA_P256_SHA256_FIXED_SIGNING } else { &signature::ECDSA_P384_SHA384_FIXED_SIGNING };
+            let kp = signature::EcdsaKeyPair::from_pkcs8(a, der, &ring::rand::SystemRandom::new()).map_err(|e| bad(&e))?;
+            DecodingKey::from_ec_der(kp.public_key().as_ref())
+        }
+        Algorithm::EdDSA => {
+            let kp = signature::Ed25519KeyPair::from_pkcs8_maybe_unchecked(der).map_err(|e| bad(&e))?;
+            DecodingKey::from_ed_der(kp.public_key().as_ref())
+        }
+        _ => {
+            let kp = if block.tag() == "RSA PRIVATE KEY" { signature::RsaKeyPair::from_der(der) } else { signature::RsaKeyPair::from_pkcs8(der) };
+            let kp = kp.map_err(|e| bad(&e))?;
+            DecodingKey::from_rsa_der(kp.public().as_ref())
+        }
+    })
+}
 
 pub struct JwtTokens {
     alg: Algorithm,
@@ -81,14 +107,19 @@ impl JwtTokens {
                 (Some(EncodingKey::from_secret(&k)), DecodingKey::from_secret(&k))
             }
             _ => {
-                let p = public.ok_or("--auth-token: meganode-store needs pub-key (it does not derive it from priv-key)")?;
                 let (enc, dec): (fn(&[u8]) -> _, fn(&[u8]) -> _) = match alg {
                     Algorithm::ES256 | Algorithm::ES384 => (EncodingKey::from_ec_pem, DecodingKey::from_ec_pem),
                     Algorithm::EdDSA => (EncodingKey::from_ed_pem, DecodingKey::from_ed_pem),
                     _ => (EncodingKey::from_rsa_pem, DecodingKey::from_rsa_pem),
                 };
-                let e = private.map(|k| enc(&k)).transpose().map_err(bad)?;
-                (e, dec(&p).map_err(bad)?)
+                let e = private.as_ref().map(|k| enc(k)).transpose().map_err(bad)?;
+                let d = match (&public, &private) {
+                    (Some(p), _) => dec(p).map_err(bad)?,
+                    (None, Some(k)) => derived_public(alg, k)?,
+                    // etcd: neither key → "auth: missing key data".
+                    (None, None) => return Err("--auth-token: auth: missing key data (pub-key or priv-key)".into()),
+                };
+                (e, d)
             }
         };
         Ok(JwtTokens { alg, enc, dec, ttl })
@@ -136,6 +167,27 @@ mod tests {
         assert_eq!(t.info(&(tok.clone() + "x")), None);
         std::thread::sleep(Duration::from_millis(2100));
         assert_eq!(t.info(&tok), None, "expired");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// priv-key alone: the verifying key is derived (ECDSA and Ed25519 here; RSA in the e2e test,
+    /// ring cannot generate RSA keys), and a token it signs verifies.
+    #[test]
+    fn a_private_key_alone_signs_and_verifies() {
+        use ring::signature::{EcdsaKeyPair, Ed25519KeyPair, ECDSA_P256_SHA256_FIXED_SIGNING};
+        let rng = ring::rand::SystemRandom::new();
+        let dir = std::env::temp_dir().join(format!("jwt-derive-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let ec = EcdsaKeyPair::generate_pkcs8(&ECDSA_P256_SHA256_FIXED_SIGNING, &rng).unwrap();
+        let ed = Ed25519KeyPair::generate_pkcs8(&rng).unwrap();
+        for (method, der) in [("ES256", ec.as_ref()), ("EdDSA", ed.as_ref())] {
+            let key = dir.join(method);
+            std::fs::write(&key, pem::encode(&pem::Pem::new("PRIVATE KEY", der.to_vec()))).unwrap();
+            let t = JwtTokens::parse(&format!("jwt,priv-key={},sign-method={method}", key.display())).unwrap();
+            let tok = t.assign("alice", 3).unwrap();
+            assert_eq!(t.info(&tok), Some(("alice".into(), 3)), "{method}");
+        }
+        assert!(JwtTokens::parse("jwt,sign-method=RS256").unwrap_err().contains("missing key data"));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

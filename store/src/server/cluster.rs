@@ -27,7 +27,7 @@ impl ClusterService {
         PbMember {
             id: self.0.member_id,
             name: self.0.cfg.name.clone(),
-            peer_ur_ls: self.0.peer_urls.lock().unwrap().clone(),
+            peer_ur_ls: self.0.member.get().peer_urls,
             client_ur_ls: self.0.cfg.advertise_client_urls.clone(),
             is_learner: false,
         }
@@ -80,7 +80,7 @@ impl PbClusterService for ClusterService {
             return Err(Status::invalid_argument("etcdserver: given member URLs are invalid"));
         }
         self.admin(&r)?;
-        let mine = self.0.peer_urls.lock().unwrap().clone();
+        let mine = self.0.member.get().peer_urls;
         if r.get_ref().peer_ur_ls.iter().any(|u| mine.iter().any(|m| m == u.trim())) {
             return Err(Status::failed_precondition("etcdserver: Peer URLs already exists"));
         }
@@ -99,14 +99,17 @@ impl PbClusterService for ClusterService {
     }
 
     /// etcd takes this member's new peer URLs as given (no check of their form)
-    /// and answers the members. Kept in memory: a restart reports
-    /// --initial-advertise-peer-urls again.
+    /// and answers the members. Kept across restarts (member_state.rs).
     async fn member_update(&self, r: Request<PbMemberUpdateRequest>) -> Result<Response<PbMemberUpdateResponse>, Status> {
         self.admin(&r)?;
         if r.get_ref().id != self.0.member_id {
             return Err(not_found());
         }
-        *self.0.peer_urls.lock().unwrap() = r.into_inner().peer_ur_ls;
+        let urls = r.into_inner().peer_ur_ls;
+        self.0.member.update(|m| {
+            m.peer_urls = urls;
+            Ok(())
+        })?;
         Ok(Response::new(PbMemberUpdateResponse { header: header(&self.0), members: vec![self.me()] }))
     }
 

@@ -87,7 +87,7 @@ impl PbMaintenanceService for MaintenanceService {
             storage_version: "3.6.0".into(),
             db_size_quota: self.0.store.quota(),
             // etcd always sets it: not enabled and no target, or Downgrade ENABLE's.
-            downgrade_info: Some(match self.0.downgrade.lock().unwrap().clone() {
+            downgrade_info: Some(match self.0.member.get().downgrade {
                 Some(target_version) => PbDowngradeInfo { enabled: true, target_version },
                 None => PbDowngradeInfo { enabled: false, target_version: String::new() },
             }),
@@ -172,7 +172,7 @@ impl PbMaintenanceService for MaintenanceService {
 
     /// etcd's Downgrade on a single member: VALIDATE and ENABLE take the target
     /// as X.Y or X.Y.Z, which must be one minor below the cluster version (3.6);
-    /// ENABLE records it (Status' downgrade_info, in memory), CANCEL clears it
+    /// ENABLE records it (Status' downgrade_info, kept across restarts), CANCEL clears it
     /// and answers OK whether or not one was enabled. Every answer carries the
     /// cluster version (X.Y). etcd would then lower the cluster version to the
     /// target while its members run older binaries; this store never does
@@ -181,21 +181,22 @@ impl PbMaintenanceService for MaintenanceService {
         self.admin(&r)?;
         let r = r.into_inner();
         let cluster: String = ETCD_COMPAT_VERSION.splitn(3, '.').take(2).collect::<Vec<_>>().join(".");
-        let mut state = self.0.downgrade.lock().unwrap();
-        match r.action {
-            DOWNGRADE_VALIDATE | DOWNGRADE_ENABLE => {
-                let target = downgrade_target(&r.version)?;
-                if state.is_some() {
-                    return Err(Status::failed_precondition("etcdserver: cluster has a downgrade job in progress"));
+        self.0.member.update(|m| {
+            match r.action {
+                DOWNGRADE_VALIDATE | DOWNGRADE_ENABLE => {
+                    let target = downgrade_target(&r.version)?;
+                    if m.downgrade.is_some() {
+                        return Err(Status::failed_precondition("etcdserver: cluster has a downgrade job in progress"));
+                    }
+                    if r.action == DOWNGRADE_ENABLE {
+                        m.downgrade = Some(target);
+                    }
                 }
-                if r.action == DOWNGRADE_ENABLE {
-                    *state = Some(target);
-                }
+                DOWNGRADE_CANCEL => m.downgrade = None,
+                _ => return Err(Status::unknown("etcdserver: unknown method")),
             }
-            DOWNGRADE_CANCEL => *state = None,
-            _ => return Err(Status::unknown("etcdserver: unknown method")),
-        }
-        drop(state);
+            Ok(())
+        })?;
         Ok(Response::new(PbDowngradeResponse { header: self.0.header(self.0.store.current_rev()), version: cluster }))
     }
 }

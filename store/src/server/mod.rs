@@ -14,6 +14,7 @@ pub mod kv;
 pub mod lease;
 pub mod lock;
 pub mod maintenance;
+pub mod member_state;
 pub mod metrics;
 pub mod range_stream;
 pub mod routes;
@@ -58,11 +59,10 @@ pub struct Ctx {
     pub wal: Option<Arc<crate::wal::Wal>>,
     /// Users, roles, tokens and the permission checks (crate::auth).
     pub auth: Arc<AuthStore>,
-    /// This member's peer URLs as MemberList reports them: --initial-advertise-peer-urls,
-    /// changed by MemberUpdate (in memory only, see cluster.rs).
-    pub peer_urls: std::sync::Mutex<Vec<String>>,
-    /// The downgrade target etcd's Downgrade ENABLE set and CANCEL clears (maintenance.rs).
-    pub downgrade: std::sync::Mutex<Option<String>>,
+    /// This member's peer URLs as MemberList reports them (--initial-advertise-peer-urls,
+    /// changed by MemberUpdate) and the downgrade target Downgrade ENABLE set; kept
+    /// across restarts when a data directory is (member_state.rs).
+    pub member: member_state::Member,
 }
 
 impl Ctx {
@@ -87,10 +87,9 @@ impl Ctx {
                 }
             }));
         }
-        let peer_urls = std::sync::Mutex::new(cfg.advertise_peer_urls.clone());
+        let member = member_state::Member::new(cfg.advertise_peer_urls.clone());
         Arc::new(Ctx {
-            store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth, peer_urls,
-            downgrade: std::sync::Mutex::new(None),
+            store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth, member,
         })
     }
 
