@@ -159,6 +159,7 @@ func (c *Chart) plot() (*plot.Plot, plot.Legend) {
 	grid.Vertical.Color = nil
 	grid.Horizontal.Color = colGrid
 	grid.Horizontal.Dashes = nil
+	grid.Horizontal.Width = px(1)
 	p.Add(grid)
 
 	if n > 0 {
@@ -167,7 +168,7 @@ func (c *Chart) plot() (*plot.Plot, plot.Legend) {
 	p.X.Min, p.X.Max = -0.5, float64(max(n, 1))-0.5
 	if logY {
 		p.Y.Scale = plot.LogScale{}
-		p.Y.Tick.Marker = relabel(plot.LogTicks{Prec: -1}, format)
+		p.Y.Tick.Marker = logTicks(format)
 		p.Y.Min, p.Y.Max = lo/1.3, hi*2 // room above for the value labels
 	} else {
 		p.Y.Tick.Marker = relabel(plot.DefaultTicks{}, format)
@@ -265,6 +266,31 @@ func lineStyle(s Series) draw.LineStyle {
 		ls.Dashes = []vg.Length{vg.Points(5), vg.Points(4)}
 	}
 	return ls
+}
+
+// logTicks marks 1, 2 and 5 times each power of ten between lo and hi (only the powers
+// of ten past three decades) with labels in format, the other multiples unlabelled;
+// gonum's LogTicks labels powers of ten only, which leaves a chart within one decade
+// with a single label.
+func logTicks(format func(float64) string) plot.Ticker {
+	return plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		e0, e1 := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		var ts []plot.Tick
+		for e := e0; e <= e1; e++ {
+			for m := 1.0; m < 10; m++ {
+				v := m * math.Pow(10, e)
+				if v < lo || v > hi {
+					continue
+				}
+				t := plot.Tick{Value: v}
+				if m == 1 || (e1-e0 <= 3 && (m == 2 || m == 5)) {
+					t.Label = format(v)
+				}
+				ts = append(ts, t)
+			}
+		}
+		return ts
+	})
 }
 
 // relabel keeps the ticks t chooses and labels the major ones with format.

@@ -123,3 +123,21 @@ func TestChartSVG(t *testing.T) {
 		t.Errorf("value label %q missing", HumanRate(120e3))
 	}
 }
+
+func TestLogTicks(t *testing.T) {
+	label := func(lo, hi float64) []string {
+		var out []string
+		for _, tk := range logTicks(FmtUs).Ticks(lo, hi) {
+			if !tk.IsMinor() {
+				out = append(out, tk.Label)
+			}
+		}
+		return out
+	}
+	if got := strings.Join(label(120, 2500), ","); got != "200 µs,500 µs,1 ms,2 ms" {
+		t.Errorf("within a decade and a bit: %s", got)
+	}
+	if got := strings.Join(label(50, 5e6), ","); got != "100 µs,1 ms,10 ms,100 ms,1 s" {
+		t.Errorf("five decades: %s", got)
+	}
+}
