@@ -3,21 +3,23 @@ package bench
 import (
 	"bytes"
 	"fmt"
-	"html"
-	"image"
 	"image/color"
-	"image/png"
 	"math"
 	"strings"
 
-	"golang.org/x/image/font"
-	"golang.org/x/image/font/basicfont"
-	"golang.org/x/image/math/fixed"
+	xfont "golang.org/x/image/font"
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/font"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+	"gonum.org/v1/plot/vg/vgimg"
+	"gonum.org/v1/plot/vg/vgsvg"
 )
 
 // Chart is a small line (or, with one x value, bar) chart over categorical x
-// values, drawn by hand both as SVG (for the HTML page) and as PNG (for the
-// markdown report), from the same drawing code.
+// values, drawn with gonum.org/v1/plot both as SVG (for the HTML page) and as PNG
+// (for the markdown report).
 type Chart struct {
 	Title  string
 	XLabel string
@@ -36,13 +38,13 @@ type Series struct {
 	Dashed bool
 }
 
-const chartW, chartH = 800, 440
+// chartW × chartH pixels at chartDPI: the PNG's size, and the SVG's in CSS pixels.
+const chartW, chartH, chartDPI = 800, 440, 96
 
 var (
 	colMeganode = color.RGBA{0x1f, 0x6f, 0xc5, 0xff}
 	colEtcd     = color.RGBA{0xd9, 0x48, 0x1c, 0xff}
 	colOther    = color.RGBA{0x55, 0x8b, 0x2f, 0xff}
-	colAxis     = color.RGBA{0x33, 0x33, 0x33, 0xff}
 	colGrid     = color.RGBA{0xdd, 0xdd, 0xdd, 0xff}
 	colText     = color.RGBA{0x22, 0x22, 0x22, 0xff}
 )
@@ -57,313 +59,253 @@ func targetColor(t string) color.RGBA {
 	return colOther
 }
 
-type anchor int
+func px(n float64) vg.Length { return vg.Length(n) * vg.Inch / chartDPI }
 
-const (
-	anchorStart anchor = iota
-	anchorMiddle
-	anchorEnd
-)
-
-// painter is what the chart is drawn on.
-type painter interface {
-	line(x1, y1, x2, y2 float64, c color.RGBA, width float64, dashed bool)
-	rect(x, y, w, h float64, c color.RGBA)
-	circle(x, y, r float64, c color.RGBA)
-	text(x, y float64, s string, a anchor, c color.RGBA, bold bool)
-}
-
-// SVG renders the chart as an <svg> element.
+// SVG renders the chart as an <svg> element (no XML prolog), to be inlined in HTML.
 func (c *Chart) SVG() string {
-	s := &svgPainter{}
-	fmt.Fprintf(&s.b, `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 %d %d" width="%d" height="%d" `+
-		`font-family="DejaVu Sans, Helvetica, Arial, sans-serif" font-size="12">`, chartW, chartH, chartW, chartH)
-	s.rect(0, 0, chartW, chartH, color.RGBA{0xff, 0xff, 0xff, 0xff})
-	c.draw(s)
-	s.b.WriteString("</svg>")
-	return s.b.String()
+	cv := vgsvg.New(px(chartW), px(chartH))
+	c.draw(cv)
+	var b bytes.Buffer
+	if _, err := cv.WriteTo(&b); err != nil {
+		return fmt.Sprintf("<p>chart %q: %v</p>", c.Title, err)
+	}
+	s := b.String()
+	if i := strings.Index(s, "<svg"); i >= 0 {
+		s = s[i:]
+	}
+	return s
 }
 
 // PNG renders the chart as a PNG image.
 func (c *Chart) PNG() ([]byte, error) {
-	img := image.NewRGBA(image.Rect(0, 0, chartW, chartH))
-	p := &pngPainter{img: img}
-	p.rect(0, 0, chartW, chartH, color.RGBA{0xff, 0xff, 0xff, 0xff})
-	c.draw(p)
-	var buf bytes.Buffer
-	if err := png.Encode(&buf, img); err != nil {
+	cv := vgimg.NewWith(vgimg.UseWH(px(chartW), px(chartH)), vgimg.UseDPI(chartDPI))
+	c.draw(cv)
+	var b bytes.Buffer
+	if _, err := (vgimg.PngCanvas{Canvas: cv}).WriteTo(&b); err != nil {
 		return nil, err
 	}
-	return buf.Bytes(), nil
+	return b.Bytes(), nil
 }
 
-func (c *Chart) draw(p painter) {
-	const left, right, top, bottom = 80.0, 170.0, 44.0, 56.0
-	pw, ph := chartW-left-right, chartH-top-bottom
+func sans(size float64, bold bool) font.Font {
+	f := font.Font{Typeface: "Liberation", Variant: "Sans", Size: vg.Points(size)}
+	if bold {
+		f.Weight = xfont.WeightBold
+	}
+	return f
+}
+
+// draw lays the plot out on the left and the legend in a column on the right.
+func (c *Chart) draw(cv vg.CanvasSizer) {
+	dc := draw.New(cv)
+	dc.SetColor(color.White)
+	dc.Fill(dc.Rectangle.Path())
+	p, leg := c.plot()
+	legW := vg.Length(0)
+	for _, s := range c.Series {
+		legW = max(legW, leg.TextStyle.Width(s.Name))
+	}
+	if legW > 0 {
+		legW += leg.ThumbnailWidth + vg.Points(24)
+	}
+	pad := vg.Points(8)
+	p.Draw(draw.Crop(dc, pad, -legW-pad, pad, -pad))
+	if legW > 0 {
+		leg.Draw(draw.Crop(dc, dc.Max.X-legW, -pad, pad, -px(60)))
+	}
+}
+
+// plot builds the gonum plot of the chart and its legend (drawn apart, outside the data).
+func (c *Chart) plot() (*plot.Plot, plot.Legend) {
 	format := c.Format
 	if format == nil {
 		format = func(v float64) string { return HumanRate(v) }
 	}
-	p.text(chartW/2, 24, c.Title, anchorMiddle, colText, true)
+	p := plot.New()
+	p.BackgroundColor = nil
+	p.Title.Text = c.Title
+	p.Title.TextStyle.Font = sans(11, true)
+	p.Title.TextStyle.Color = colText
+	p.Title.Padding = vg.Points(10)
+	p.X.Label.Text, p.Y.Label.Text = c.XLabel, c.YLabel
+	for _, a := range []*plot.Axis{&p.X, &p.Y} {
+		a.Label.TextStyle.Font = sans(9, false)
+		a.Label.TextStyle.Color = colText
+		a.Tick.Label.Font = sans(8.5, false)
+		a.Tick.Label.Color = colText
+	}
+	leg := plot.NewLegend()
+	leg.Top, leg.Left = true, true
+	leg.TextStyle.Font = sans(9, false)
+	leg.TextStyle.Color = colText
+	leg.ThumbnailWidth = vg.Points(22)
+	leg.Padding = vg.Points(5)
 
+	n := len(c.X)
+	bars := n == 1
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, s := range c.Series {
-		for _, v := range s.Values {
-			if math.IsNaN(v) || math.IsInf(v, 0) || (c.LogY && v <= 0) {
-				continue
+		for i, v := range s.Values {
+			if i < n && usable(v, c.LogY && !bars) {
+				lo, hi = min(lo, v), max(hi, v)
 			}
-			lo, hi = math.Min(lo, v), math.Max(hi, v)
 		}
 	}
+	logY := c.LogY && !bars && !math.IsInf(lo, 0)
 	if math.IsInf(lo, 0) {
 		lo, hi = 0, 1
 	}
-	bars := len(c.X) == 1
-	var ticks []float64
-	var ymap func(v float64) float64
-	if c.LogY && !bars {
-		l0 := math.Floor(math.Log10(lo))
-		l1 := math.Ceil(math.Log10(hi))
-		if l1 <= l0 {
-			l1 = l0 + 1
+	grid := plotter.NewGrid()
+	grid.Vertical.Color = nil
+	grid.Horizontal.Color = colGrid
+	grid.Horizontal.Dashes = nil
+	grid.Horizontal.Width = px(1)
+	p.Add(grid)
+
+	if n > 0 {
+		p.NominalX(c.X...)
+	}
+	p.X.Min, p.X.Max = -0.5, float64(max(n, 1))-0.5
+	if logY {
+		p.Y.Scale = plot.LogScale{}
+		p.Y.Tick.Marker = logTicks(format)
+		p.Y.Min, p.Y.Max = lo/1.3, hi*2 // room above for the value labels
+	} else {
+		p.Y.Tick.Marker = relabel(plot.DefaultTicks{}, format)
+		p.Y.Min, p.Y.Max = 0, max(hi*1.12, 1e-9)
+	}
+
+	valueLabel := func(x, y float64, s Series, dx vg.Length) {
+		l, err := plotter.NewLabels(plotter.XYLabels{XYs: plotter.XYs{{X: x, Y: y}}, Labels: []string{format(y)}})
+		if err != nil {
+			return
 		}
-		for e := l0; e <= l1; e++ {
-			for _, m := range []float64{1, 2, 5} {
-				v := m * math.Pow(10, e)
-				if v >= math.Pow(10, l0) && v <= math.Pow(10, l1) && (l1-l0 <= 3 || m == 1) {
-					ticks = append(ticks, v)
-				}
+		for i := range l.TextStyle {
+			l.TextStyle[i].Font = sans(8, false)
+			l.TextStyle[i].Color = s.Color
+			l.TextStyle[i].XAlign = draw.XCenter
+		}
+		if bars {
+			for i := range l.TextStyle {
+				l.TextStyle[i].Color = colText
 			}
 		}
-		ymap = func(v float64) float64 {
-			return top + ph - (math.Log10(v)-l0)/(l1-l0)*ph
-		}
-	} else {
-		step := niceStep(hi / 5)
-		ymax := math.Ceil(hi*1.05/step) * step
-		if ymax <= 0 {
-			ymax = 1
-		}
-		for v := 0.0; v <= ymax+step/2; v += step {
-			ticks = append(ticks, v)
-		}
-		maxY := ticks[len(ticks)-1]
-		ymap = func(v float64) float64 { return top + ph - v/maxY*ph }
-	}
-	for _, t := range ticks {
-		y := ymap(t)
-		p.line(left, y, left+pw, y, colGrid, 1, false)
-		lbl := format(t)
-		if t == 0 {
-			lbl = "0"
-		}
-		p.text(left-8, y+4, lbl, anchorEnd, colText, false)
-	}
-	p.line(left, top, left, top+ph, colAxis, 1, false)
-	p.line(left, top+ph, left+pw, top+ph, colAxis, 1, false)
-	p.text(left, top-10, c.YLabel, anchorStart, colText, false)
-	p.text(left+pw/2, chartH-14, c.XLabel, anchorMiddle, colText, false)
-
-	n := len(c.X)
-	slot := pw / float64(max(n, 1))
-	xpos := func(i int) float64 { return left + slot*(float64(i)+0.5) }
-	for i, x := range c.X {
-		p.line(xpos(i), top+ph, xpos(i), top+ph+5, colAxis, 1, false)
-		p.text(xpos(i), top+ph+19, x, anchorMiddle, colText, false)
+		l.Offset = vg.Point{X: dx, Y: vg.Points(5)}
+		p.Add(l)
 	}
 
 	if bars {
-		k := float64(len(c.Series))
-		bw := slot * 0.6 / math.Max(k, 1)
+		k := len(c.Series)
+		bw := min(vg.Points(48), vg.Points(300)/vg.Length(max(k, 1)))
 		for j, s := range c.Series {
-			if len(s.Values) == 0 || math.IsNaN(s.Values[0]) {
+			var col color.Color = s.Color
+			if s.Dashed { // the second style of a pair: a lighter bar
+				col = color.NRGBA{s.Color.R, s.Color.G, s.Color.B, 0x90}
+			}
+			off := bw * (vg.Length(j) - vg.Length(k-1)/2)
+			leg.Add(s.Name, &plotter.Line{LineStyle: lineStyle(s)})
+			if len(s.Values) == 0 || !usable(s.Values[0], false) {
 				continue
 			}
-			v := s.Values[0]
-			x := xpos(0) - slot*0.3 + bw*float64(j)
-			y := ymap(v)
-			col := s.Color
-			if s.Dashed {
-				col.A = 0x90
+			b, err := plotter.NewBarChart(plotter.Values{s.Values[0]}, bw-vg.Points(3))
+			if err != nil {
+				continue
 			}
-			p.rect(x+2, y, bw-4, top+ph-y, col)
-			p.text(x+bw/2, y-5, format(v), anchorMiddle, colText, false)
+			b.Color, b.LineStyle.Width, b.Offset = col, 0, off
+			p.Add(b)
+			valueLabel(0, s.Values[0], s, off)
 		}
-	} else {
-		for _, s := range c.Series {
-			var px, py float64
-			have := false
-			for i, v := range s.Values {
-				if i >= n || math.IsNaN(v) || (c.LogY && v <= 0) {
-					have = false
-					continue
-				}
-				x, y := xpos(i), ymap(v)
-				if have {
-					p.line(px, py, x, y, s.Color, 2.5, s.Dashed)
-				}
-				px, py, have = x, y, true
-			}
-			for i, v := range s.Values {
-				if i >= n || math.IsNaN(v) || (c.LogY && v <= 0) {
-					continue
-				}
-				p.circle(xpos(i), ymap(v), 4, s.Color)
-				if !s.Dashed {
-					p.text(xpos(i), ymap(v)-9, format(v), anchorMiddle, s.Color, false)
-				}
-			}
-		}
+		return p, leg
 	}
-	// Legend.
-	lx, ly := left+pw+20, top+10
 	for _, s := range c.Series {
-		p.line(lx, ly-4, lx+26, ly-4, s.Color, 2.5, s.Dashed)
-		p.text(lx+34, ly, s.Name, anchorStart, colText, false)
-		ly += 20
-	}
-}
-
-func niceStep(raw float64) float64 {
-	if raw <= 0 {
-		return 1
-	}
-	e := math.Pow(10, math.Floor(math.Log10(raw)))
-	for _, m := range []float64{1, 2, 2.5, 5, 10} {
-		if raw <= m*e {
-			return m * e
-		}
-	}
-	return 10 * e
-}
-
-// ---- SVG ----
-
-type svgPainter struct{ b strings.Builder }
-
-func svgColor(c color.RGBA) string {
-	if c.A == 0xff {
-		return fmt.Sprintf("#%02x%02x%02x", c.R, c.G, c.B)
-	}
-	return fmt.Sprintf("rgba(%d,%d,%d,%.2f)", c.R, c.G, c.B, float64(c.A)/255)
-}
-
-func (s *svgPainter) line(x1, y1, x2, y2 float64, c color.RGBA, w float64, dashed bool) {
-	dash := ""
-	if dashed {
-		dash = ` stroke-dasharray="7 5"`
-	}
-	fmt.Fprintf(&s.b, `<line x1="%.1f" y1="%.1f" x2="%.1f" y2="%.1f" stroke="%s" stroke-width="%.1f" stroke-linecap="round"%s/>`,
-		x1, y1, x2, y2, svgColor(c), w, dash)
-}
-
-func (s *svgPainter) rect(x, y, w, h float64, c color.RGBA) {
-	fmt.Fprintf(&s.b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="%s"/>`, x, y, w, h, svgColor(c))
-}
-
-func (s *svgPainter) circle(x, y, r float64, c color.RGBA) {
-	fmt.Fprintf(&s.b, `<circle cx="%.1f" cy="%.1f" r="%.1f" fill="%s"/>`, x, y, r, svgColor(c))
-}
-
-func (s *svgPainter) text(x, y float64, str string, a anchor, c color.RGBA, bold bool) {
-	anch := [...]string{"start", "middle", "end"}[a]
-	weight := ""
-	if bold {
-		weight = ` font-weight="bold" font-size="15"`
-	}
-	fmt.Fprintf(&s.b, `<text x="%.1f" y="%.1f" text-anchor="%s" fill="%s"%s>%s</text>`, x, y, anch, svgColor(c), weight,
-		html.EscapeString(str))
-}
-
-// ---- PNG ----
-
-type pngPainter struct{ img *image.RGBA }
-
-func (p *pngPainter) blend(x, y int, c color.RGBA, alpha float64) {
-	if !(image.Point{x, y}.In(p.img.Rect)) || alpha <= 0 {
-		return
-	}
-	a := alpha * float64(c.A) / 255
-	if a > 1 {
-		a = 1
-	}
-	o := p.img.RGBAAt(x, y)
-	mix := func(dst, src uint8) uint8 { return uint8(float64(dst)*(1-a) + float64(src)*a + 0.5) }
-	p.img.SetRGBA(x, y, color.RGBA{mix(o.R, c.R), mix(o.G, c.G), mix(o.B, c.B), 0xff})
-}
-
-// segment draws an anti-aliased segment of width w with round ends.
-func (p *pngPainter) segment(x1, y1, x2, y2 float64, c color.RGBA, w float64) {
-	r := w / 2
-	minX, maxX := int(math.Floor(math.Min(x1, x2)-r-1)), int(math.Ceil(math.Max(x1, x2)+r+1))
-	minY, maxY := int(math.Floor(math.Min(y1, y2)-r-1)), int(math.Ceil(math.Max(y1, y2)+r+1))
-	dx, dy := x2-x1, y2-y1
-	l2 := dx*dx + dy*dy
-	for y := minY; y <= maxY; y++ {
-		for x := minX; x <= maxX; x++ {
-			px, py := float64(x)+0.5, float64(y)+0.5
-			t := 0.0
-			if l2 > 0 {
-				t = ((px-x1)*dx + (py-y1)*dy) / l2
-				t = math.Max(0, math.Min(1, t))
+		ls := lineStyle(s)
+		leg.Add(s.Name, &plotter.Line{LineStyle: ls})
+		var run plotter.XYs
+		flush := func() {
+			if len(run) > 1 {
+				if l, err := plotter.NewLine(run); err == nil {
+					l.LineStyle = ls
+					p.Add(l)
+				}
 			}
-			ex, ey := x1+t*dx-px, y1+t*dy-py
-			d := math.Sqrt(ex*ex + ey*ey)
-			p.blend(x, y, c, math.Min(1, r+0.5-d))
+			run = nil
 		}
-	}
-}
-
-func (p *pngPainter) line(x1, y1, x2, y2 float64, c color.RGBA, w float64, dashed bool) {
-	if w <= 1 && !dashed && (x1 == x2 || y1 == y2) { // crisp axis and grid lines
-		for x := int(math.Min(x1, x2)); x <= int(math.Max(x1, x2)); x++ {
-			for y := int(math.Min(y1, y2)); y <= int(math.Max(y1, y2)); y++ {
-				p.blend(x, y, c, 1)
+		var pts plotter.XYs
+		for i, v := range s.Values {
+			if i >= n || !usable(v, logY) {
+				flush()
+				continue
+			}
+			run = append(run, plotter.XY{X: float64(i), Y: v})
+			pts = append(pts, plotter.XY{X: float64(i), Y: v})
+		}
+		flush()
+		if len(pts) == 0 {
+			continue
+		}
+		if sc, err := plotter.NewScatter(pts); err == nil {
+			sc.GlyphStyle = draw.GlyphStyle{Color: s.Color, Radius: vg.Points(3), Shape: draw.CircleGlyph{}}
+			p.Add(sc)
+		}
+		if !s.Dashed {
+			for _, pt := range pts {
+				valueLabel(pt.X, pt.Y, s, 0)
 			}
 		}
-		return
 	}
-	if !dashed {
-		p.segment(x1, y1, x2, y2, c, w)
-		return
-	}
-	l := math.Hypot(x2-x1, y2-y1)
-	if l == 0 {
-		return
-	}
-	for s := 0.0; s < l; s += 12 {
-		e := math.Min(s+7, l)
-		p.segment(x1+(x2-x1)*s/l, y1+(y2-y1)*s/l, x1+(x2-x1)*e/l, y1+(y2-y1)*e/l, c, w)
-	}
+	return p, leg
 }
 
-func (p *pngPainter) rect(x, y, w, h float64, c color.RGBA) {
-	for yy := int(math.Round(y)); yy < int(math.Round(y+h)); yy++ {
-		for xx := int(math.Round(x)); xx < int(math.Round(x+w)); xx++ {
-			p.blend(xx, yy, c, 1)
+func usable(v float64, log bool) bool {
+	return !math.IsNaN(v) && !math.IsInf(v, 0) && (!log || v > 0)
+}
+
+func lineStyle(s Series) draw.LineStyle {
+	ls := draw.LineStyle{Color: s.Color, Width: vg.Points(2)}
+	if s.Dashed {
+		ls.Dashes = []vg.Length{vg.Points(5), vg.Points(4)}
+	}
+	return ls
+}
+
+// logTicks marks 1, 2 and 5 times each power of ten between lo and hi (only the powers
+// of ten past three decades) with labels in format, the other multiples unlabelled;
+// gonum's LogTicks labels powers of ten only, which leaves a chart within one decade
+// with a single label.
+func logTicks(format func(float64) string) plot.Ticker {
+	return plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		e0, e1 := math.Floor(math.Log10(lo)), math.Ceil(math.Log10(hi))
+		var ts []plot.Tick
+		for e := e0; e <= e1; e++ {
+			for m := 1.0; m < 10; m++ {
+				v := m * math.Pow(10, e)
+				if v < lo || v > hi {
+					continue
+				}
+				t := plot.Tick{Value: v}
+				if m == 1 || (e1-e0 <= 3 && (m == 2 || m == 5)) {
+					t.Label = format(v)
+				}
+				ts = append(ts, t)
+			}
 		}
-	}
+		return ts
+	})
 }
 
-func (p *pngPainter) circle(x, y, r float64, c color.RGBA) { p.segment(x, y, x, y, c, 2*r) }
-
-func (p *pngPainter) text(x, y float64, s string, a anchor, c color.RGBA, bold bool) {
-	face := basicfont.Face7x13 // ASCII only
-	s = asciiText.Replace(s)
-	w := font.MeasureString(face, s).Round()
-	switch a {
-	case anchorMiddle:
-		x -= float64(w) / 2
-	case anchorEnd:
-		x -= float64(w)
-	}
-	d := &font.Drawer{Dst: p.img, Src: image.NewUniform(c), Face: face}
-	d.Dot = fixed.P(int(math.Round(x)), int(math.Round(y)))
-	d.DrawString(s)
-	if bold {
-		d.Dot = fixed.P(int(math.Round(x))+1, int(math.Round(y)))
-		d.DrawString(s)
-	}
+// relabel keeps the ticks t chooses and labels the major ones with format.
+func relabel(t plot.Ticker, format func(float64) string) plot.Ticker {
+	return plot.TickerFunc(func(lo, hi float64) []plot.Tick {
+		ts := t.Ticks(lo, hi)
+		for i := range ts {
+			switch {
+			case ts[i].IsMinor():
+			case ts[i].Value == 0:
+				ts[i].Label = "0"
+			default:
+				ts[i].Label = format(ts[i].Value)
+			}
+		}
+		return ts
+	})
 }
-
-var asciiText = strings.NewReplacer("→", "->", "µ", "u", "×", "x", "…", "...", "≤", "<=", "≥", ">=", "—", "-", "–", "-", "·", ".")

@@ -7,28 +7,29 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"golang.org/x/term"
 )
 
-// Progress shows how a run is going: a bar redrawn in place on a terminal, a
-// plain line every few seconds otherwise (CI logs, make output piped to a file).
-// A nil *Progress prints nothing.
+// Progress shows how a run is going: on a terminal a bar redrawn in place
+// (github.com/schollz/progressbar), otherwise a plain line every few seconds
+// (CI logs, make output piped to a file), which a bar library does not do: its
+// redraws would land in the log as one line each. A nil *Progress prints nothing.
 type Progress struct {
 	w        io.Writer
 	tty      bool
-	interval time.Duration
+	interval time.Duration // how often a non-terminal gets a line (and the bar is fed)
 
 	mu      sync.Mutex
+	bar     *progressbar.ProgressBar // the bar of the running phase, on a terminal
 	stop    chan struct{}
 	stopped chan struct{}
 }
 
 // NewProgress writes to f, as a bar if f is a terminal.
 func NewProgress(f *os.File) *Progress {
-	tty := false
-	if st, err := f.Stat(); err == nil && st.Mode()&os.ModeCharDevice != 0 && os.Getenv("TERM") != "dumb" {
-		tty = true
-	}
-	return NewProgressWriter(f, tty)
+	return NewProgressWriter(f, term.IsTerminal(int(f.Fd())) && os.Getenv("TERM") != "dumb")
 }
 
 // NewProgressWriter writes to w; tty selects the redrawn bar.
@@ -40,6 +41,13 @@ func NewProgressWriter(w io.Writer, tty bool) *Progress {
 	return &Progress{w: w, tty: tty, interval: iv}
 }
 
+// clearLine wipes a bar or phase message being shown; p.mu is held.
+func (p *Progress) clearLine() {
+	if p.tty {
+		fmt.Fprint(p.w, "\r\033[K")
+	}
+}
+
 // Phase announces a step that is not measured (start-up, setup, drain).
 func (p *Progress) Phase(msg string) {
 	if p == nil {
@@ -48,22 +56,22 @@ func (p *Progress) Phase(msg string) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.tty {
-		fmt.Fprintf(p.w, "\r\033[K%s", msg)
+		p.clearLine()
+		fmt.Fprint(p.w, msg)
 	} else {
 		fmt.Fprintln(p.w, msg)
 	}
 }
 
-// Printf prints a line of its own (clearing a bar being drawn).
+// Printf prints a line of its own (clearing a bar being drawn; the bar comes back
+// at its next update).
 func (p *Progress) Printf(format string, a ...any) {
 	if p == nil {
 		return
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.tty {
-		fmt.Fprint(p.w, "\r\033[K")
-	}
+	p.clearLine()
 	fmt.Fprintf(p.w, format, a...)
 	if !strings.HasSuffix(format, "\n") {
 		fmt.Fprintln(p.w)
@@ -71,7 +79,8 @@ func (p *Progress) Printf(format string, a ...any) {
 }
 
 // Start shows progress of a measured phase until Done; count reads the number of
-// completed operations. The fraction done comes from total ops or from time.
+// completed operations. The fraction done comes from total ops or, when total is
+// 0, from the time elapsed of dur.
 func (p *Progress) Start(label string, total int64, dur time.Duration, count func() int64) {
 	if p == nil {
 		return
@@ -80,6 +89,32 @@ func (p *Progress) Start(label string, total int64, dur time.Duration, count fun
 	p.stop = make(chan struct{})
 	p.stopped = make(chan struct{})
 	stop, stopped := p.stop, p.stopped
+	byTime := total <= 0
+	if p.tty {
+		p.clearLine()
+		limit := total
+		if byTime {
+			limit = -1 // a spinner with the elapsed time, unless a duration gives the end
+			if dur > 0 {
+				limit = dur.Milliseconds()
+			}
+		}
+		opts := []progressbar.Option{
+			progressbar.OptionSetWriter(p.w),
+			progressbar.OptionSetDescription(label),
+			progressbar.OptionSetWidth(30),
+			progressbar.OptionUseANSICodes(true),
+			progressbar.OptionSetElapsedTime(true),
+			progressbar.OptionSetPredictTime(true),
+			progressbar.OptionClearOnFinish(),
+			progressbar.OptionSetRenderBlankState(true),
+		}
+		if !byTime {
+			opts = append(opts, progressbar.OptionShowCount(), progressbar.OptionShowIts(), progressbar.OptionSetItsString("ops"))
+		}
+		p.bar = progressbar.NewOptions64(limit, opts...)
+	}
+	bar := p.bar
 	p.mu.Unlock()
 	start := time.Now()
 	go func() {
@@ -98,38 +133,36 @@ func (p *Progress) Start(label string, total int64, dur time.Duration, count fun
 			now := time.Now()
 			n := count()
 			el := now.Sub(start)
-			frac := 0.0
-			if total > 0 {
-				frac = float64(n) / float64(total)
-			} else if dur > 0 {
-				frac = el.Seconds() / dur.Seconds()
-			}
-			if final {
-				frac = 1
-			}
-			if frac > 1 {
-				frac = 1
-			}
 			inst := 0.0
 			if dt := now.Sub(lastT).Seconds(); dt > 0 {
 				inst = float64(n-lastN) / dt
 			}
-			avg := 0.0
-			if el > 0 {
-				avg = float64(n) / el.Seconds()
-			}
 			lastN, lastT = n, now
 			p.mu.Lock()
-			if p.tty {
-				fmt.Fprintf(p.w, "\r\033[K%s %s %3.0f%% %6.1fs %10d ops %9s ops/s", label, bar(frac, 30), frac*100,
-					el.Seconds(), n, HumanRate(inst))
-				if final {
-					fmt.Fprintf(p.w, "\r\033[K%s done: %d ops in %.1fs, %s ops/s\n", label, n, el.Seconds(), HumanRate(avg))
+			switch {
+			case final:
+				if bar != nil {
+					_ = bar.Finish() // clears the bar
+					p.clearLine()
 				}
-			} else if final {
+				avg := 0.0
+				if el > 0 {
+					avg = float64(n) / el.Seconds()
+				}
 				fmt.Fprintf(p.w, "%s done: %d ops in %.1fs, %s ops/s\n", label, n, el.Seconds(), HumanRate(avg))
-			} else {
-				fmt.Fprintf(p.w, "%s %3.0f%% %.0fs %d ops, %s ops/s now\n", label, frac*100, el.Seconds(), n, HumanRate(inst))
+			case bar != nil && byTime:
+				bar.Describe(fmt.Sprintf("%s %d ops, %s ops/s", label, n, HumanRate(inst)))
+				_ = bar.Set64(min(el.Milliseconds(), max(bar.GetMax64()-1, 0)))
+			case bar != nil:
+				_ = bar.Set64(min(n, total))
+			default:
+				frac := 0.0
+				if !byTime {
+					frac = float64(n) / float64(total)
+				} else if dur > 0 {
+					frac = el.Seconds() / dur.Seconds()
+				}
+				fmt.Fprintf(p.w, "%s %3.0f%% %.0fs %d ops, %s ops/s now\n", label, min(frac, 1)*100, el.Seconds(), n, HumanRate(inst))
 			}
 			p.mu.Unlock()
 			if final {
@@ -153,14 +186,9 @@ func (p *Progress) Done() {
 	}
 	close(stop)
 	<-stopped
-}
-
-func bar(frac float64, width int) string {
-	n := int(frac*float64(width) + 0.5)
-	if n > width {
-		n = width
-	}
-	return "[" + strings.Repeat("█", n) + strings.Repeat("·", width-n) + "]"
+	p.mu.Lock()
+	p.bar = nil
+	p.mu.Unlock()
 }
 
 // HumanRate formats a rate like 23.4K.

@@ -1,6 +1,12 @@
 package bench
 
-import "testing"
+import (
+	"encoding/json"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+)
 
 // The summary of etcd 3.6's `benchmark put` (pkg/report), as the soak reads it.
 const benchmarkReport = `
@@ -37,5 +43,44 @@ func TestParseBenchmarkReport(t *testing.T) {
 	}
 	if err := ParseBenchmarkReport("no report", &s); err == nil {
 		t.Fatal("a missing report parsed")
+	}
+}
+
+// The soak's charts from a recorded run (docs/bench/soak/short-5m): three PNGs, one series per target.
+func TestSoakChartsFromRecordedRun(t *testing.T) {
+	b, err := os.ReadFile("../../docs/bench/soak/short-5m/soak.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct{ Results []*SoakResult }
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if out := os.Getenv("CHART_OUT"); out != "" {
+		dir = out
+	}
+	cs := SoakCharts(rec.Results)
+	if err := WritePNGs(dir, cs); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range cs {
+		f, err := os.Open(filepath.Join(dir, c.Slug+".png"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		img, err := png.Decode(f)
+		f.Close()
+		if err != nil {
+			t.Fatalf("%s: %v", c.Slug, err)
+		}
+		for _, s := range c.Chart.Series {
+			if n := near(img, s.Color); n < 400 {
+				t.Errorf("%s: series %q has %d pixels of its colour", c.Slug, s.Name, n)
+			}
+		}
+	}
+	if len(cs) != 3 || len(rec.Results) != 2 {
+		t.Errorf("%d charts from %d targets", len(cs), len(rec.Results))
 	}
 }

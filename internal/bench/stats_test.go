@@ -8,29 +8,6 @@ import (
 	"time"
 )
 
-func TestBucketsCoverAndOrder(t *testing.T) {
-	prevHi := uint64(0)
-	for i := 0; i < histBuckets; i++ {
-		lo, hi := bucketRange(i)
-		if i > 0 && lo != prevHi+1 {
-			t.Fatalf("bucket %d starts at %d, previous ended at %d", i, lo, prevHi)
-		}
-		if hi < lo {
-			t.Fatalf("bucket %d: hi %d < lo %d", i, hi, lo)
-		}
-		if bucketOf(lo) != i || bucketOf(hi) != i {
-			t.Fatalf("bucket %d [%d,%d] maps to %d/%d", i, lo, hi, bucketOf(lo), bucketOf(hi))
-		}
-		if lo >= histLinear && float64(hi-lo+1)/float64(lo) > 1.0/64+1e-9 {
-			t.Fatalf("bucket %d too wide: [%d,%d]", i, lo, hi)
-		}
-		prevHi = hi
-	}
-	if bucketOf(math.MaxUint64) != histBuckets-1 {
-		t.Fatalf("huge values must clamp to the last bucket")
-	}
-}
-
 func exactQuantile(sorted []time.Duration, q float64) time.Duration {
 	r := int(math.Ceil(q*float64(len(sorted)))) - 1
 	if r < 0 {
@@ -52,7 +29,7 @@ func TestQuantilesWithinBucketError(t *testing.T) {
 	sort.Slice(vals, func(i, j int) bool { return vals[i] < vals[j] })
 	for _, q := range []float64{0.5, 0.9, 0.99, 0.999} {
 		got, want := h.Quantile(q), exactQuantile(vals, q)
-		if rel := math.Abs(float64(got-want)) / float64(want); rel > 0.016 {
+		if rel := math.Abs(float64(got-want)) / float64(want); rel > 1.0/128 {
 			t.Errorf("p%v: got %v, exact %v (%.2f%% off)", q*100, got, want, rel*100)
 		}
 	}
@@ -69,7 +46,7 @@ func TestSmallAndUniform(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		h.Record(time.Duration(i)) // exact region
 	}
-	if got := h.Quantile(0.5); got != 50 {
+	if got := h.Quantile(0.5); got != 50 { // values below 256 ns are exact
 		t.Errorf("p50 of 1..100 ns = %v", got)
 	}
 	if got := h.Quantile(0.99); got != 99 {
@@ -84,7 +61,7 @@ func TestSmallAndUniform(t *testing.T) {
 	}
 	s := u.Summary()
 	for _, c := range []struct{ got, want float64 }{{s.P50Us, 5000}, {s.P90Us, 9000}, {s.P99Us, 9900}, {s.P999Us, 9990}, {s.MaxUs, 10000}} {
-		if math.Abs(c.got-c.want)/c.want > 0.016 {
+		if math.Abs(c.got-c.want)/c.want > 1.0/128 {
 			t.Errorf("got %v want ≈%v", c.got, c.want)
 		}
 	}
@@ -100,8 +77,17 @@ func TestMergeAndEmpty(t *testing.T) {
 	b.Record(-5) // clamps to 0
 	a.Merge(b)
 	a.Merge(nil)
+	a.Merge(NewHistogram())
 	if a.Count() != 3 || a.Max() != 3*time.Millisecond || a.Min() != 0 {
 		t.Fatalf("merge: count %d max %v min %v", a.Count(), a.Max(), a.Min())
+	}
+	if got := a.Quantile(0.5); got < time.Millisecond || got > time.Millisecond+time.Millisecond/128 {
+		t.Errorf("p50 of {0, 1 ms, 3 ms} = %v", got)
+	}
+	c := NewHistogram()
+	c.Record(3 * time.Hour) // beyond the range: clamped to an hour, not lost
+	if c.Count() != 1 || c.Max() != time.Hour || c.Quantile(0.99) != time.Hour {
+		t.Errorf("clamp: count %d max %v p99 %v", c.Count(), c.Max(), c.Quantile(0.99))
 	}
 }
 

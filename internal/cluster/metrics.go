@@ -172,6 +172,9 @@ func (h *Hist) Count() float64 {
 }
 
 // Quantile interpolates linearly inside the bucket holding rank q, like PromQL's histogram_quantile.
+// Kept by hand on purpose: a scraped Prometheus histogram has only the exporter's le bounds, which
+// neither HdrHistogram nor gonum/stat can take in; the reference code (promql's bucket quantile)
+// lives in the Prometheus server module, whose dependency tree is far larger than these 25 lines.
 func (h *Hist) Quantile(q float64) float64 {
 	n := h.Count()
 	if n == 0 {

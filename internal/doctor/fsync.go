@@ -2,12 +2,13 @@ package doctor
 
 import (
 	"fmt"
-	"math"
 	"os"
 	"path/filepath"
 	"sort"
 	"syscall"
 	"time"
+
+	"gonum.org/v1/gonum/stat"
 )
 
 // FsyncResult is a measured fsync latency distribution of a directory.
@@ -93,31 +94,15 @@ func summarise(dir string, block int, lat []time.Duration) *FsyncResult {
 	if len(lat) == 0 {
 		return r
 	}
-	s := append([]time.Duration(nil), lat...)
-	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
-	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-	var sum time.Duration
-	for _, d := range s {
-		sum += d
+	ms := make([]float64, len(lat))
+	for i, d := range lat {
+		ms[i] = float64(d) / float64(time.Millisecond)
 	}
-	r.P50ms = ms(Percentile(s, 50))
-	r.P99ms = ms(Percentile(s, 99))
-	r.Maxms = ms(s[len(s)-1])
-	r.Meanms = ms(sum / time.Duration(len(s)))
+	sort.Float64s(ms)
+	// Nearest-rank percentiles over every sample (gonum's empirical quantile).
+	r.P50ms = stat.Quantile(0.50, stat.Empirical, ms, nil)
+	r.P99ms = stat.Quantile(0.99, stat.Empirical, ms, nil)
+	r.Maxms = ms[len(ms)-1]
+	r.Meanms = stat.Mean(ms, nil)
 	return r
-}
-
-// Percentile is the nearest-rank percentile of sorted durations.
-func Percentile(sorted []time.Duration, p float64) time.Duration {
-	if len(sorted) == 0 {
-		return 0
-	}
-	rank := int(math.Ceil(p / 100 * float64(len(sorted))))
-	if rank < 1 {
-		rank = 1
-	}
-	if rank > len(sorted) {
-		rank = len(sorted)
-	}
-	return sorted[rank-1]
 }

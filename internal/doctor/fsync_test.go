@@ -47,23 +47,22 @@ func TestMeasureFsyncMaxTime(t *testing.T) {
 	}
 }
 
-func TestPercentile(t *testing.T) {
+func TestSummarise(t *testing.T) {
 	var s []time.Duration
-	for i := 1; i <= 100; i++ {
+	for i := 100; i >= 1; i-- { // unsorted on purpose
 		s = append(s, time.Duration(i)*time.Millisecond)
 	}
-	for _, c := range []struct {
-		p    float64
-		want time.Duration
-	}{{50, 50 * time.Millisecond}, {99, 99 * time.Millisecond}, {100, 100 * time.Millisecond}, {0, time.Millisecond}, {99.9, 100 * time.Millisecond}} {
-		if got := Percentile(s, c.p); got != c.want {
-			t.Errorf("p%v = %v, want %v", c.p, got, c.want)
-		}
+	r := summarise("d", 4096, s)
+	if r.P50ms != 50 || r.P99ms != 99 || r.Maxms != 100 || r.Meanms != 50.5 || r.Samples != 100 {
+		t.Errorf("1..100 ms: %+v", r)
 	}
-	if Percentile(nil, 50) != 0 {
-		t.Error("empty percentile")
+	if s[0] != 100*time.Millisecond {
+		t.Error("summarise reordered its input")
 	}
-	if got := Percentile([]time.Duration{7}, 99); got != 7 {
-		t.Errorf("single sample p99 = %v", got)
+	if r := summarise("d", 1, []time.Duration{7 * time.Millisecond}); r.P50ms != 7 || r.P99ms != 7 || r.Maxms != 7 {
+		t.Errorf("single sample: %+v", r)
+	}
+	if r := summarise("d", 1, nil); r.P99ms != 0 || r.Samples != 0 {
+		t.Errorf("no samples: %+v", r)
 	}
 }
