@@ -98,6 +98,17 @@ fn metadata(h: &HeaderMap) -> Vec<(http::HeaderName, HeaderValue)> {
 fn request_message(rpc: &Rpc, body: &[u8]) -> Result<Vec<u8>, String> {
     let mut out = Vec::new();
     match first_value(body) {
+        Parsed::Value(v, _) if !v.is_object() => {
+            // protojson's refusal of anything but an object, with the position of the value.
+            let start = body.iter().position(|c| !c.is_ascii_whitespace()).unwrap_or(0);
+            let line = 1 + body[..start].iter().filter(|c| **c == b'\n').count();
+            let col = 1 + start - body[..start].iter().rposition(|c| *c == b'\n').map_or(0, |i| i + 1);
+            let token = match &v {
+                serde_json::Value::Array(_) => "[".to_string(),
+                v => v.to_string(),
+            };
+            return Err(format!("proto: syntax error (line {line}:{col}): unexpected token {token}"));
+        }
         Parsed::Value(v, _) => json::from_json(rpc.req, &v, &mut out)?,
         Parsed::Empty => {}
         Parsed::Incomplete => return Err("unexpected EOF".into()),
@@ -126,13 +137,25 @@ fn first_value(b: &[u8]) -> Parsed {
     }
 }
 
-/// Go's encoding/json wording for the usual syntax error, "invalid character
-/// 'x' looking for beginning of value" (what etcd's gateway answers).
+/// Go's encoding/json wording for a syntax error ("invalid character 'b'
+/// looking for beginning of object key string"), what etcd's gateway answers.
 fn syntax_error(b: &[u8], e: &serde_json::Error) -> String {
     let line_start = b.split(|c| *c == b'\n').take(e.line().saturating_sub(1)).map(|l| l.len() + 1).sum::<usize>();
     let at = (line_start + e.column()).saturating_sub(1);
+    let what = e.to_string();
+    let context = if what.starts_with("key must be a string") {
+        "looking for beginning of object key string"
+    } else if what.starts_with("expected `:`") {
+        "after object key"
+    } else if what.starts_with("expected `,` or `}`") {
+        "after object key:value pair"
+    } else if what.starts_with("expected `,` or `]`") {
+        "after array element"
+    } else {
+        "looking for beginning of value"
+    };
     match b.get(at) {
-        Some(c) if c.is_ascii_graphic() || *c == b' ' => format!("invalid character '{}' looking for beginning of value", *c as char),
+        Some(c) if c.is_ascii_graphic() || *c == b' ' => format!("invalid character '{}' {context}", *c as char),
         _ => format!("invalid JSON: {e}"),
     }
 }
@@ -386,4 +409,42 @@ fn stream_error_response(st: &tonic::Status) -> http::Response<Body> {
         .header(http::header::CONTENT_TYPE, "application/json")
         .body(Body::from(error_line(st.code(), st.message())))
         .expect("a valid response")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put_error(body: &str) -> String {
+        let put = schema::RPCS.iter().find(|r| r.grpc == "/etcdserverpb.KV/Put").unwrap();
+        request_message(put, body.as_bytes()).unwrap_err()
+    }
+
+    /// The wording etcd's gateway answers (Go's encoding/json, protojson).
+    #[test]
+    fn bad_bodies_are_refused_in_etcds_words() {
+        assert_eq!(put_error("{bad"), "invalid character 'b' looking for beginning of object key string");
+        assert_eq!(put_error("x"), "invalid character 'x' looking for beginning of value");
+        assert_eq!(put_error(r#"{"key":"#), "unexpected EOF");
+        assert_eq!(put_error("[]"), "proto: syntax error (line 1:1): unexpected token [");
+        assert_eq!(put_error("\n  5"), "proto: syntax error (line 2:3): unexpected token 5");
+        let put = schema::RPCS.iter().find(|r| r.grpc == "/etcdserverpb.KV/Put").unwrap();
+        assert_eq!(request_message(put, b"  ").unwrap(), Vec::<u8>::new());
+        // One value read, the rest left (json.Decoder).
+        assert_eq!(request_message(put, br#"{"key":"YQ=="} trailing"#).unwrap(), vec![0x0a, 1, b'a']);
+    }
+
+    #[test]
+    fn every_gateway_path_is_one_rpc() {
+        let mut paths: Vec<&str> = schema::RPCS.iter().flat_map(|r| r.http.iter().copied()).collect();
+        let n = paths.len();
+        paths.sort();
+        paths.dedup();
+        assert_eq!(paths.len(), n);
+        for p in ["/v3/kv/range", "/v3/kv/lease/revoke", "/v3/kv/lease/timetolive", "/v3/watch", "/v3/auth/role/revoke", "/v3/lock/lock"] {
+            assert!(paths.contains(&p), "{p}");
+        }
+        assert_eq!(http_status(Code::ResourceExhausted), 429);
+        assert_eq!(status_json(Code::NotFound, "a \"b\""), r#"{"code":5,"message":"a \"b\""}"#);
+    }
 }
