@@ -92,6 +92,12 @@ func (g *gw) want(status int) {
 	}
 }
 
+// cors is etcd's CORS headers (its default --cors is "*"), which every HTTP answer on the client
+// port carries.
+func cors(h http.Header) string {
+	return strings.Join([]string{h.Get("Access-Control-Allow-Origin"), h.Get("Access-Control-Allow-Methods"), h.Get("Access-Control-Allow-Headers")}, "; ")
+}
+
 func b64(s string) string { return base64.StdEncoding.EncodeToString([]byte(s)) }
 
 // post sends one request and records its normalised answer; it returns the parsed body.
@@ -114,14 +120,14 @@ func (g *gw) do(method, path, body string) map[string]any {
 	g.last = resp.StatusCode
 	var v, parsed map[string]any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d not JSON: %q", method, path, body, resp.StatusCode, raw))
+		g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d cors=%q not JSON: %q", method, path, body, resp.StatusCode, cors(resp.Header), raw))
 		return nil
 	}
 	_ = json.Unmarshal(raw, &parsed)
 	normGateway(path, v)
 	norm, _ := json.Marshal(v)
-	g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d ct=%q www-auth=%q %s", method, path, body, resp.StatusCode,
-		resp.Header.Get("Content-Type"), resp.Header.Get("Www-Authenticate"), norm))
+	g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d ct=%q www-auth=%q cors=%q %s", method, path, body, resp.StatusCode,
+		resp.Header.Get("Content-Type"), resp.Header.Get("Www-Authenticate"), cors(resp.Header), norm))
 	return parsed
 }
 
@@ -145,7 +151,7 @@ func (g *gw) stream(path, body string, n int) {
 		close(lines)
 	}()
 	start := time.Now()
-	rec := fmt.Sprintf("STREAM %s %s -> %d ct=%q", path, body, resp.StatusCode, resp.Header.Get("Content-Type"))
+	rec := fmt.Sprintf("STREAM %s %s -> %d ct=%q cors=%q", path, body, resp.StatusCode, resp.Header.Get("Content-Type"), cors(resp.Header))
 	for i := 0; i < n; i++ {
 		select {
 		case l, ok := <-lines:
@@ -299,6 +305,8 @@ func (g *gw) run() {
 	g.post("/v3/lease/timetolive", `{"ID":"777"}`)
 	g.do(http.MethodGet, "/v3/kv/range", ``)
 	g.post("/v3/kv/nope", `{}`)
+	g.do(http.MethodOptions, "/v3/kv/range", ``)
+	g.do(http.MethodOptions, "/v3/kv/nope", ``)
 	g.post("/v3beta/kv/range", `{"key":"`+foo+`"}`)
 	// Auth through the Authorization header.
 	g.post("/v3/auth/status", ``)

@@ -44,6 +44,15 @@ pub fn add(routes: &mut Routes, grpc: Routes, limit: usize) {
 }
 
 async fn handle(svc: Grpc, limit: usize, req: http::Request<Body>) -> http::Response<Body> {
+    if req.method() == http::Method::OPTIONS {
+        return super::http_endpoints::preflight();
+    }
+    let mut resp = answer(svc, limit, req).await;
+    super::http_endpoints::cors(resp.headers_mut());
+    resp
+}
+
+async fn answer(svc: Grpc, limit: usize, req: http::Request<Body>) -> http::Response<Body> {
     let path = req.uri().path();
     let path = match path.strip_prefix("/v3beta/") {
         Some(rest) => format!("/v3/{rest}"),
