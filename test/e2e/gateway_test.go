@@ -33,8 +33,8 @@ import (
 // and the compacted / future revision errors, lease grant / ttl / leases / revoke and its
 // kv/lease alias, status, alarm, hashkv, member list, the auth flow through the Authorization
 // header (user, role, grant, enable, authenticate, permission denied, invalid token, disable),
-// bad JSON, a missing key, unknown paths and methods, the /v3beta/ prefix, and the streams
-// (watch from a past revision, keepalive).
+// bad JSON, a missing key, a request too large, unknown paths and methods, the /v3beta/ prefix,
+// a CORS preflight, Lock and Election, and the streams (watch from a past revision, keepalive).
 func TestGatewayJSONAPI(t *testing.T) {
 	seen := map[string][]string{}
 	forEachDedicated(t, serverOpts{NoClient: true}, func(t *testing.T, tg *target) {
@@ -118,6 +118,9 @@ func (g *gw) do(method, path, body string) map[string]any {
 	resp.Body.Close()
 	must(g.t, path, err)
 	g.last = resp.StatusCode
+	if len(body) > 4096 {
+		body = fmt.Sprintf("%s...(%d bytes)", body[:100], len(body))
+	}
 	var v, parsed map[string]any
 	if err := json.Unmarshal(raw, &v); err != nil {
 		g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d cors=%q not JSON: %q", method, path, body, resp.StatusCode, cors(resp.Header), raw))
@@ -305,9 +308,28 @@ func (g *gw) run() {
 	g.post("/v3/lease/timetolive", `{"ID":"777"}`)
 	g.do(http.MethodGet, "/v3/kv/range", ``)
 	g.post("/v3/kv/nope", `{}`)
+	g.post("/v3/", `{}`)
 	g.do(http.MethodOptions, "/v3/kv/range", ``)
 	g.do(http.MethodOptions, "/v3/kv/nope", ``)
 	g.post("/v3beta/kv/range", `{"key":"`+foo+`"}`)
+	// A put above --max-request-bytes + 512 KiB: gRPC's own refusal, 429.
+	g.post("/v3/kv/put", `{"key":"`+b64("big")+`","value":"`+b64(strings.Repeat("x", 2<<20))+`"}`)
+	g.want(429)
+	// Lock and Election.
+	g.post("/v3/lease/grant", `{"TTL":"60","ID":"5000"}`)
+	lk := g.post("/v3/lock/lock", `{"name":"`+b64("L")+`","lease":"5000"}`)
+	g.want(200)
+	key, _ := lk["key"].(string)
+	g.post("/v3/lock/unlock", `{"key":"`+key+`"}`)
+	g.post("/v3/election/leader", `{"name":"`+b64("E")+`"}`)
+	c := g.post("/v3/election/campaign", `{"name":"`+b64("E")+`","lease":"5000","value":"`+b64("v1")+`"}`)
+	g.want(200)
+	leader, _ := json.Marshal(c["leader"])
+	g.post("/v3/election/proclaim", `{"leader":`+string(leader)+`,"value":"`+b64("v2")+`"}`)
+	g.post("/v3/election/leader", `{"name":"`+b64("E")+`"}`)
+	g.post("/v3/election/resign", `{"leader":`+string(leader)+`}`)
+	g.post("/v3/election/proclaim", `{"leader":`+string(leader)+`,"value":"`+b64("v3")+`"}`)
+	g.post("/v3/lease/revoke", `{"ID":"5000"}`)
 	// Auth through the Authorization header.
 	g.post("/v3/auth/status", ``)
 	g.post("/v3/auth/user/add", `{"name":"root","password":"rootpw"}`)
@@ -341,6 +363,7 @@ func (g *gw) run() {
 	g.want(200)
 	g.post("/v3/kv/range", `{"key":"`+b64("b")+`"}`)
 	g.post("/v3/auth/user/list", `{}`)
+	g.stream("/v3/maintenance/snapshot", ``, 1) // root only: the stream fails before its first message
 	g.token = "not-a-token"
 	g.post("/v3/kv/range", `{"key":"`+foo+`"}`)
 	g.want(401)

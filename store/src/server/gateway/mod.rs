@@ -39,7 +39,9 @@ pub fn add(routes: &mut Routes, grpc: Routes, limit: usize) {
     };
     let mut r = std::mem::take(routes.axum_router_mut());
     // etcd redirects the old /v3beta/ prefix to /v3/.
-    r = r.route("/v3/{*rest}", axum::routing::any(h.clone())).route("/v3beta/{*rest}", axum::routing::any(h));
+    for p in ["/v3/", "/v3/{*rest}", "/v3beta/", "/v3beta/{*rest}"] {
+        r = r.route(p, axum::routing::any(h.clone()));
+    }
     *routes.axum_router_mut() = r;
 }
 
