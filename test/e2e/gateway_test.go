@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/meganode/meganode/internal/testcerts"
 )
 
 // TestGatewayJSONAPI: etcd's gRPC gateway, the JSON API under /v3/ on the client port (`curl -X
@@ -75,12 +78,56 @@ func TestGatewayJSONAPI(t *testing.T) {
 
 }
 
+// TestGatewayOverMutualTLS: with --client-cert-auth and auth on, etcd refuses a gateway request
+// whose client certificate names a common name (its gateway would drop the name: the request
+// would not run as that user), plain text 400; before auth is on, and outside /v3/, it serves.
+func TestGatewayOverMutualTLS(t *testing.T) {
+	certs, err := testcerts.Generate(t.TempDir())
+	must(t, "certs", err)
+	withCert, err := certs.ClientTLS(true)
+	must(t, "client tls", err)
+	seen := map[string][]string{}
+	forEachDedicated(t, serverOpts{Certs: &certs, ClientCertAuth: true, NoClient: true}, func(t *testing.T, tg *target) {
+		tr := &http.Transport{TLSClientConfig: withCert, ForceAttemptHTTP2: true}
+		defer tr.CloseIdleConnections()
+		g := &gw{t: t, base: "https://" + tg.Endpoint, client: &http.Client{Transport: tr, Timeout: 10 * time.Second}}
+		g.post("/v3/kv/put", `{"key":"`+b64("k")+`","value":"`+b64("v")+`"}`)
+		g.want(200)
+		g.post("/v3/auth/user/add", `{"name":"root","password":"rootpw"}`)
+		g.post("/v3/auth/role/add", `{"name":"root"}`)
+		g.post("/v3/auth/user/grant", `{"user":"root","role":"root"}`)
+		g.post("/v3/auth/enable", ``)
+		g.want(200)
+		g.post("/v3/kv/range", `{"key":"`+b64("k")+`"}`)
+		g.want(400)
+		g.post("/v3/auth/authenticate", `{"name":"root","password":"rootpw"}`)
+		g.post("/v3beta/kv/range", `{"key":"`+b64("k")+`"}`)
+		g.do(http.MethodOptions, "/v3/kv/range", ``)
+		g.do(http.MethodGet, "/health", ``)
+		g.want(200)
+		seen[tg.Kind] = g.out
+		if testing.Verbose() {
+			for _, l := range g.out {
+				t.Log(l)
+			}
+		}
+	})
+	e, m := seen[kindEtcd], seen[kindMeganode]
+	if e == nil || m == nil {
+		return
+	}
+	if !reflect.DeepEqual(e, m) {
+		t.Errorf("differs:\n  etcd:     %s\n  meganode: %s", strings.Join(e, "\n            "), strings.Join(m, "\n            "))
+	}
+}
+
 type gw struct {
-	t     *testing.T
-	base  string
-	token string // sent as Authorization when set
-	out   []string
-	last  int // the last answer's HTTP status
+	t      *testing.T
+	base   string
+	client *http.Client // nil: http.DefaultClient
+	token  string       // sent as Authorization when set
+	out    []string
+	last   int // the last answer's HTTP status
 }
 
 // want fails the test unless the last answer had this status: the steps that must succeed (or
@@ -90,6 +137,13 @@ func (g *gw) want(status int) {
 	if g.last != status {
 		g.t.Errorf("%s: want HTTP %d", g.out[len(g.out)-1], status)
 	}
+}
+
+func (g *gw) httpClient() *http.Client {
+	if g.client != nil {
+		return g.client
+	}
+	return http.DefaultClient
 }
 
 // cors is etcd's CORS headers (its default --cors is "*"), which every HTTP answer on the client
@@ -112,7 +166,7 @@ func (g *gw) do(method, path, body string) map[string]any {
 	if g.token != "" {
 		req.Header.Set("Authorization", g.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := g.httpClient().Do(req)
 	must(g.t, path, err)
 	raw, err := io.ReadAll(resp.Body)
 	resp.Body.Close()
@@ -123,7 +177,8 @@ func (g *gw) do(method, path, body string) map[string]any {
 	}
 	var v, parsed map[string]any
 	if err := json.Unmarshal(raw, &v); err != nil {
-		g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d cors=%q not JSON: %q", method, path, body, resp.StatusCode, cors(resp.Header), raw))
+		g.out = append(g.out, fmt.Sprintf("%s %s %s -> %d ct=%q cors=%q not JSON: %q", method, path, body, resp.StatusCode,
+			resp.Header.Get("Content-Type"), cors(resp.Header), raw))
 		return nil
 	}
 	_ = json.Unmarshal(raw, &parsed)
@@ -142,7 +197,7 @@ func (g *gw) stream(path, body string, n int) {
 	if g.token != "" {
 		req.Header.Set("Authorization", g.token)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := g.httpClient().Do(req)
 	must(g.t, path, err)
 	defer resp.Body.Close()
 	lines := make(chan string, n)

@@ -15,6 +15,8 @@
 pub mod json;
 pub mod schema;
 
+use std::sync::Arc;
+
 use axum::body::Body;
 use bytes::{Buf, Bytes, BytesMut};
 use futures::StreamExt;
@@ -25,17 +27,24 @@ use tonic::Code;
 use tower_service::Service;
 
 use super::grpc_metrics::{CountRpcs, Counted};
+use super::Ctx;
 use json::Rpc;
 
 type Grpc = Counted<Routes>;
 
 /// Adds the gateway to the routes of one client URL; `grpc` are its gRPC
 /// services (what the gateway calls), `limit` the largest body it reads.
-pub fn add(routes: &mut Routes, grpc: Routes, limit: usize) {
+pub fn add(routes: &mut Routes, ctx: &Arc<Ctx>, grpc: Routes, limit: usize) {
     let svc: Grpc = tower_layer::Layer::layer(&CountRpcs, grpc);
+    let ctx = ctx.clone();
     let h = move |req: http::Request<Body>| {
-        let svc = svc.clone();
-        async move { handle(svc, limit, req).await }
+        let (svc, ctx) = (svc.clone(), ctx.clone());
+        async move {
+            if named_client(&ctx, &req) {
+                return refuse_common_name();
+            }
+            handle(svc, limit, req).await
+        }
     };
     let mut r = std::mem::take(routes.axum_router_mut());
     // etcd redirects the old /v3beta/ prefix to /v3/.
@@ -43,6 +52,32 @@ pub fn add(routes: &mut Routes, grpc: Routes, limit: usize) {
         r = r.route(p, axum::routing::any(h.clone()));
     }
     *routes.axum_router_mut() = r;
+}
+
+/// etcd's accessController: with --client-cert-auth and auth on, a gateway
+/// request over TLS whose verified client certificate names a common name is
+/// refused — the gateway's own gRPC connection would carry no identity, so
+/// the name would be silently ignored. (The in-process call here carries no
+/// certificate either, so the name could never be used.)
+fn named_client(ctx: &Ctx, req: &http::Request<Body>) -> bool {
+    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
+    if !ctx.cfg.client_cert_auth || !ctx.auth.enabled() {
+        return false;
+    }
+    let Some(certs) = req.extensions().get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs()) else {
+        return false;
+    };
+    certs.first().and_then(|c| crate::auth::cn::common_name(c.as_ref())).is_some_and(|cn| !cn.is_empty())
+}
+
+/// etcd's refusal (http.Error: plain text, a newline, no CORS headers).
+fn refuse_common_name() -> http::Response<Body> {
+    http::Response::builder()
+        .status(StatusCode::BAD_REQUEST)
+        .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
+        .header("x-content-type-options", "nosniff")
+        .body(Body::from("CommonName of client sending a request against gateway will be ignored and not used as expected\n"))
+        .expect("a valid response")
 }
 
 async fn handle(svc: Grpc, limit: usize, req: http::Request<Body>) -> http::Response<Body> {
@@ -70,7 +105,7 @@ async fn answer(svc: Grpc, limit: usize, req: http::Request<Body>) -> http::Resp
     let md = metadata(req.headers());
     if rpc.client_stream {
         let (gone, closed) = tokio::sync::oneshot::channel();
-        return stream_call(svc, rpc, md, bidi_input(rpc, req.into_body(), closed), Some(gone)).await;
+        return stream_call(svc, rpc, md, bidi_input(rpc, req.into_body(), limit, closed), Some(gone)).await;
     }
     let body = match axum::body::to_bytes(req.into_body(), limit).await {
         Ok(b) => b,
@@ -188,7 +223,8 @@ type Frames = futures::stream::BoxStream<'static, Result<Bytes, std::io::Error>>
 /// keeps the stream open instead (etcd's Watch and LeaseKeepAlive go on after
 /// a half-close, this store's end with it) until the HTTP response is dropped
 /// (`closed` fires), which ends it with an error as a client's reset would.
-fn bidi_input(rpc: &'static Rpc, body: Body, closed: tokio::sync::oneshot::Receiver<()>) -> Frames {
+/// A value still incomplete past `limit` bytes ends the input as a bad one does.
+fn bidi_input(rpc: &'static Rpc, body: Body, limit: usize, closed: tokio::sync::oneshot::Receiver<()>) -> Frames {
     struct St {
         data: futures::stream::BoxStream<'static, Result<Bytes, axum::Error>>,
         buf: BytesMut,
@@ -214,6 +250,7 @@ fn bidi_input(rpc: &'static Rpc, body: Body, closed: tokio::sync::oneshot::Recei
                     return Some((Ok(frame(&msg)), st));
                 }
                 Parsed::Bad(_) => st.done = true,
+                Parsed::Incomplete if st.buf.len() > limit => st.done = true,
                 Parsed::Empty | Parsed::Incomplete => match st.data.next().await {
                     Some(Ok(b)) => st.buf.extend_from_slice(&b),
                     _ => st.done = true,
