@@ -71,7 +71,10 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
         .add_service(election::ElectionRouter::new(ctx.clone(), limit))
         .add_service(health::HealthRouter::default());
     let mut routes = routes.routes();
+    // etcd's JSON gateway calls the gRPC services above (server/gateway).
+    let grpc = routes.clone();
     http_endpoints::add(&mut routes, &ctx);
+    server::gateway::add(&mut routes, &ctx, grpc, limit);
     // HTTP/1 too: etcd answers its HTTP endpoints on the client port (http_endpoints).
     builder
         .accept_http1(true)

@@ -19,8 +19,9 @@ import (
 
 // TestHTTPEndpointsOnClientPort: etcd answers /health, /livez, /readyz, /version and /metrics over
 // HTTP on its client port beside gRPC; tools (curl, Prometheus, client libraries' test suites)
-// expect them there. Same status, content type and body as etcd (versions normalised), and the
-// per-RPC counters grpc_server_started_total / grpc_server_handled_total move as etcd's do.
+// expect them there. Same status, content type, body and CORS headers as etcd (versions
+// normalised; OPTIONS answered as a preflight), and the per-RPC counters
+// grpc_server_started_total / grpc_server_handled_total move as etcd's do.
 func TestHTTPEndpointsOnClientPort(t *testing.T) {
 	seen := map[string][]string{}
 	forEach(t, func(t *testing.T, tg *target, p string) {
@@ -37,7 +38,17 @@ func TestHTTPEndpointsOnClientPort(t *testing.T) {
 			// etcd runs the checks of /readyz in its map's order: compare the lines as a set.
 			lines := strings.SplitAfter(string(body), "\n")
 			sort.Strings(lines)
-			out = append(out, fmt.Sprintf("%s: %d %q %q", path, resp.StatusCode, ct, version.ReplaceAllString(strings.Join(lines, ""), "X")))
+			out = append(out, fmt.Sprintf("%s: %d %q %q cors=%q", path, resp.StatusCode, ct, version.ReplaceAllString(strings.Join(lines, ""), "X"), cors(resp.Header)))
+		}
+		// A CORS preflight: etcd answers OPTIONS on any HTTP path, 200 and empty.
+		for _, path := range []string{"/health", "/metrics", "/no-such-path"} {
+			req, err := http.NewRequest(http.MethodOptions, "http://"+tg.Endpoint+path, nil)
+			must(t, "OPTIONS "+path, err)
+			resp, err := http.DefaultClient.Do(req)
+			must(t, "OPTIONS "+path, err)
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			out = append(out, fmt.Sprintf("OPTIONS %s: %d %q %q cors=%q", path, resp.StatusCode, resp.Header.Get("Content-Type"), body, cors(resp.Header)))
 		}
 
 		// The counters, read as the etcd-client crate's suite reads them: HTTP/1.0 on the client port.

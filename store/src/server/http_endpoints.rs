@@ -96,21 +96,40 @@ fn checks(ctx: &Ctx, list: &[&str], excluded: &[String], verbose: bool) -> (&'st
     }
 }
 
+/// etcd's CORS headers (its accessController, with the default `--cors=*`), on
+/// every HTTP answer of the client URLs — these endpoints, the gateway's —
+/// and never on gRPC's.
+pub fn cors(h: &mut http::HeaderMap) {
+    h.insert("access-control-allow-methods", http::HeaderValue::from_static("POST, GET, OPTIONS, PUT, DELETE"));
+    h.insert("access-control-allow-origin", http::HeaderValue::from_static("*"));
+    h.insert("access-control-allow-headers", http::HeaderValue::from_static("accept, content-type, authorization"));
+}
+
+/// etcd's answer to OPTIONS on any HTTP path (a CORS preflight): 200, empty.
+pub fn preflight() -> http::Response<axum::body::Body> {
+    let mut r = http::Response::new(axum::body::Body::empty());
+    cors(r.headers_mut());
+    r
+}
+
 fn endpoint(ctx: Arc<Ctx>) -> MethodRouter {
-    get(move |req: http::Request<axum::body::Body>| {
+    let get = get(move |req: http::Request<axum::body::Body>| {
         let ctx = ctx.clone();
         async move {
             let uri = req.uri();
             let (status, ctype, body) = answer(&ctx, uri.path(), uri.query().unwrap_or(""))
                 .unwrap_or(("404 Not Found", "text/plain", "not found\n".to_string()));
             let code = status.split(' ').next().and_then(|c| c.parse::<u16>().ok()).unwrap_or(500);
-            http::Response::builder()
+            let mut r = http::Response::builder()
                 .status(code)
                 .header(http::header::CONTENT_TYPE, ctype)
                 .body(axum::body::Body::from(body))
-                .expect("a valid status and header")
+                .expect("a valid status and header");
+            cors(r.headers_mut());
+            r
         }
-    })
+    });
+    get.options(|| async { preflight() })
 }
 
 /// Adds the endpoints to the gRPC routes of one client URL.
@@ -126,12 +145,16 @@ pub fn add(routes: &mut Routes, ctx: &Arc<Ctx>) {
         let grpc = req.headers().get(http::header::CONTENT_TYPE).is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"));
         if grpc {
             tonic::Status::unimplemented("").into_http::<axum::body::Body>()
+        } else if req.method() == http::Method::OPTIONS {
+            preflight()
         } else {
-            http::Response::builder()
+            let mut r = http::Response::builder()
                 .status(404)
                 .header(http::header::CONTENT_TYPE, "text/plain; charset=utf-8")
                 .body(axum::body::Body::from("404 page not found\n"))
-                .expect("a valid status and header")
+                .expect("a valid status and header");
+            cors(r.headers_mut());
+            r
         }
     });
     *routes.axum_router_mut() = r;

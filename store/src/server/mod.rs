@@ -7,6 +7,7 @@ pub mod backpressure;
 pub mod cluster;
 pub mod concurrency;
 pub mod election;
+pub mod gateway;
 pub mod grpc_metrics;
 pub mod health;
 pub mod http_endpoints;
