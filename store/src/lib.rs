@@ -10,6 +10,7 @@ pub mod mvcc;
 pub mod quota;
 pub mod server;
 pub mod snapshot;
+pub mod state_file;
 pub mod wal;
 
 pub use mvcc::Store;

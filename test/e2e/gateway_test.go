@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -39,43 +38,13 @@ import (
 // bad JSON, a missing key, a request too large, unknown paths and methods, the /v3beta/ prefix,
 // a CORS preflight, Lock and Election, and the streams (watch from a past revision, keepalive).
 func TestGatewayJSONAPI(t *testing.T) {
-	seen := map[string][]string{}
+	seen := transcripts{}
 	forEachDedicated(t, serverOpts{NoClient: true}, func(t *testing.T, tg *target) {
 		g := &gw{t: t, base: "http://" + tg.Endpoint}
 		g.run()
 		seen[tg.Kind] = g.out
-		if testing.Verbose() {
-			for _, l := range g.out {
-				t.Log(l)
-			}
-		}
 	})
-	e, m := seen[kindEtcd], seen[kindMeganode]
-	if e == nil || m == nil {
-		return
-	}
-	n := len(e)
-	if len(m) > n {
-		n = len(m)
-	}
-	diffs := 0
-	for i := 0; i < n; i++ {
-		var el, ml string
-		if i < len(e) {
-			el = e[i]
-		}
-		if i < len(m) {
-			ml = m[i]
-		}
-		if el != ml {
-			diffs++
-			t.Errorf("step %d differs:\n  etcd:     %s\n  meganode: %s", i, el, ml)
-		}
-	}
-	if diffs == 0 {
-		t.Logf("%d answers equal", len(e))
-	}
-
+	seen.compare(t)
 }
 
 // TestGatewayOverMutualTLS: with --client-cert-auth and auth on, etcd refuses a gateway request
@@ -86,7 +55,7 @@ func TestGatewayOverMutualTLS(t *testing.T) {
 	must(t, "certs", err)
 	withCert, err := certs.ClientTLS(true)
 	must(t, "client tls", err)
-	seen := map[string][]string{}
+	seen := transcripts{}
 	forEachDedicated(t, serverOpts{Certs: &certs, ClientCertAuth: true, NoClient: true}, func(t *testing.T, tg *target) {
 		tr := &http.Transport{TLSClientConfig: withCert, ForceAttemptHTTP2: true}
 		defer tr.CloseIdleConnections()
@@ -106,19 +75,8 @@ func TestGatewayOverMutualTLS(t *testing.T) {
 		g.do(http.MethodGet, "/health", ``)
 		g.want(200)
 		seen[tg.Kind] = g.out
-		if testing.Verbose() {
-			for _, l := range g.out {
-				t.Log(l)
-			}
-		}
 	})
-	e, m := seen[kindEtcd], seen[kindMeganode]
-	if e == nil || m == nil {
-		return
-	}
-	if !reflect.DeepEqual(e, m) {
-		t.Errorf("differs:\n  etcd:     %s\n  meganode: %s", strings.Join(e, "\n            "), strings.Join(m, "\n            "))
-	}
+	seen.compare(t)
 }
 
 type gw struct {

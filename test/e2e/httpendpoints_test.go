@@ -23,7 +23,7 @@ import (
 // normalised; OPTIONS answered as a preflight), and the per-RPC counters
 // grpc_server_started_total / grpc_server_handled_total move as etcd's do.
 func TestHTTPEndpointsOnClientPort(t *testing.T) {
-	seen := map[string][]string{}
+	seen := transcripts{}
 	forEach(t, func(t *testing.T, tg *target, p string) {
 		var out []string
 		version := regexp.MustCompile(`3\.\d+\.\d+`)
@@ -84,16 +84,7 @@ func TestHTTPEndpointsOnClientPort(t *testing.T) {
 			handled("Put", "OK")-ok0, handled("Put", "InvalidArgument")-bad0, started("Put")-st0, started("Watch")-w0))
 		seen[tg.Kind] = out
 	})
-	e, m := seen[kindEtcd], seen[kindMeganode]
-	if e == nil || m == nil {
-		return
-	}
-	for i := range e {
-		if i >= len(m) || e[i] != m[i] {
-			t.Errorf("differs:\n  etcd:     %s\n  meganode: %s", e[i], m[i])
-		}
-	}
-	t.Logf("etcd and meganode answered alike: %s", strings.Join(e, "; "))
+	seen.compare(t)
 }
 
 // metric sums the series of one metric whose line carries every one of labels, from /metrics

@@ -1,9 +1,7 @@
 //! The auth state on disk: `<data-dir>/auth.state`, the whole state in one
-//! file, replaced atomically (write `auth.state.tmp`, fsync, rename, fsync the
-//! directory) by every auth mutation before it is answered. Auth changes are
-//! rare and small (etcd commits them at once too: ForceCommit), so one file
-//! rewritten per change is the simplest faithful form of etcd's `auth`,
-//! `authUsers` and `authRoles` buckets. Format (little-endian):
+//! file (crate::state_file), replaced by every auth mutation before it is
+//! answered (etcd commits them at once too: ForceCommit) — the form of etcd's
+//! `auth`, `authUsers` and `authRoles` buckets. Format (little-endian):
 //!
 //! ```text
 //! "MGNAUTH1" | enabled:u8 | revision:u64 | n_users:u32 | user* | n_roles:u32 | role* | crc32c:u32
@@ -11,20 +9,15 @@
 //! role: name | n_perms:u32 | (perm_type:u8 | key | range_end)*
 //! name, password, key, range_end: len:u32 | bytes
 //! ```
-use std::fs::{self, File};
-use std::io::Write;
+use std::fs;
 use std::path::Path;
 
 use super::perm::Perm;
 use super::{Role, State, User};
+use crate::state_file::{put_bytes, seal, Reader};
 
 const MAGIC: &[u8; 8] = b"MGNAUTH1";
 pub const FILE: &str = "auth.state";
-
-fn put_bytes(out: &mut Vec<u8>, b: &[u8]) {
-    out.extend_from_slice(&(b.len() as u32).to_le_bytes());
-    out.extend_from_slice(b);
-}
 
 pub fn encode(s: &State) -> Vec<u8> {
     let mut out = Vec::with_capacity(256);
@@ -51,51 +44,11 @@ pub fn encode(s: &State) -> Vec<u8> {
             put_bytes(&mut out, &p.range_end);
         }
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
-}
-
-struct Reader<'a> {
-    b: &'a [u8],
-}
-
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], String> {
-        if self.b.len() < n {
-            return Err("auth.state: truncated".into());
-        }
-        let (h, t) = self.b.split_at(n);
-        self.b = t;
-        Ok(h)
-    }
-    fn u8(&mut self) -> Result<u8, String> {
-        Ok(self.take(1)?[0])
-    }
-    fn u32(&mut self) -> Result<u32, String> {
-        Ok(u32::from_le_bytes(self.take(4)?.try_into().unwrap()))
-    }
-    fn u64(&mut self) -> Result<u64, String> {
-        Ok(u64::from_le_bytes(self.take(8)?.try_into().unwrap()))
-    }
-    fn bytes(&mut self) -> Result<Vec<u8>, String> {
-        let n = self.u32()? as usize;
-        Ok(self.take(n)?.to_vec())
-    }
-    fn string(&mut self) -> Result<String, String> {
-        String::from_utf8(self.bytes()?).map_err(|_| "auth.state: a name is not UTF-8".to_string())
-    }
+    seal(out)
 }
 
 pub fn decode(b: &[u8]) -> Result<State, String> {
-    if b.len() < MAGIC.len() + 4 || &b[..8] != MAGIC {
-        return Err("auth.state: not an auth state file".into());
-    }
-    let (body, crc) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
-        return Err("auth.state: checksum mismatch".into());
-    }
-    let mut r = Reader { b: &body[8..] };
+    let mut r = Reader::open(b, MAGIC, FILE, "an auth state file")?;
     let mut s = State { enabled: r.u8()? != 0, revision: r.u64()?, ..Default::default() };
     for _ in 0..r.u32()? {
         let name = r.string()?;
@@ -113,22 +66,13 @@ pub fn decode(b: &[u8]) -> Result<State, String> {
         }
         s.roles.insert(name, Role { perms });
     }
-    if !r.b.is_empty() {
-        return Err("auth.state: trailing bytes".into());
-    }
+    r.finish()?;
     Ok(s)
 }
 
 /// Replaces the file with `s`, durably.
 pub fn save(dir: &Path, s: &State) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{FILE}.tmp"));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(&encode(s))?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(FILE))?;
-    File::open(dir)?.sync_all()
+    crate::state_file::replace(dir, FILE, &encode(s))
 }
 
 /// The saved state, if there is one.

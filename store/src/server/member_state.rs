@@ -2,9 +2,8 @@
 //! cluster buckets) and a restart must not forget: its peer URLs as
 //! MemberUpdate last set them, and the downgrade target Downgrade ENABLE set
 //! (CANCEL clears it). Kept in `<data-dir>/member.state` when anything is kept
-//! (the auth state's rule), replaced atomically per change as auth.state is
-//! (write `.tmp`, fsync, rename, fsync the directory) before the change is
-//! answered. Format (little-endian):
+//! (the auth state's rule), replaced whole per change before it is answered
+//! (crate::state_file). Format (little-endian):
 //!
 //! ```text
 //! "MGNMEMB1" | n_urls:u32 | url* | has_downgrade:u8 | target? | crc32c:u32
@@ -12,12 +11,13 @@
 //! ```
 //! A restart takes the file over --initial-advertise-peer-urls, as etcd takes
 //! its stored membership over the flag once the member exists.
-use std::fs::{self, File};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::fs;
+use std::path::PathBuf;
 use std::sync::Mutex;
 
 use tonic::Status;
+
+use crate::state_file::{put_bytes, seal, Reader};
 
 const MAGIC: &[u8; 8] = b"MGNMEMB1";
 pub const FILE: &str = "member.state";
@@ -28,72 +28,30 @@ pub struct MemberState {
     pub downgrade: Option<String>,
 }
 
-fn put_str(out: &mut Vec<u8>, s: &str) {
-    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-    out.extend_from_slice(s.as_bytes());
-}
-
 pub fn encode(s: &MemberState) -> Vec<u8> {
     let mut out = MAGIC.to_vec();
     out.extend_from_slice(&(s.peer_urls.len() as u32).to_le_bytes());
     for u in &s.peer_urls {
-        put_str(&mut out, u);
+        put_bytes(&mut out, u.as_bytes());
     }
     out.push(s.downgrade.is_some() as u8);
     if let Some(t) = &s.downgrade {
-        put_str(&mut out, t);
+        put_bytes(&mut out, t.as_bytes());
     }
-    let crc = crc32c::crc32c(&out);
-    out.extend_from_slice(&crc.to_le_bytes());
-    out
+    seal(out)
 }
 
 pub fn decode(b: &[u8]) -> Result<MemberState, String> {
-    let bad = || "member.state: corrupt".to_string();
-    if b.len() < MAGIC.len() + 4 || &b[..8] != MAGIC {
-        return Err(bad());
-    }
-    let (body, crc) = b.split_at(b.len() - 4);
-    if crc32c::crc32c(body) != u32::from_le_bytes(crc.try_into().unwrap()) {
-        return Err(bad());
-    }
-    let mut p = &body[8..];
-    let u32_ = |p: &mut &[u8]| -> Result<u32, String> {
-        let (n, rest) = p.split_at_checked(4).ok_or_else(bad)?;
-        *p = rest;
-        Ok(u32::from_le_bytes(n.try_into().unwrap()))
-    };
-    let string = |p: &mut &[u8], n: u32| -> Result<String, String> {
-        let (s, rest) = p.split_at_checked(n as usize).ok_or_else(bad)?;
-        *p = rest;
-        String::from_utf8(s.to_vec()).map_err(|_| bad())
-    };
+    let mut r = Reader::open(b, MAGIC, FILE, "a member state file")?;
     let mut s = MemberState::default();
-    for _ in 0..u32_(&mut p)? {
-        let n = u32_(&mut p)?;
-        s.peer_urls.push(string(&mut p, n)?);
+    for _ in 0..r.u32()? {
+        s.peer_urls.push(r.string()?);
     }
-    let (flag, rest) = p.split_first().ok_or_else(bad)?;
-    p = rest;
-    if *flag == 1 {
-        let n = u32_(&mut p)?;
-        s.downgrade = Some(string(&mut p, n)?);
+    if r.u8()? == 1 {
+        s.downgrade = Some(r.string()?);
     }
-    if !p.is_empty() {
-        return Err(bad());
-    }
+    r.finish()?;
     Ok(s)
-}
-
-fn save(dir: &Path, s: &MemberState) -> std::io::Result<()> {
-    let tmp = dir.join(format!("{FILE}.tmp"));
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(&encode(s))?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(FILE))?;
-    File::open(dir)?.sync_all()
 }
 
 /// The state and where it is kept (None: memory only).
@@ -131,7 +89,7 @@ impl Member {
         let out = f(&mut next)?;
         if next != g.0 {
             if let Some(dir) = &g.1 {
-                save(dir, &next).map_err(|e| Status::internal(format!("saving {}: {e}", dir.join(FILE).display())))?;
+                crate::state_file::replace(dir, FILE, &encode(&next)).map_err(|e| Status::internal(format!("saving {}: {e}", dir.join(FILE).display())))?;
             }
             g.0 = next;
         }
