@@ -144,12 +144,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         let (log, store, every) = (log.clone(), store.clone(), cfg.checkpoint_bytes);
         std::thread::Builder::new()
             .name("checkpoint".into())
-            .spawn(move || loop {
-                std::thread::sleep(std::time::Duration::from_secs(5));
-                if let Err(e) = log.checkpoint(&store, every, false) {
-                    eprintln!("meganode-store: checkpoint failed: {e}");
-                }
-            })
+            .spawn(move || log.checkpointer(store, every))
             .map_err(|e| e.to_string())?;
     }
     // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.
