@@ -132,9 +132,25 @@ async fn run(cfg: Config) -> Result<(), String> {
     });
     let orphans = store.relink_leases();
     store.set_sink(log.clone());
-    for k in orphans {
-        // The key's lease did not survive (its grant was in no durable log): drop the key as expiry would.
-        let _ = store.delete_range(&etcd_client::proto::PbDeleteRequest { key: k.to_vec(), ..Default::default() });
+    // A key whose lease did not survive (its grant was in no durable log) is
+    // dropped as expiry would drop it: at once, or, when the start found the
+    // disk full (no revision reserved yet), once the disk takes writes again.
+    let drop_orphans = {
+        let store = store.clone();
+        move || {
+            for k in orphans {
+                let _ = store.delete_range(&etcd_client::proto::PbDeleteRequest { key: k.to_vec(), ..Default::default() });
+            }
+        }
+    };
+    if log.health.down() {
+        let log = log.clone();
+        tokio::spawn(async move {
+            log.settled().await;
+            drop_orphans();
+        });
+    } else {
+        drop_orphans();
     }
     {
         let m = log.metrics.clone();

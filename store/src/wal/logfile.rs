@@ -116,7 +116,8 @@ impl LogFile {
         File::open(dir).and_then(|d| d.sync_all())
     }
 
-    /// A log opened now (start-up: an error there stops the start).
+    /// A log opened now (tests).
+    #[cfg(test)]
     pub(super) fn open(path: PathBuf, mode: Mode, faults: Arc<Faults>) -> std::io::Result<Self> {
         let l = LogFile::new(path, mode, faults);
         l.open_file(&mut l.io.lock())?;
