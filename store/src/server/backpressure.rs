@@ -23,10 +23,15 @@ impl Ctx {
     /// the disk keeps up. Past the caller's deadline `dl` it answers
     /// DeadlineExceeded, as a write waiting for durability does.
     pub async fn admit_write(&self, dl: Deadline) -> Result<(), Status> {
+        let mut counted = false;
         loop {
             let committed = self.store.committed_rev();
             if committed - self.store.current_rev() < MAX_UNPUBLISHED || self.wal.as_ref().is_some_and(|w| w.health.down()) {
                 return Ok(());
+            }
+            if !counted {
+                counted = true;
+                self.metrics.backpressure_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
             // Past the caller's deadline it answers DeadlineExceeded, as etcd does (super::deadline).
             dl.bound(self.store.wait_visible(committed - MAX_UNPUBLISHED + 1)).await?;

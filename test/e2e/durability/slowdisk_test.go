@@ -137,6 +137,10 @@ func TestSlowDiskFsync(t *testing.T) {
 	if float64(faultRSS) > 1.2*float64(baseRSS) {
 		t.Errorf("peak RSS %d MiB under a slow fsync, more than 1.2× the %d MiB without", faultRSS>>20, baseRSS>>20)
 	}
+	// 1000 closed-loop clients keep at most 1000 writes waiting: the gate (5,000) is not what bounds them.
+	if n := metric(t, p, "meganode_write_backpressure_waits_total"); n != 0 {
+		t.Errorf("%v writes waited at the back-pressure gate with %d clients", n, clients)
+	}
 	// Tracks the injected latency: a put waits for at least one fsync, at most
 	// a few (the one running when it arrives, its own; 5× leaves room for a loaded machine).
 	if p50 < injected || p50 > 5*injected {
