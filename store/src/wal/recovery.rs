@@ -197,6 +197,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     });
     let wal = Arc::new(Wal {
         sync,
+        handoff: Default::default(),
         vis: store.vis.clone(),
         dir: dir.to_path_buf(),
         dur,
@@ -213,6 +214,8 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     {
         let w = wal.clone();
         std::thread::Builder::new().name("wal-fsync".into()).spawn(move || w.flusher()).map_err(|e| e.to_string())?;
+        let w = wal.clone();
+        std::thread::Builder::new().name("wal-write".into()).spawn(move || w.writer()).map_err(|e| e.to_string())?;
     }
     // Open now the logs the next checkpoint must cover: every prefix's after a
     // restore, and a prefix's whose cut an earlier run did not finish
