@@ -143,9 +143,25 @@ async fn run(cfg: Config) -> Result<(), String> {
     });
     let orphans = store.relink_leases();
     store.set_sink(log.clone());
-    for k in orphans {
-        // The key's lease did not survive (its grant was in no durable log): drop the key as expiry would.
-        let _ = store.delete_range(&etcd_client::proto::PbDeleteRequest { key: k.to_vec(), ..Default::default() });
+    // A key whose lease did not survive (its grant was in no durable log) is
+    // dropped as expiry would drop it: at once, or, when the start found the
+    // disk full (no revision reserved yet), once the disk takes writes again.
+    let drop_orphans = {
+        let store = store.clone();
+        move || {
+            for k in orphans {
+                let _ = store.delete_range(&etcd_client::proto::PbDeleteRequest { key: k.to_vec(), ..Default::default() });
+            }
+        }
+    };
+    if log.health.down() {
+        let log = log.clone();
+        tokio::spawn(async move {
+            log.settled().await;
+            drop_orphans();
+        });
+    } else {
+        drop_orphans();
     }
     {
         let m = log.metrics.clone();
@@ -155,12 +171,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         let (log, store, every) = (log.clone(), store.clone(), cfg.checkpoint_bytes);
         std::thread::Builder::new()
             .name("checkpoint".into())
-            .spawn(move || loop {
-                std::thread::sleep(std::time::Duration::from_secs(5));
-                if let Err(e) = log.checkpoint(&store, every, false) {
-                    eprintln!("meganode-store: checkpoint failed: {e}");
-                }
-            })
+            .spawn(move || log.checkpointer(store, every))
             .map_err(|e| e.to_string())?;
     }
     // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.

@@ -235,6 +235,12 @@ func sameOnBoth(t *testing.T, seq func(s *lx)) {
 			t.Log(l)
 		}
 	})
+	diffLX(t, got)
+}
+
+// diffLX fails the test if the two sides' transcripts differ, showing the lines that do.
+func diffLX(t *testing.T, got map[string][]string) {
+	t.Helper()
 	e, m := got[kindEtcd], got[kindMeganode]
 	if e == nil || m == nil || reflect.DeepEqual(e, m) {
 		return

@@ -217,7 +217,14 @@ impl AuthStore {
         };
         if fresh {
             if let Some(d) = &s.dir {
-                persist::save(d, &s.inner.read().state).map_err(|e| AuthError::Other(format!("saving auth state: {e}")))?;
+                match persist::save(d, &s.inner.read().state) {
+                    Ok(()) => {}
+                    // A restored state is in no other file of the directory: it must be written.
+                    Err(e) if restored.is_some() => return Err(AuthError::Other(format!("saving auth state in {}: {e}", d.display()))),
+                    // A fresh default state is the same whether saved or not (a
+                    // start on a full disk goes on): the first auth change saves it.
+                    Err(e) => eprintln!("meganode-store: warning: saving the initial auth state in {} failed: {e}; it is saved at the first auth change", d.display()),
+                }
             }
         }
         Ok(s)

@@ -47,9 +47,11 @@ pub trait CommitSink: Send + Sync {
     /// must write it before the revision can be published).
     fn committed(&self, rev: i64, events: &[Event]) -> bool;
     /// Called after the sequencer is released, for a write `committed` said
-    /// went to a buffered log: returns once those logs are written (a failed
-    /// write is marked for the fsync flusher's retries instead).
-    fn wait_durable(&self, rev: i64, events: &[Event]);
+    /// went to a buffered log: true once those logs are written (a failed
+    /// write is marked for the fsync flusher's retries instead); false when a
+    /// log was busy and its write was handed to another thread, which then
+    /// calls `Visibility::mark_done(rev)` itself.
+    fn wait_durable(&self, rev: i64, events: &[Event]) -> bool;
     fn lease_granted(&self, id: i64, ttl: i64);
     fn lease_revoked(&self, id: i64);
     /// Called under the sequencer when history is compacted at `rev`.
@@ -521,10 +523,10 @@ impl Store {
             None => self.current_rev(),
             Some(b) => {
                 if b.flush {
-                    if let Some(s) = self.sink.read().clone() {
-                        s.wait_durable(b.rev, &b.events);
+                    let handed = self.sink.read().clone().is_some_and(|s| !s.wait_durable(b.rev, &b.events));
+                    if !handed {
+                        self.vis.mark_done(b.rev);
                     }
-                    self.vis.mark_done(b.rev);
                 }
                 b.rev
             }

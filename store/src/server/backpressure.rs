@@ -2,6 +2,9 @@
 //! (docs/design.md §5, "A slow disk"): a bound on the revisions committed
 //! and not yet durable, so a slow fsync makes writers wait instead of letting
 //! the fsync batch, the log buffers and the answers waiting for it grow.
+use tonic::Status;
+
+use super::deadline::Deadline;
 use super::Ctx;
 
 /// Committed revisions not yet durable past which writes wait (`Ctx::admit_write`):
@@ -17,14 +20,21 @@ impl Ctx {
     /// by more than the runtime's worker threads, however many requests the
     /// clients send. While a log write has failed it returns at once: the disk
     /// check that follows refuses what must be refused. Two atomic loads when
-    /// the disk keeps up.
-    pub async fn admit_write(&self) {
+    /// the disk keeps up. Past the caller's deadline `dl` it answers
+    /// DeadlineExceeded, as a write waiting for durability does.
+    pub async fn admit_write(&self, dl: Deadline) -> Result<(), Status> {
+        let mut counted = false;
         loop {
             let committed = self.store.committed_rev();
             if committed - self.store.current_rev() < MAX_UNPUBLISHED || self.wal.as_ref().is_some_and(|w| w.health.down()) {
-                return;
+                return Ok(());
             }
-            self.store.wait_visible(committed - MAX_UNPUBLISHED + 1).await;
+            if !counted {
+                counted = true;
+                self.metrics.backpressure_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            }
+            // Past the caller's deadline it answers DeadlineExceeded, as etcd does (super::deadline).
+            dl.bound(self.store.wait_visible(committed - MAX_UNPUBLISHED + 1)).await?;
         }
     }
 }
@@ -65,7 +75,7 @@ mod tests {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let admitted = |ctx: &Arc<Ctx>| {
             let c = ctx.clone();
-            rt.block_on(async move { tokio::time::timeout(Duration::from_millis(100), c.admit_write()).await.is_ok() })
+            rt.block_on(async move { tokio::time::timeout(Duration::from_millis(100), c.admit_write(Deadline::default())).await.is_ok() })
         };
         assert!(admitted(&ctx));
         let hook = Arc::new(HoldSync(AtomicBool::new(true)));

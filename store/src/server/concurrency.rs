@@ -26,7 +26,8 @@ use tonic::codegen::{http, BoxFuture, StdError};
 use tonic::Status;
 
 use super::routes::{self, HttpResponse};
-use super::Ctx;
+use super::deadline::Deadline;
+use super::{Ctx, Write};
 use crate::auth::AuthInfo;
 use crate::errors::StoreError;
 use crate::mvcc::shard::{prefix_end, KeyRange};
@@ -77,41 +78,12 @@ where
     routes::unary(req, decode_limit, move |r: tonic::Request<Req>| {
         let ctx = ctx.clone();
         async move {
-            let deadline = grpc_timeout(r.metadata()).map(|d| d.saturating_sub(DEADLINE_MARGIN));
+            // A waiting Lock or Campaign whose caller's deadline passes answers as etcd's does,
+            // and its recipe cleans up (OnDrop) as the future is dropped (super::deadline).
+            let deadline = super::deadline::Deadline::of(r.metadata());
             let own = ctx.clone();
-            let answer = as_caller(&own, &r, f(ctx, r.get_ref().clone()));
-            match deadline {
-                Some(d) => match tokio::time::timeout(d, answer).await {
-                    Ok(a) => a.map(tonic::Response::new),
-                    Err(_) => Err(Status::deadline_exceeded("context deadline exceeded")),
-                },
-                None => answer.await.map(tonic::Response::new),
-            }
+            deadline.bound(as_caller(&own, &r, f(ctx, r.get_ref().clone()))).await?.map(tonic::Response::new)
         }
-    })
-}
-
-/// A waiting Lock or Campaign whose caller's deadline (grpc-timeout) passes answers as etcd's
-/// does — DeadlineExceeded, "context deadline exceeded" — and its recipe cleans up (OnDrop).
-/// tonic's own grpc-timeout handling, outside our services, would answer Cancelled ("Timeout
-/// expired") at the same moment, and a caller whose own timer ran late under load saw that
-/// instead of etcd's code; our timer therefore ends DEADLINE_MARGIN before tonic's.
-const DEADLINE_MARGIN: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// The request's grpc-timeout (gRPC over HTTP/2: up to 8 digits and a unit H, M, S, m, u, n).
-fn grpc_timeout(md: &tonic::metadata::MetadataMap) -> Option<std::time::Duration> {
-    let v = md.get("grpc-timeout")?.to_str().ok()?;
-    let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
-    let n: u64 = digits.parse().ok()?;
-    use std::time::Duration as D;
-    Some(match unit {
-        "H" => D::from_secs(n.saturating_mul(3600)),
-        "M" => D::from_secs(n.saturating_mul(60)),
-        "S" => D::from_secs(n),
-        "m" => D::from_millis(n),
-        "u" => D::from_micros(n),
-        "n" => D::from_nanos(n),
-        _ => return None,
     })
 }
 
@@ -156,12 +128,18 @@ pub fn lease_hex(id: i64) -> String {
 /// concurrency.NewSession(WithLease(id)) followed by Orphan(): lease 0 (no
 /// lease) grants a new one with the default TTL; any other ID is used as
 /// given, existing or not (a missing lease shows up at the first put).
-pub fn session(ctx: &Ctx, lease: i64) -> Result<i64, Status> {
+pub async fn session(ctx: &Ctx, lease: i64) -> Result<i64, Status> {
     if lease != 0 {
         return Ok(lease);
     }
+    // etcd's in-process client grants through the quota lease server: the
+    // quota, the caller, the alarms (and here the disk), as LeaseGrant.
+    ctx.check_quota(crate::quota::LEASE_GRANT_COST).map_err(refused)?;
     ctx.auth.require(caller().as_ref()).map_err(|e| refused(e.into()))?;
+    ctx.check_alarms(Write::LeaseGrant).map_err(refused)?;
+    ctx.check_disk(|_| true).map_err(refused)?;
     let (id, _) = ctx.store.grant_lease(0, SESSION_TTL).map_err(client_err)?;
+    ctx.settled(Deadline::default()).await?;
     Ok(id)
 }
 
@@ -260,8 +238,19 @@ pub fn header_rev(h: &Option<PbResponseHeader>) -> i64 {
 /// A Txn: etcd's request size limit for proposals, the store's checks, the
 /// durability wait of its prefix, a full header.
 pub async fn txn(ctx: &Ctx, req: PbTxnRequest) -> Result<PbTxnResponse, Status> {
+    // etcd's in-process client writes through the quota KV server and the
+    // apply's alarm checks, as a client's Txn: a full store or disk refuses the
+    // recipe's put with NOSPACE (code Unknown through clientv3) instead of
+    // holding it (docs/design.md §5).
+    let cost = crate::quota::cost_txn(&req);
+    ctx.check_quota(cost).map_err(refused)?;
     if req.encoded_len() > ctx.cfg.max_request_bytes {
         return Err(client_err(StoreError::RequestTooLarge));
+    }
+    if !crate::mvcc::kvstore_txn::txn_is_read_only(&req) {
+        ctx.admit_write(Deadline::default()).await?;
+        ctx.check_alarms(Write::Txn { cost }).map_err(refused)?;
+        ctx.check_disk(|w| super::kv::txn_durable(w, &req)).map_err(refused)?;
     }
     super::authz::check_txn(ctx, caller().as_ref(), &req).map_err(refused)?;
     let mut resp = ctx.store.txn(&req).map_err(client_err)?;
@@ -283,6 +272,9 @@ pub async fn delete(ctx: &Ctx, key: &[u8]) -> Result<PbDeleteResponse, Status> {
     if req.encoded_len() > ctx.cfg.max_request_bytes {
         return Err(client_err(StoreError::RequestTooLarge));
     }
+    ctx.admit_write(Deadline::default()).await?;
+    ctx.check_alarms(Write::Delete).map_err(refused)?;
+    ctx.check_disk(|w| w.durable_range(&req.key, &req.range_end)).map_err(refused)?;
     super::authz::check_delete(ctx, caller().as_ref(), &req).map_err(refused)?;
     let mut resp = ctx.store.delete_range(&req).map_err(client_err)?;
     ctx.synced(header_rev(&resp.header)).await;
@@ -350,7 +342,7 @@ pub async fn wait_deletes(ctx: &Ctx, pfx: &[u8], max_create_rev: i64) -> Result<
 /// Mutex.Lock on `name` for a session on `lease`: returns the header to
 /// answer and the lock's key.
 pub async fn lock(ctx: &Arc<Ctx>, name: &[u8], lease: i64) -> Result<(Option<PbResponseHeader>, Vec<u8>), Status> {
-    let lease = session(ctx, lease)?;
+    let lease = session(ctx, lease).await?;
     let pfx = prefix(name);
     let my_key = session_key(&pfx, lease);
     // tryAcquire: queue up (or find our key from an earlier Lock with this
@@ -423,7 +415,7 @@ pub async fn resign(ctx: &Ctx, key: &[u8], rev: i64) -> Result<Option<PbResponse
 /// Election.Campaign: returns the campaign txn's header (etcd answers that one,
 /// not a later one), the leader key and its create revision.
 pub async fn campaign(ctx: &Arc<Ctx>, name: &[u8], lease: i64, value: &[u8]) -> Result<PbCampaignResponse, Status> {
-    let lease = session(ctx, lease)?;
+    let lease = session(ctx, lease).await?;
     let pfx = prefix(name);
     let key = session_key(&pfx, lease);
     let resp = txn(
@@ -694,30 +686,5 @@ mod tests {
         assert_eq!(lease_hex(-1), "-1");
         assert_eq!(lease_hex(i64::MIN), "-8000000000000000");
         assert_eq!(session_key(&prefix(b"job"), 10), b"job/a");
-    }
-}
-
-#[cfg(test)]
-mod grpc_timeout_tests {
-    use super::grpc_timeout;
-    use std::time::Duration;
-
-    #[test]
-    fn parses_every_unit_and_refuses_the_rest() {
-        let t = |v: &str| {
-            let mut md = tonic::metadata::MetadataMap::new();
-            md.insert("grpc-timeout", v.parse().unwrap());
-            grpc_timeout(&md)
-        };
-        assert_eq!(t("2H"), Some(Duration::from_secs(7200)));
-        assert_eq!(t("3M"), Some(Duration::from_secs(180)));
-        assert_eq!(t("5S"), Some(Duration::from_secs(5)));
-        assert_eq!(t("199m"), Some(Duration::from_millis(199)));
-        assert_eq!(t("199875u"), Some(Duration::from_micros(199875)));
-        assert_eq!(t("12n"), Some(Duration::from_nanos(12)));
-        assert_eq!(t("12"), None);
-        assert_eq!(t("m"), None);
-        assert_eq!(t("1x"), None);
-        assert_eq!(grpc_timeout(&tonic::metadata::MetadataMap::new()), None);
     }
 }

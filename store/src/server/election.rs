@@ -68,7 +68,7 @@ pub async fn campaign(ctx: Arc<Ctx>, r: CampaignRequest) -> Result<PbCampaignRes
 pub async fn proclaim(ctx: Arc<Ctx>, r: ProclaimRequest) -> Result<PbProclaimResponse, Status> {
     check_request_size(&ctx, r.encoded_len())?;
     let l = r.leader.ok_or_else(|| cc::recipe_err(cc::ERR_MISSING_LEADER_KEY))?;
-    let lease = cc::session(&ctx, l.lease)?;
+    let lease = cc::session(&ctx, l.lease).await?;
     let header = cc::proclaim(&ctx, &l.key, l.rev, lease, &r.value).await?;
     Ok(PbProclaimResponse { header })
 }
@@ -76,7 +76,7 @@ pub async fn proclaim(ctx: Arc<Ctx>, r: ProclaimRequest) -> Result<PbProclaimRes
 pub async fn resign(ctx: Arc<Ctx>, r: ResignRequest) -> Result<PbResignResponse, Status> {
     check_request_size(&ctx, r.encoded_len())?;
     let l = r.leader.ok_or_else(|| cc::recipe_err(cc::ERR_MISSING_LEADER_KEY))?;
-    cc::session(&ctx, l.lease)?;
+    cc::session(&ctx, l.lease).await?;
     let header = cc::resign(&ctx, &l.key, l.rev).await?;
     Ok(PbResignResponse { header })
 }

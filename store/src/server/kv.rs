@@ -11,6 +11,7 @@ use tonic::codegen::{http, BoxFuture, Service, StdError};
 use tonic::server::NamedService;
 use tonic::{Request, Response, Status};
 
+use super::deadline::Deadline;
 use super::routes;
 use super::txn_codec::{TxnCall, TxnCodec};
 use super::{authz, metrics, Ctx, Write};
@@ -49,7 +50,7 @@ impl KvService {
     /// txn itself.
     /// `caller` is the request's identity (`Ctx::identify`: None while auth is
     /// off), refused (invalid token) where etcd looks at it.
-    pub async fn txn_call(&self, call: TxnCall, caller: Option<Result<Option<AuthInfo>, Status>>) -> Result<PbTxnResponse, Status> {
+    pub async fn txn_call(&self, call: TxnCall, caller: Option<Result<Option<AuthInfo>, Status>>, dl: Deadline) -> Result<PbTxnResponse, Status> {
         let _timed = self.0.metrics.request(metrics::TXN);
         let req = &call.req;
         self.grpc_too_large(call.wire_len)?;
@@ -67,7 +68,7 @@ impl KvService {
         let read_only = txn_is_read_only(req);
         if !read_only {
             self.proposal_too_large(call.wire_len)?;
-            self.0.admit_write().await;
+            self.0.admit_write(dl).await?;
             self.0.check_alarms(Write::Txn { cost })?;
             self.0.check_disk(|w| txn_durable(w, req))?;
         }
@@ -78,7 +79,7 @@ impl KvService {
         if let (true, Some(ai)) = (read_only, &auth) {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
-        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
+        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
     }
@@ -128,6 +129,7 @@ impl PbKvService for KvService {
 
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
         let _timed = self.0.metrics.request(metrics::PUT);
+        let dl = Deadline::of(request.metadata());
         let req = request.get_ref();
         let n = req.encoded_len();
         self.grpc_too_large(n)?;
@@ -135,20 +137,21 @@ impl PbKvService for KvService {
         crate::mvcc::kvstore::check_put(req)?;
         let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
-        self.0.admit_write().await;
+        self.0.admit_write(dl).await?;
         self.0.check_alarms(Write::Put)?;
         self.0.check_disk(|w| w.durable_key(&req.key))?;
         if let Some(ai) = &auth {
             authz::check_put(&self.0, ai.as_ref(), req)?;
         }
         let mut resp = self.0.store.put(req)?;
-        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
+        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
 
     async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
         let _timed = self.0.metrics.request(metrics::DELETE);
+        let dl = Deadline::of(request.metadata());
         let req = request.get_ref();
         let n = req.encoded_len();
         self.grpc_too_large(n)?;
@@ -157,14 +160,14 @@ impl PbKvService for KvService {
         }
         let auth = self.0.identify(&request).transpose()?;
         self.proposal_too_large(n)?;
-        self.0.admit_write().await;
+        self.0.admit_write(dl).await?;
         self.0.check_alarms(Write::Delete)?;
         self.0.check_disk(|w| w.durable_range(&req.key, &req.range_end))?;
         if let Some(ai) = &auth {
             authz::check_delete(&self.0, ai.as_ref(), req)?;
         }
         let mut resp = self.0.store.delete_range(req)?;
-        self.0.synced(resp.header.as_ref().map_or(0, |h| h.revision)).await;
+        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
     }
@@ -173,13 +176,15 @@ impl PbKvService for KvService {
     /// to `txn_call` with the decoder of `txn_codec`.
     async fn txn(&self, request: Request<PbTxnRequest>) -> Result<Response<PbTxnResponse>, Status> {
         let caller = self.0.identify(&request);
+        let dl = Deadline::of(request.metadata());
         let req = request.into_inner();
         let wire_len = req.encoded_len();
-        Ok(Response::new(self.txn_call(TxnCall { req, wire_len, truncated: false }, caller).await?))
+        Ok(Response::new(self.txn_call(TxnCall { req, wire_len, truncated: false }, caller, dl).await?))
     }
 
     async fn compact(&self, request: Request<PbCompactionRequest>) -> Result<Response<PbCompactionResponse>, Status> {
         let n = request.get_ref().encoded_len();
+        let dl = Deadline::of(request.metadata());
         self.grpc_too_large(n)?;
         // etcd looks at the token (any user may compact), then at the size.
         self.0.caller(&request)?;
@@ -187,7 +192,7 @@ impl PbKvService for KvService {
         self.0.check_alarms(Write::Compact)?;
         self.0.check_disk(|_| true)?;
         let rev = self.0.store.compact(request.get_ref().revision)?;
-        self.0.settled().await;
+        self.0.settled(dl).await?;
         Ok(Response::new(PbCompactionResponse { header: self.0.header(rev) }))
     }
 }
@@ -232,7 +237,8 @@ where
             let svc = svc.clone();
             async move {
                 let caller = svc.0.identify(&request);
-                svc.txn_call(request.into_inner(), caller).await.map(tonic::Response::new)
+                let dl = Deadline::of(request.metadata());
+                svc.txn_call(request.into_inner(), caller, dl).await.map(tonic::Response::new)
             }
         })
     }
@@ -244,7 +250,7 @@ impl NamedService for KvRouter {
 
 /// Whether a write txn may write to a log: any put or delete, in either
 /// branch or a nested txn, on a durable prefix.
-fn txn_durable(w: &crate::wal::Wal, t: &PbTxnRequest) -> bool {
+pub fn txn_durable(w: &crate::wal::Wal, t: &PbTxnRequest) -> bool {
     t.success.iter().chain(&t.failure).any(|op| match &op.request {
         Some(PbTxnOpRequest::RequestPut(p)) => w.durable_key(&p.key),
         Some(PbTxnOpRequest::RequestDeleteRange(d)) => w.durable_range(&d.key, &d.range_end),

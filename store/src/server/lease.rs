@@ -8,6 +8,7 @@ use etcd_client::proto::*;
 use futures::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
+use super::deadline::Deadline;
 use super::{authz, Ctx, Write};
 
 pub struct LeaseService(pub Arc<Ctx>);
@@ -18,17 +19,19 @@ impl PbLeaseService for LeaseService {
         // etcd: the quota first, then the caller (any user may grant), then
         // (applying) the alarms, then the lease's own checks.
         self.0.check_quota(crate::quota::LEASE_GRANT_COST)?;
+        let dl = Deadline::of(r.metadata());
         let ai = self.0.caller(&r)?;
         self.0.auth.require(ai.as_ref())?;
         let r = r.get_ref();
         self.0.check_alarms(Write::LeaseGrant)?;
         self.0.check_disk(|_| true)?;
         let (id, ttl) = self.0.store.grant_lease(r.id, r.ttl)?;
-        self.0.settled().await;
+        self.0.settled(dl).await?;
         Ok(Response::new(PbLeaseGrantResponse { header: self.0.header(self.0.store.current_rev()), id, ttl, error: String::new() }))
     }
 
     async fn lease_revoke(&self, r: Request<PbLeaseRevokeRequest>) -> Result<Response<PbLeaseRevokeResponse>, Status> {
+        let dl = Deadline::of(r.metadata());
         let ai = self.0.caller(&r)?;
         self.0.auth.require(ai.as_ref())?;
         self.0.check_alarms(Write::LeaseRevoke)?;
@@ -36,8 +39,8 @@ impl PbLeaseService for LeaseService {
         // Write on every key attached to the lease (etcd's checkLeasePuts).
         authz::check_lease_puts(&self.0, ai.as_ref(), r.get_ref().id)?;
         let rev = self.0.store.revoke_lease(r.get_ref().id)?;
-        self.0.synced(rev).await;
-        self.0.settled().await;
+        self.0.synced_by(rev, dl).await?;
+        self.0.settled(dl).await?;
         Ok(Response::new(PbLeaseRevokeResponse { header: self.0.header(rev) }))
     }
 

@@ -19,6 +19,8 @@ pub struct Metrics {
     pub watch_streams: AtomicU64,
     pub watchers: AtomicU64,
     pub slow_watcher_catchups: AtomicU64,
+    /// Writes that waited at the back-pressure gate (server/backpressure.rs).
+    pub backpressure_waits: AtomicU64,
     /// Handling time of the KV RPCs, by method (the order of METHODS).
     pub latency: [Histogram; 4],
 }
@@ -109,6 +111,7 @@ pub fn render(ctx: &Ctx) -> String {
     g("etcd_debugging_mvcc_watch_stream_total", "Open watch streams.", "gauge", m.watch_streams.load(Ordering::Relaxed).to_string());
     g("etcd_debugging_mvcc_watcher_total", "Active watchers.", "gauge", m.watchers.load(Ordering::Relaxed).to_string());
     g("meganode_watch_catchups_total", "Times a watcher read history because it was behind the watch log.", "counter", m.slow_watcher_catchups.load(Ordering::Relaxed).to_string());
+    g("meganode_write_backpressure_waits_total", "Writes that waited before committing because 5,000 committed revisions were not yet durable (a disk slower than the clients).", "counter", m.backpressure_waits.load(Ordering::Relaxed).to_string());
     o.push_str("# HELP meganode_accounted_bytes Accounted size by part (docs/design.md, memory quota).\n# TYPE meganode_accounted_bytes gauge\n");
     for (part, v) in [("kv", acc.kv), ("leases", acc.leases), ("watch_log", acc.watch_log), ("watchers", acc.watchers)] {
         o.push_str(&format!("meganode_accounted_bytes{{part=\"{part}\"}} {v}\n"));

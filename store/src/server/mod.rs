@@ -6,6 +6,7 @@ pub mod authz;
 pub mod backpressure;
 pub mod cluster;
 pub mod concurrency;
+pub mod deadline;
 pub mod election;
 pub mod gateway;
 pub mod grpc_metrics;
@@ -142,6 +143,16 @@ impl Ctx {
         self.store.wait_visible(rev).await;
     }
 
+    /// `synced`, for a request with the caller's deadline `dl`: past it, the
+    /// answer is DeadlineExceeded (the write stays committed and becomes
+    /// durable, as a proposal that timed out in etcd may still be applied).
+    pub async fn synced_by(&self, rev: i64, dl: deadline::Deadline) -> Result<(), tonic::Status> {
+        if self.store.current_rev() >= rev {
+            return Ok(());
+        }
+        dl.bound(self.synced(rev)).await
+    }
+
     /// etcd's quota check in front of Put, Txn and LeaseGrant (v3rpc/quota.go),
     /// before any other check of the request: one that costs something and does
     /// not fit raises NOSPACE for this member and is refused.
@@ -187,10 +198,11 @@ impl Ctx {
     }
 
     /// Before answering a lease or compaction write: waits for its record if
-    /// writing it failed (at once otherwise).
-    pub async fn settled(&self) {
-        if let Some(w) = &self.wal {
-            w.settled().await;
+    /// writing it failed (at once otherwise), at most until the deadline `dl`.
+    pub async fn settled(&self, dl: deadline::Deadline) -> Result<(), tonic::Status> {
+        match &self.wal {
+            Some(w) if w.health.down() => dl.bound(w.settled()).await,
+            _ => Ok(()),
         }
     }
 

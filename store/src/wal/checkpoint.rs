@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::{Buf, BufMut, Bytes};
 
 use super::fault::FileOp;
-use super::logfile::old_segment;
+use super::logfile::{old_segment, LogFile};
 use super::sink::Wal;
 use crate::mvcc::key_history::Version;
 use crate::mvcc::kvstore::Shard;
@@ -33,6 +33,14 @@ pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT2";
 /// held for microseconds, writers to the prefix slip in between chunks.
 const CHUNK_KEYS: usize = 512;
 
+/// A checkpoint's encoding buffer is written out once it holds this much.
+const BUF_BYTES: usize = 1 << 20;
+
+/// How often the checkpoint thread looks at the logs' sizes (a lock per log).
+const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
+/// At most this between the retries of a failed checkpoint.
+const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(4);
+
 impl Wal {
     /// Writes a checkpoint of every shard whose log has grown past `min_bytes`
     /// (or whose last cut is not yet covered), then deletes the segment it
@@ -40,7 +48,9 @@ impl Wal {
     /// written, the file renamed to `<stem>.wal.old`, a new one created), the
     /// keys as of the cut's revision are then read a chunk at a time and
     /// streamed to the file. A checkpoint that fails leaves both segments and
-    /// its `.tmp` removed, and is tried again at the same revision next time.
+    /// its `.tmp` removed, raises the disk's NOSPACE alarm (refusing nothing:
+    /// the logs still take appends), and is tried again at the same revision
+    /// next time; the alarm clears when it succeeds.
     /// Nothing runs while a log write has failed.
     pub fn checkpoint(&self, store: &Store, min_bytes: u64, force: bool) -> std::io::Result<usize> {
         let mut n = 0;
@@ -54,49 +64,98 @@ impl Wal {
             if !force && pending.is_none() && log.io.lock().size < threshold {
                 continue;
             }
-            let rev = match pending {
-                Some(rev) => rev,
-                None => {
-                    let _g = shard.data.read();
-                    // Every version of this prefix up to the committed revision
-                    // is in the log (no writer can commit while we hold the lock);
-                    // every later one will be in the new segment.
-                    let rev = store.committed_rev();
-                    if let Err(e) = log.start_segment(&self.dir, rev, &self.metrics) {
-                        if log.cut.lock().is_none() {
-                            // The buffer's write failed: the alarm, and the flusher retries it.
-                            self.failed(&log, &e, 0);
-                        }
-                        return Err(named(&log.path, e));
-                    }
-                    rev
+            let dst = log.path.with_extension("ckpt");
+            match self.checkpoint_shard(store, &shard, &log, pending) {
+                Ok(()) => self.health.checkpoint_ok(&dst),
+                // The cut's write of the log failed: that is the log's failure (alarm, retries).
+                Err((true, e)) => return Err(e),
+                Err((false, e)) => {
+                    // Raises the alarm; both segments are kept, the next round retries at the same cut.
+                    self.health.fail_checkpoint(&dst, &e);
+                    return Err(e);
                 }
-            };
-            let stem = log.path.with_extension("");
-            let tmp = stem.with_extension("ckpt.tmp");
-            let dst = stem.with_extension("ckpt");
-            let size = match self.write_checkpoint(&shard, rev, &tmp) {
-                Ok(size) => size,
-                Err(e) => {
-                    // Frees what the partial checkpoint took; the segments still hold everything.
-                    let _ = fs::remove_file(&tmp);
-                    return Err(named(&tmp, e));
-                }
-            };
-            fs::rename(&tmp, &dst).map_err(|e| named(&dst, e))?;
-            File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| named(&self.dir, e))?;
-            // Covered by the checkpoint (recovery skips its records if this is lost).
-            match fs::remove_file(old_segment(&log.path)) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(named(&old_segment(&log.path), e)),
             }
-            *log.cut.lock() = None;
-            log.last_ckpt.store(size, Ordering::Relaxed);
-            self.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
             n += 1;
         }
         Ok(n)
+    }
+
+    /// A checkpoint of every prefix with a log, the first error returned and
+    /// nothing else done about it (no alarm, no log line): a restore's start,
+    /// which fails on it.
+    pub(super) fn checkpoint_all(&self, store: &Store) -> std::io::Result<()> {
+        for shard in store.all_shards() {
+            let Some(log) = self.logs.read().get(shard.prefix.as_ref()).cloned().flatten() else { continue };
+            let pending = *log.cut.lock();
+            self.checkpoint_shard(store, &shard, &log, pending).map_err(|(_, e)| e)?;
+        }
+        Ok(())
+    }
+
+    /// One prefix's checkpoint: the cut (unless one is `pending`), the keys
+    /// streamed to `.ckpt.tmp`, the rename, the old segment deleted. An error
+    /// says whether it was the log's write at the cut (true) or the checkpoint's.
+    fn checkpoint_shard(&self, store: &Store, shard: &Arc<Shard>, log: &Arc<LogFile>, pending: Option<i64>) -> Result<(), (bool, std::io::Error)> {
+        let rev = match pending {
+            Some(rev) => rev,
+            None => {
+                let _g = shard.data.read();
+                // Every version of this prefix up to the committed revision
+                // is in the log (no writer can commit while we hold the lock);
+                // every later one will be in the new segment.
+                let rev = store.committed_rev();
+                if let Err(e) = log.start_segment(&self.dir, rev, &self.metrics) {
+                    if log.cut.lock().is_none() {
+                        // The buffer's write failed: the alarm, and the flusher retries it.
+                        self.failed(log, &e, 0);
+                        return Err((true, named(&log.path, e)));
+                    }
+                    // Cut, but the new file or the directory's sync failed: the
+                    // checkpoint at `rev` is still owed (the next write opens the file).
+                    return Err((false, named(&log.path, e)));
+                }
+                rev
+            }
+        };
+        let stem = log.path.with_extension("");
+        let tmp = stem.with_extension("ckpt.tmp");
+        let dst = stem.with_extension("ckpt");
+        let size = match self.write_checkpoint(shard, rev, &tmp) {
+            Ok(size) => size,
+            Err(e) => {
+                // Frees what the partial checkpoint took; the segments still hold everything.
+                let _ = fs::remove_file(&tmp);
+                return Err((false, named(&tmp, e)));
+            }
+        };
+        fs::rename(&tmp, &dst).map_err(|e| (false, named(&dst, e)))?;
+        File::open(&self.dir).and_then(|d| d.sync_all()).map_err(|e| (false, named(&self.dir, e)))?;
+        // Covered by the checkpoint (recovery skips its records if this is lost).
+        match fs::remove_file(old_segment(&log.path)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err((false, named(&old_segment(&log.path), e))),
+        }
+        *log.cut.lock() = None;
+        log.last_ckpt.store(size, Ordering::Relaxed);
+        self.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// The checkpoint thread: every `CHECK_EVERY` looks for a log past
+    /// `min_bytes`. A failed checkpoint (logged and alarmed by `checkpoint`) is
+    /// retried after 2 s, then every 4 s: each try writes up to the free
+    /// space and removes it again.
+    pub fn checkpointer(self: Arc<Self>, store: Arc<Store>, min_bytes: u64) {
+        let mut wait = CHECK_EVERY;
+        loop {
+            std::thread::sleep(wait);
+            wait = match self.checkpoint(&store, min_bytes, false) {
+                Ok(_) => CHECK_EVERY,
+                Err(_) if self.health.checkpoint_failing() => (wait * 2).min(RETRY_MAX),
+                Err(_) => CHECK_EVERY,
+            };
+        }
     }
 
     /// Streams the shard's keys as of `rev` (versions at or below it; keys
@@ -105,6 +164,8 @@ impl Wal {
     /// above `rev`, which the new segment holds: recovery ends in the same state.
     fn write_checkpoint(&self, shard: &Arc<Shard>, rev: i64, tmp: &Path) -> std::io::Result<u64> {
         self.faults.check(FileOp::Checkpoint, tmp, 0)?;
+        check_room(&self.dir)?;
+        let mut checked = 0u64;
         let mut file = BufWriter::with_capacity(1 << 20, File::create(tmp)?);
         let mut buf = Vec::with_capacity(1 << 16);
         buf.put_slice(CKPT_MAGIC);
@@ -125,14 +186,24 @@ impl Wal {
                     }
                 }
             }
-            for (k, vs) in chunk.drain(..) {
+            let last = chunk.len();
+            for (i, (k, vs)) in chunk.drain(..).enumerate() {
                 crate::snapshot::put_key(&mut buf, &k, &vs);
                 count += 1;
+                // Out every MiB, not every chunk: 512 keys of 100 KiB values made a
+                // 51 MiB buffer (the chunk's values are shared with the store, not copied).
+                if buf.len() < BUF_BYTES && i + 1 < last {
+                    continue;
+                }
+                crc = crc32c::crc32c_append(crc, &buf);
+                file.write_all(&buf)?;
+                size += buf.len() as u64;
+                buf.clear();
+                if size - checked >= 1 << 20 {
+                    check_room(&self.dir)?;
+                    checked = size;
+                }
             }
-            crc = crc32c::crc32c_append(crc, &buf);
-            file.write_all(&buf)?;
-            size += buf.len() as u64;
-            buf.clear();
             // Keys created after the cut (all their versions above `rev`) may
             // still arrive anywhere in the order; they are not wanted.
             if seen < CHUNK_KEYS {
@@ -148,6 +219,41 @@ impl Wal {
         f.sync_all()?;
         Ok(size)
     }
+}
+
+/// What a checkpoint leaves free for the logs' appends: an eighth of the file
+/// system, at most 64 MiB. A checkpoint that would take more stops as if the
+/// disk were full, so that neither it nor its retries (which write up to the
+/// free space and remove it again) make a log write fail meanwhile.
+pub fn reserve_for_logs(fs_bytes: u64) -> u64 {
+    (fs_bytes / 8).min(64 << 20)
+}
+
+/// Fails (StorageFull) when the file system of `dir` has less free than
+/// `reserve_for_logs` leaves the logs. Checked before a checkpoint and after
+/// each MiB of it: the bound is one MiB (and the buffer's MiB) past the reserve.
+fn check_room(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else { return Ok(()) };
+    // SAFETY: statvfs fills the zeroed struct it is given from a valid C string path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Ok(()); // no answer: the write itself will tell
+    }
+    let unit = st.f_frsize as u64;
+    let (free, total) = (st.f_bavail as u64 * unit, st.f_blocks as u64 * unit);
+    let keep = reserve_for_logs(total);
+    if free < keep {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::StorageFull,
+            format!(
+                "No space left on device for a checkpoint: {} free, less than the {} it leaves to the logs",
+                crate::quota::human(free),
+                crate::quota::human(keep)
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// A per-prefix checkpoint: (revision it covers, keys). Reads both formats.
@@ -224,6 +330,9 @@ mod tests {
         let dir = std::env::temp_dir().join(format!("mgn-ckpt-full-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
         let (store, wal, lock) = reopen(&dir);
+        let alarm = Arc::new(AtomicBool::new(false));
+        let a = alarm.clone();
+        wal.health.set_alarm_hook(Box::new(move |up| a.store(up, Ordering::SeqCst)));
         let hook = Arc::new(FailCheckpoints(AtomicBool::new(true)));
         wal.faults.set(Some(hook.clone()));
         let put = |store: &Store, k: &str| store.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
@@ -235,24 +344,40 @@ mod tests {
         assert!(e.to_string().contains("registry+pods+.ckpt.tmp"), "{e}");
         assert!(!dir.join("registry+pods+.ckpt.tmp").exists() && !dir.join("registry+pods+.ckpt").exists());
         assert_eq!(crate::wal::read_log(&old).unwrap().records.len(), 1);
-        assert!(!wal.health.down());
+        // The alarm is up; writes are not refused for it (the logs take appends).
+        assert!(alarm.load(Ordering::SeqCst) && wal.health.alarmed() && !wal.health.down());
+        assert!(!wal.refuses(|_| true, store.current_rev()));
         put(&store, "/registry/pods/b");
         assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1);
+        // A retry that fails again keeps it up; one that succeeds clears it (and covers the cut).
+        assert!(wal.checkpoint(&store, 0, false).is_err());
+        assert!(alarm.load(Ordering::SeqCst));
+        hook.0.store(false, Ordering::SeqCst);
+        assert_eq!(wal.checkpoint(&store, 1 << 30, false).unwrap(), 1, "the owed cut is retried whatever the log's size");
+        assert!(!alarm.load(Ordering::SeqCst) && !wal.health.alarmed());
+        assert!(!old.exists());
+        assert_eq!(decode_checkpoint(&fs::read(dir.join("registry+pods+.ckpt")).unwrap()).unwrap().0, cut);
+        // Fail the next one again (at a new cut), and restart with its segments left.
+        hook.0.store(true, Ordering::SeqCst);
+        assert!(wal.checkpoint(&store, 0, true).is_err());
+        let cut = store.current_rev();
         let before = state(&store);
         drop((store, wal, lock));
 
         let (store, wal, lock) = reopen(&dir);
         assert_eq!(state(&store), before);
         // The cut left behind is finished first: the checkpoint holds what the old segment held.
-        assert_eq!(wal.checkpoint(&store, 0, true).unwrap(), 1);
+        put(&store, "/registry/pods/c");
+        assert_eq!(wal.checkpoint(&store, 1 << 30, false).unwrap(), 1);
         let (rev, keys) = decode_checkpoint(&fs::read(dir.join("registry+pods+.ckpt")).unwrap()).unwrap();
-        assert_eq!((rev, keys.len()), (cut, 1));
+        assert_eq!((rev, keys.len()), (cut, 2));
         assert!(!old.exists());
         assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1);
         assert_eq!(wal.checkpoint(&store, 0, true).unwrap(), 1);
         let (rev, keys) = decode_checkpoint(&fs::read(dir.join("registry+pods+.ckpt")).unwrap()).unwrap();
-        assert_eq!((rev, keys.len()), (store.current_rev(), 2));
+        assert_eq!((rev, keys.len()), (store.current_rev(), 3));
         assert_eq!(fs::metadata(&log).unwrap().len(), 0);
+        let before = state(&store);
         drop((store, wal, lock));
         let (store, _wal, _lock) = reopen(&dir);
         assert_eq!(state(&store), before);

@@ -31,6 +31,10 @@ struct State {
     since: Option<Instant>,
     /// The last failure logged, to log each new (file, error) once.
     last: Option<(PathBuf, String)>,
+    /// Checkpoints that failed and wait for a retry (their `.ckpt`'s path, the
+    /// error logged, since when): they raise the alarm too, but refuse nothing
+    /// (the log they would replace is kept and still takes appends).
+    ckpt: Vec<(PathBuf, String, Instant)>,
 }
 
 pub struct Health {
@@ -53,8 +57,72 @@ impl Health {
         self.down.load(Ordering::Acquire)
     }
 
+    /// Installs the alarm hook; called at once with true if a write or a
+    /// checkpoint already failed (a start on a full disk fails before the
+    /// server that raises the alarm exists).
     pub fn set_alarm_hook(&self, h: AlarmHook) {
-        *self.hook.write() = Some(h);
+        let mut hook = self.hook.write();
+        let s = self.state.lock();
+        if s.since.is_some() || !s.ckpt.is_empty() {
+            h(true);
+        }
+        drop(s);
+        *hook = Some(h);
+    }
+
+    /// Whether the alarm is up: a log write or a checkpoint is failing.
+    pub fn alarmed(&self) -> bool {
+        let s = self.state.lock();
+        s.since.is_some() || !s.ckpt.is_empty()
+    }
+
+    /// Records that the checkpoint `ckpt` could not be written (`e`, naming the
+    /// file): the alarm goes up (logged once per (file, error)); writes are not
+    /// refused for it. `checkpoint_ok` ends it.
+    pub(super) fn fail_checkpoint(&self, ckpt: &std::path::Path, e: &std::io::Error) {
+        {
+            let mut s = self.state.lock();
+            let msg = e.to_string();
+            match s.ckpt.iter_mut().find(|(p, _, _)| p == ckpt) {
+                Some((_, m, _)) if *m == msg => {}
+                found => {
+                    eprintln!(
+                        "meganode-store: error: checkpoint {} failed: {e}; alarm NOSPACE: the log segments it would replace are kept (nothing is lost) and it is retried; writes go on while the logs can be written",
+                        ckpt.display()
+                    );
+                    match found {
+                        Some((_, m, _)) => *m = msg,
+                        None => s.ckpt.push((ckpt.to_path_buf(), msg, Instant::now())),
+                    }
+                }
+            }
+        }
+        if let Some(h) = &*self.hook.read() {
+            h(true);
+        }
+    }
+
+    /// The checkpoint `ckpt` was written: if it had failed, its part of the
+    /// alarm ends, and the alarm with it when no log write is failing.
+    pub(super) fn checkpoint_ok(&self, ckpt: &std::path::Path) {
+        let clear = {
+            let mut s = self.state.lock();
+            let Some(i) = s.ckpt.iter().position(|(p, _, _)| p == ckpt) else { return };
+            let (_, _, since) = s.ckpt.swap_remove(i);
+            eprintln!("meganode-store: checkpoint {} written after failing for {:.1} s", ckpt.display(), since.elapsed().as_secs_f64());
+            s.ckpt.is_empty() && s.since.is_none()
+        };
+        if clear {
+            eprintln!("meganode-store: alarm NOSPACE (disk) cleared");
+            if let Some(h) = &*self.hook.read() {
+                h(false);
+            }
+        }
+    }
+
+    /// Whether a checkpoint is failing (the checkpoint thread retries sooner).
+    pub fn checkpoint_failing(&self) -> bool {
+        !self.state.lock().ckpt.is_empty()
     }
 
     /// Records that writing `log` failed with `e`: its bytes wait in the log
@@ -98,7 +166,7 @@ impl Health {
     /// Ends the outage if no failure came after the snapshot `gen` whose logs
     /// were all written since. Returns whether it ended one.
     pub(super) fn recovered(&self, gen: u64) -> bool {
-        {
+        let clear = {
             let mut s = self.state.lock();
             if s.gen != gen || s.since.is_none() {
                 return false;
@@ -107,11 +175,19 @@ impl Health {
             s.failed.clear();
             s.last = None;
             self.down.store(false, Ordering::Release);
-            eprintln!("meganode-store: log writes succeed again after {:.1} s: alarm NOSPACE (disk) cleared, writes to durable prefixes accepted", since.elapsed().as_secs_f64());
-        }
+            let clear = s.ckpt.is_empty();
+            eprintln!(
+                "meganode-store: log writes succeed again after {:.1} s: writes to durable prefixes accepted, alarm NOSPACE (disk) {}",
+                since.elapsed().as_secs_f64(),
+                if clear { "cleared" } else { "kept while a checkpoint fails" }
+            );
+            clear
+        };
         self.tx.send_replace(false);
-        if let Some(h) = &*self.hook.read() {
-            h(false);
+        if clear {
+            if let Some(h) = &*self.hook.read() {
+                h(false);
+            }
         }
         true
     }

@@ -116,7 +116,8 @@ impl LogFile {
         File::open(dir).and_then(|d| d.sync_all())
     }
 
-    /// A log opened now (start-up: an error there stops the start).
+    /// A log opened now (tests).
+    #[cfg(test)]
     pub(super) fn open(path: PathBuf, mode: Mode, faults: Arc<Faults>) -> std::io::Result<Self> {
         let l = LogFile::new(path, mode, faults);
         l.open_file(&mut l.io.lock())?;
@@ -151,24 +152,12 @@ impl LogFile {
         self.flush_locked(&mut self.io.lock(), rev, m)
     }
 
-    /// `flush_to` from a writer's thread, which may be a tokio worker: when
-    /// another writer is at the file (a write that is slow: a throttled disk,
-    /// dirty-page writeback), this one tells tokio it is about to block before
-    /// it waits, so the runtime moves its other tasks to another thread and
-    /// keeps committing writes — which the next write then takes as one batch.
-    /// Without it, every worker ended up parked on the file lock, nothing new
-    /// was committed, and each slow write carried one or two records (with 20
-    /// ms per write: 97 puts/s and 10 s p50 for 1000 clients).
-    pub(super) fn flush_from_writer(&self, rev: i64, m: &WalMetrics) -> std::io::Result<()> {
-        if let Some(mut io) = self.io.try_lock() {
-            return self.flush_locked(&mut io, rev, m);
-        }
-        let multi = tokio::runtime::Handle::try_current().is_ok_and(|h| h.runtime_flavor() == tokio::runtime::RuntimeFlavor::MultiThread);
-        if multi {
-            tokio::task::block_in_place(|| self.flush_to(rev, m))
-        } else {
-            self.flush_to(rev, m)
-        }
+    /// `flush_to` if no one else is at the file: None when another writer is
+    /// (a slow write: a throttled disk, dirty-page writeback). The caller then
+    /// hands its revision to the `wal-write` thread rather than wait (sink.rs).
+    pub(super) fn try_flush(&self, rev: i64, m: &WalMetrics) -> Option<std::io::Result<()>> {
+        let mut io = self.io.try_lock()?;
+        Some(self.flush_locked(&mut io, rev, m))
     }
 
     fn flush_locked(&self, io: &mut Io, rev: i64, m: &WalMetrics) -> std::io::Result<()> {

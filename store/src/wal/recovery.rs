@@ -184,9 +184,11 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         store.compact_loaded(compacted);
     }
     let faults = Arc::new(Faults::default());
-    let meta = Arc::new(LogFile::open(meta_path.clone(), Mode::Fsync, faults.clone()).map_err(|e| format!("{}: {e}", meta_path.display()))?);
+    // Opened at their first write, as the prefix logs: a start on a full disk
+    // (or one that cannot create a file) is an outage to retry, not an exit.
+    let meta = Arc::new(LogFile::new(meta_path.clone(), Mode::Fsync, faults.clone()));
     let leases_path = dir.join("leases.wal");
-    let leases = Arc::new(LogFile::open(leases_path.clone(), if dur.default == Mode::None { Mode::Buffered } else { dur.default }, faults.clone()).map_err(|e| format!("{}: {e}", leases_path.display()))?);
+    let leases = Arc::new(LogFile::new(leases_path, if dur.default == Mode::None { Mode::Buffered } else { dur.default }, faults.clone()));
     let sync = Arc::new(SyncState {
         wake: Mutex::new(false),
         cv: parking_lot::Condvar::new(),
@@ -195,6 +197,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     });
     let wal = Arc::new(Wal {
         sync,
+        handoff: Default::default(),
         vis: store.vis.clone(),
         dir: dir.to_path_buf(),
         dur,
@@ -211,10 +214,9 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     {
         let w = wal.clone();
         std::thread::Builder::new().name("wal-fsync".into()).spawn(move || w.flusher()).map_err(|e| e.to_string())?;
+        let w = wal.clone();
+        std::thread::Builder::new().name("wal-write".into()).spawn(move || w.writer()).map_err(|e| e.to_string())?;
     }
-    // Reserve revisions above everything seen before accepting writes.
-    let f = rev + REV_BLOCK;
-    wal.write_meta(REC_REV_FLOOR, f).map_err(|e| format!("{}: {e}", meta_path.display()))?;
     // Open now the logs the next checkpoint must cover: every prefix's after a
     // restore, and a prefix's whose cut an earlier run did not finish
     // (`.wal.old` left), even if nothing is written to it again.
@@ -228,21 +230,52 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         }
     }
     if restored {
-        // Persist the restored state at once as checkpoints (and leases in their log).
-        for (id, ttl) in &lease_set {
-            wal.leases.append(0, |buf| {
-                encode_pair(buf, REC_LEASE_GRANT, *id, Some(*ttl));
-                1
-            });
+        // Persist the restored state at once as checkpoints (and leases in their
+        // log), before anything else is written: the one part of a start that
+        // cannot go on without writing, since the restored state is in no file
+        // of the directory yet. On failure (one error line, naming the file and
+        // the error) the files written so far are removed, so that the next
+        // start restores again instead of taking them for the directory's state.
+        let persisted = (|| {
+            for (id, ttl) in &lease_set {
+                wal.leases.append(0, |buf| {
+                    encode_pair(buf, REC_LEASE_GRANT, *id, Some(*ttl));
+                    1
+                });
+            }
+            wal.leases.flush_to(i64::MAX, &wal.metrics).map_err(|e| format!("{}: {e}", wal.leases.path.display()))?;
+            wal.checkpoint_all(store).map_err(|e| e.to_string())
+        })();
+        if let Err(e) = persisted {
+            undo_restore(dir);
+            return Err(format!("cannot persist the state restored from {}: {e}", restore.unwrap().display()));
         }
-        wal.leases.flush_to(i64::MAX, &wal.metrics).map_err(|e| e.to_string())?;
-        wal.checkpoint(store, 0, true).map_err(|e| format!("writing checkpoints after restore: {e}"))?;
     }
+    // Reserve revisions above everything seen before accepting writes. If the
+    // disk is full this fails like any log write (logged, the alarm, retried by
+    // the flusher): the store starts and serves reads, and refuses every write
+    // until the record is durable (no revision is reserved, crate::wal::FLOOR_MARGIN).
+    let f = rev + REV_BLOCK;
+    let _ = wal.write_meta(REC_REV_FLOOR, f);
     rep.rev = rev;
     rep.compacted = compacted;
     rep.millis = t0.elapsed().as_millis();
     wal.metrics.replay_ms.store(rep.millis as u64, Ordering::Relaxed);
     Ok((wal, rep, lock))
+}
+
+/// Removes the logs and checkpoints a restore that failed wrote (the directory
+/// held none before it), so that the next start restores again instead of
+/// taking them for the directory's state.
+fn undo_restore(dir: &Path) {
+    let Ok(rd) = fs::read_dir(dir) else { return };
+    for e in rd.flatten() {
+        let name = e.file_name().to_string_lossy().into_owned();
+        let ours = [".wal", ".wal.old", ".ckpt", ".ckpt.tmp"].iter().any(|x| name.ends_with(x));
+        if ours && name != "meta.wal" {
+            let _ = fs::remove_file(e.path());
+        }
+    }
 }
 
 fn cut_tail(path: &Path, r: &Replayed, rep: &mut RecoveryReport) -> Result<(), String> {

@@ -15,14 +15,18 @@ import (
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3election/v3electionpb"
+	"go.etcd.io/etcd/server/v3/etcdserver/api/v3lock/v3lockpb"
 	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 
 	"github.com/meganode/meganode/internal/storeproc"
 )
 
 // A full disk is an alarm, not an exit (docs/design.md, "When a log write
 // fails"): with the data dir on a 16 MiB tmpfs filled up, the store stays up,
-// serves reads and watches, refuses durable writes with etcd's NOSPACE — and
+// serves reads and watches, refuses durable writes with etcd's NOSPACE (Lock
+// and Election's too, as etcd's servers answer a refused put) — and
 // memory-only writes too while a write is held (they could not become visible
 // before it, docs/design.md §2 "Visibility") —, takes writes again within 5 s
 // of space returning, and loses no acknowledged write across a SIGKILL and restart.
@@ -116,6 +120,16 @@ func testDiskFull(t *testing.T, mode string) {
 	wctx, wcancel := context.WithCancel(bg)
 	defer wcancel()
 	events := cli.Watch(wctx, "/registry/events/", clientv3.WithPrefix())
+	// A lease and an election's leader, for the Lock and Election calls on the full disk.
+	lease, err := cli.Grant(bg, 60)
+	if err != nil {
+		t.Fatal(err)
+	}
+	locks, elections := v3lockpb.NewLockClient(cli.ActiveConnection()), v3electionpb.NewElectionClient(cli.ActiveConnection())
+	led, err := elections.Campaign(bg, &v3electionpb.CampaignRequest{Name: []byte("elect/a"), Lease: int64(lease.ID), Value: []byte("v1")})
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	filler := filepath.Join(dir, "filler")
 	fill(t, filler)
@@ -153,6 +167,43 @@ func testDiskFull(t *testing.T, mode string) {
 	}
 	if _, err := cli.Txn(bg).Then(clientv3.OpPut("/registry/configmaps/ns/c", "v")).Commit(); !isNoSpace(err) {
 		t.Fatalf("txn on a full disk: want NOSPACE, got %v", err)
+	}
+	// Lock and Election write keys: refused at once, as etcd's servers answer a put refused
+	// with NOSPACE (through their in-process client: code Unknown), instead of waiting.
+	recipes := []struct {
+		what string
+		call func(ctx context.Context) error
+	}{
+		{"Lock", func(ctx context.Context) error {
+			_, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("lock/a"), Lease: int64(lease.ID)})
+			return err
+		}},
+		{"Lock with a new session", func(ctx context.Context) error {
+			_, err := locks.Lock(ctx, &v3lockpb.LockRequest{Name: []byte("lock/a")})
+			return err
+		}},
+		{"Campaign", func(ctx context.Context) error {
+			_, err := elections.Campaign(ctx, &v3electionpb.CampaignRequest{Name: []byte("elect/b"), Lease: int64(lease.ID), Value: []byte("v")})
+			return err
+		}},
+		{"Proclaim", func(ctx context.Context) error {
+			_, err := elections.Proclaim(ctx, &v3electionpb.ProclaimRequest{Leader: led.Leader, Value: []byte("v2")})
+			return err
+		}},
+	}
+	for _, r := range recipes {
+		ctx, cancel := context.WithTimeout(bg, 3*time.Second)
+		t0 := time.Now()
+		err := r.call(ctx)
+		cancel()
+		if st := status.Convert(err); err == nil || st.Code() != codes.Unknown || st.Message() != "etcdserver: mvcc: database space exceeded" {
+			t.Errorf("%s on a full disk: want Unknown %q, got %v after %v", r.what, "etcdserver: mvcc: database space exceeded", err, time.Since(t0))
+		} else if d := time.Since(t0); d > time.Second {
+			t.Errorf("%s on a full disk: refused after %v, want at once", r.what, d)
+		}
+	}
+	if lr, err := elections.Leader(bg, &v3electionpb.LeaderRequest{Name: []byte("elect/a")}); err != nil || string(lr.Kv.Value) != "v1" {
+		t.Errorf("Leader on a full disk: %v %v", lr, err)
 	}
 	g, err := cli.Get(bg, "/registry/pods/ns/before-", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil || g.Count != 20 {
