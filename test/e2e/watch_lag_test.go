@@ -33,7 +33,16 @@ func TestWatchLaggingWatcherIsCut(t *testing.T) {
 func stalledThenGone(t *testing.T, tg *target) {
 	t.Helper()
 	streams := func() string { return scrape(t, tg.Proc.MetricsURL)["etcd_debugging_mvcc_watch_stream_total"] }
-	before := streams()
+	// The streams of the scenarios before this one end asynchronously once their clients go
+	// away; counted while one still ends, "before" would include it and the new stream could
+	// replace it in the count unnoticed. This dedicated server has no other watch streams.
+	before := "0"
+	for deadline := time.Now().Add(10 * time.Second); streams() != before && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if s := streams(); s != before {
+		t.Fatalf("watch streams %s after the earlier scenarios' clients went away, want %s", s, before)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	ws, err := pb.NewWatchClient(smallWindowConn(t, tg.Endpoint)).Watch(ctx)
