@@ -28,6 +28,12 @@ func openRawWatch(t *testing.T, tg *target) *rawWatch {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
+	return openRawWatchCtx(t, tg, ctx)
+}
+
+// openRawWatchCtx opens the stream under ctx: cancelling it is the client going away.
+func openRawWatchCtx(t *testing.T, tg *target, ctx context.Context) *rawWatch {
+	t.Helper()
 	ws, err := tg.Watch.Watch(ctx)
 	must(t, "open watch stream", err)
 	w := &rawWatch{t: t, ws: ws, ch: make(chan *pb.WatchResponse, 1024), errc: make(chan error, 1)}

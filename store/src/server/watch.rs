@@ -439,11 +439,20 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
     let mark = ctx.store.hub.register_mark();
     let mut s = Session { ctx: ctx.clone(), tx, budget, blocked: false, lagging: false, watchers: BTreeMap::new(), next_id: 0,
         compacted: BTreeSet::new(), mark, creds };
+    // A client that half-closes (CloseSend) still gets its watchers' events, as etcd's
+    // recvLoop ends on io.EOF without ending the stream; from then on the stream ends only
+    // when the client goes away, which the dropped response stream tells (`closed`).
+    let mut input_open = true;
+    let closed_tx = s.tx.clone();
     let result: Result<(), Closed> = async {
         loop {
             tokio::select! {
-                msg = input.message() => {
-                    let req = match msg { Ok(Some(r)) => r, _ => return Ok(()) };
+                msg = input.message(), if input_open => {
+                    let req = match msg {
+                        Ok(Some(r)) => r,
+                        Ok(None) => { input_open = false; continue; }
+                        Err(_) => return Ok(()),
+                    };
                     match req.request_union {
                         Some(Union::CreateRequest(c)) => {
                             let create = PbWatchCreate {
@@ -473,6 +482,7 @@ async fn run(ctx: Arc<Ctx>, mut input: Streaming<PbWatchRequest>, tx: mpsc::Send
                 changed = rev_rx.changed() => {
                     if changed.is_err() { return Ok(()); }
                 }
+                _ = closed_tx.closed() => return Ok(()),
                 _ = progress.tick() => {
                     let cur = ctx.store.current_rev();
                     s.deliver(cur).await?;
