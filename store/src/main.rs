@@ -171,7 +171,10 @@ async fn run(cfg: Config) -> Result<(), String> {
         let (log, store, every) = (log.clone(), store.clone(), cfg.checkpoint_bytes);
         std::thread::Builder::new()
             .name("checkpoint".into())
-            .spawn(move || log.checkpointer(store, every))
+            .spawn(move || {
+                meganode_store::background::lower_this_thread();
+                log.checkpointer(store, every)
+            })
             .map_err(|e| e.to_string())?;
     }
     // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.

@@ -108,8 +108,9 @@ impl KeyHistory {
     /// but the newest version at or below `rev`, and that one too when it is a
     /// tombstone older than `rev` (a tombstone at exactly `rev` stays, as in
     /// etcd, so a watch from the compaction revision still sees that delete).
-    /// Returns true when nothing is left (the key can leave the index).
-    pub fn compact(&mut self, rev: i64) -> bool {
+    /// Returns true when nothing is left (the key can leave the index). The
+    /// versions dropped go to `dropped`, for the caller to free after its lock.
+    pub fn compact(&mut self, rev: i64, dropped: &mut Vec<Version>) -> bool {
         let keep_from = match self.versions().iter().rposition(|v| v.mod_rev <= rev) {
             None => return self.is_empty(),
             Some(i) if self.versions()[i].is_tombstone() && self.versions()[i].mod_rev < rev => i + 1,
@@ -120,7 +121,7 @@ impl KeyHistory {
         }
         self.store = match std::mem::take(&mut self.store) {
             Versions::Many(mut all) => {
-                all.drain(..keep_from);
+                dropped.extend(all.drain(..keep_from));
                 match all.len() {
                     0 => Versions::Empty,
                     // Back inline: no new heap block (see the type's comment).
@@ -135,7 +136,11 @@ impl KeyHistory {
                 }
             }
             // keep_from > 0 with one version: that version is dropped.
-            _ => Versions::Empty,
+            Versions::One(v) => {
+                dropped.push(v);
+                Versions::Empty
+            }
+            Versions::Empty => Versions::Empty,
         };
         self.is_empty()
     }
@@ -172,14 +177,14 @@ mod tests {
     #[test]
     fn compaction_keeps_the_visible_version() {
         let mut h = KeyHistory::from_versions(vec![put(2, 2, 1), put(5, 2, 2), del(7), put(9, 9, 1)]);
-        assert!(!h.compact(6));
+        assert!(!h.compact(6, &mut Vec::new()));
         assert_eq!(h.versions()[0].mod_rev, 5);
         assert_eq!(h.at(6).unwrap().mod_rev, 5);
         // Compacting at the tombstone keeps it (a watch from 7 sees the delete);
         // compacting past it drops it.
-        assert!(!h.compact(7));
+        assert!(!h.compact(7, &mut Vec::new()));
         assert_eq!(h.versions()[0].mod_rev, 7);
-        assert!(!h.compact(8));
+        assert!(!h.compact(8, &mut Vec::new()));
         assert_eq!(h.versions().len(), 1);
         assert_eq!(h.versions()[0].mod_rev, 9);
     }
@@ -187,10 +192,10 @@ mod tests {
     #[test]
     fn compaction_removes_deleted_keys() {
         let mut h = KeyHistory::from_versions(vec![put(2, 2, 1), del(3)]);
-        assert!(!h.compact(3));
-        assert!(h.compact(4));
+        assert!(!h.compact(3, &mut Vec::new()));
+        assert!(h.compact(4, &mut Vec::new()));
         let mut h2 = KeyHistory::from_versions(vec![put(2, 2, 1), del(3)]);
-        assert!(!h2.compact(2));
+        assert!(!h2.compact(2, &mut Vec::new()));
         assert_eq!(h2.versions().len(), 2);
     }
 }

@@ -76,6 +76,8 @@ pub struct Store {
     /// HashKV: etcd keeps a hash per compaction and answers a HashKV at that
     /// revision from it, with the compaction point it had then.
     compactions: Mutex<std::collections::VecDeque<(i64, i64)>>,
+    /// Held through a whole compaction (`compact`).
+    compacting: Mutex<()>,
     /// Accounted bytes of every shard's keys and retained versions (the sum of
     /// the shards' `bytes`): moved by each commit's delta and by compaction.
     kv_bytes: AtomicI64,
@@ -322,6 +324,7 @@ impl Store {
             sink: RwLock::new(None),
             volatile: RwLock::new(None),
             compactions: Mutex::new(std::collections::VecDeque::new()),
+            compacting: Mutex::new(()),
             kv_bytes: AtomicI64::new(0),
             watch_bytes: AtomicI64::new(0),
             quota: AtomicI64::new(0),
@@ -735,6 +738,9 @@ impl Store {
     /// accepted once) up to the current one; at or below it ErrCompacted,
     /// above the current revision ErrFutureRev.
     pub fn compact(&self, rev: i64) -> Result<i64> {
+        // One compaction at a time, so their records reach the meta log in order without
+        // the sequencer: its fsync under the sequencer held every writer for the sync.
+        let _one = self.compacting.lock();
         {
             let _g = self.seq.lock();
             let cur = self.current_rev();
@@ -751,9 +757,9 @@ impl Store {
             }
             drop(kept);
             self.compacted.store(rev, Ordering::Release);
-            if let Some(s) = self.sink.read().as_ref() {
-                s.compacted(rev);
-            }
+        }
+        if let Some(s) = self.sink.read().as_ref() {
+            s.compacted(rev);
         }
         self.page_counts.forget_below(rev);
         self.compact_shards(rev);
@@ -780,12 +786,16 @@ impl Store {
     fn compact_shards(&self, rev: i64) {
         for s in self.all_shards() {
             let mut after = None;
+            let mut dropped = Vec::new();
             loop {
                 let mut d = s.data.write();
                 let before = d.bytes as i64;
-                let next = d.compact_some(rev, after.as_deref(), COMPACT_STEP);
+                let next = d.compact_some(rev, after.as_deref(), COMPACT_STEP, &mut dropped);
                 self.kv_bytes.fetch_add(d.bytes as i64 - before, Ordering::Relaxed);
                 drop(d);
+                // Freed without the lock: the frees were most of a step's time (3 ms
+                // per 1,024 keys of 30 versions each).
+                dropped.clear();
                 match next {
                     Some(k) => after = Some(k),
                     None => break,

@@ -6,7 +6,7 @@ use std::ops::Bound;
 
 use bytes::{Bytes, BytesMut};
 
-use super::key_history::KeyHistory;
+use super::key_history::{KeyHistory, Version};
 
 const REGISTRY: &[u8] = b"/registry/";
 
@@ -207,7 +207,7 @@ impl ShardData {
     /// in steps between which the lock is released (`Store::compact_shards`); returns the last key visited, or None once the walk reached
     /// the end. Reads below `rev` are refused before it starts, so versions it
     /// has not reached yet are never read.
-    pub fn compact_some(&mut self, rev: i64, after: Option<&[u8]>, n: usize) -> Option<Bytes> {
+    pub fn compact_some(&mut self, rev: i64, after: Option<&[u8]>, n: usize, dropped: &mut Vec<Version>) -> Option<Bytes> {
         let from = match after {
             Some(k) => Bound::Excluded(k),
             None => Bound::Unbounded,
@@ -224,7 +224,7 @@ impl ShardData {
             let h = &mut self.slots[i];
             if h.len() > 1 || h.versions().first().map_or(true, |v| v.mod_rev <= rev) {
                 let before = h.bytes();
-                if h.compact(rev) {
+                if h.compact(rev, dropped) {
                     freed += before + crate::quota::key_bytes(k.len());
                     gone.push(k.clone());
                     continue;
@@ -317,7 +317,6 @@ mod tests {
     /// (keys, versions, accounted bytes), keys that leave the index included.
     #[test]
     fn stepwise_compaction_equals_one_walk() {
-        use super::super::key_history::Version;
         let v = |rev: i64, ver: i64| Version { mod_rev: rev, sub: 0, create_rev: 1, version: ver, value: Bytes::from(vec![b'x'; rev as usize]), lease: 0 };
         let build = || {
             let mut s = ShardData::default();
@@ -339,10 +338,15 @@ mod tests {
         };
         for rev in [10, 50, 70, 92] {
             let (mut one, mut steps) = (build(), build());
-            assert!(one.compact_some(rev, None, usize::MAX).is_none(), "one walk reaches the end");
+            let versions = |s: &ShardData| s.iter().map(|(_, h)| h.len()).sum::<usize>();
+            let held = versions(&one);
+            let mut dropped = Vec::new();
+            assert!(one.compact_some(rev, None, usize::MAX, &mut dropped).is_none(), "one walk reaches the end");
+            assert_eq!(versions(&one) + dropped.len(), held, "every version is kept or handed back to be freed");
+            assert!(dropped.iter().all(|v| v.mod_rev <= rev), "only versions at or below the compaction are dropped");
             let mut after = None;
             let mut n = 0;
-            while let Some(k) = steps.compact_some(rev, after.as_deref(), 4) {
+            while let Some(k) = steps.compact_some(rev, after.as_deref(), 4, &mut Vec::new()) {
                 after = Some(k);
                 n += 1;
             }

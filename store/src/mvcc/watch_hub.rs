@@ -104,17 +104,19 @@ impl WatchHub {
         };
         let upto = rev.min(low);
         let mut log = self.log.lock();
-        let mut dropped = 0;
+        // Freed after the lock: `publish` takes it under the sequencer.
+        let mut old = Vec::new();
         while log.batches.front().is_some_and(|b| b.rev < upto) {
-            let old = log.batches.pop_front().unwrap();
-            let (n, b) = batch_size(&old.events);
+            let batch = log.batches.pop_front().unwrap();
+            let (n, b) = batch_size(&batch.events);
             log.events -= n;
             log.bytes -= b;
-            log.start = old.rev + 1;
-            dropped += 1;
+            log.start = batch.rev + 1;
+            old.push(batch);
         }
         self.events.store(log.events as i64, Ordering::Relaxed);
-        dropped
+        drop(log);
+        old.len()
     }
 
     /// Appends the events of revision `rev`. Called in revision order, under

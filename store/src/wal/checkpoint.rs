@@ -99,22 +99,21 @@ impl Wal {
         let rev = match pending {
             Some(rev) => rev,
             None => {
-                let _g = shard.data.read();
-                // Every version of this prefix up to the committed revision
-                // is in the log (no writer can commit while we hold the lock);
-                // every later one will be in the new segment.
-                let rev = store.committed_rev();
-                if let Err(e) = log.start_segment(&self.dir, rev, &self.metrics) {
-                    if log.cut.lock().is_none() {
+                // Every version of this prefix up to the committed revision is
+                // in the log's buffer while the prefix's lock is held (no writer
+                // can commit meanwhile); every later one goes to the new segment.
+                let at_cut = || (shard.data.read(), store.committed_rev());
+                match log.start_segment(&self.dir, at_cut, &self.metrics) {
+                    Ok(rev) => rev,
+                    Err(e) if log.cut.lock().is_none() => {
                         // The buffer's write failed: the alarm, and the flusher retries it.
                         self.failed(log, &e, 0);
                         return Err((true, named(&log.path, e)));
                     }
                     // Cut, but the new file or the directory's sync failed: the
-                    // checkpoint at `rev` is still owed (the next write opens the file).
-                    return Err((false, named(&log.path, e)));
+                    // checkpoint at the cut is still owed (the next write opens the file).
+                    Err(e) => return Err((false, named(&log.path, e))),
                 }
-                rev
             }
         };
         let stem = log.path.with_extension("");
