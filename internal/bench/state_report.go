@@ -93,6 +93,13 @@ func stateRows(r *StateReport) []stateRow {
 			return fmt.Sprintf("%s (%s)", FmtBytes(float64(l.EtcdDBBytes)), FmtBytes(float64(l.EtcdDBBytesBefore)))
 		})},
 		stateRow{"anonymous RSS after load", load(func(l *StateLoad) string { return FmtBytes(float64(l.AnonBytes)) })},
+		stateRow{"values packed: written -> stored (packer wait after compaction, its CPU)", load(func(l *StateLoad) string {
+			if l.ValuesPacked == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d: %s -> %s (%.1f s, %.1f s CPU; packer busy %.1f s in all)", l.ValuesPacked, FmtBytes(float64(l.PackedRawBytes)),
+				FmtBytes(float64(l.PackedStoredBytes)), l.PackWaitSeconds, l.PackWaitCPUUs/1e6, l.PackerBusySeconds)
+		})},
 		stateRow{"memory: anonymous RSS + data dir, per object", load(func(l *StateLoad) string {
 			tot := float64(l.AnonBytes) + float64(l.DataDirBytes)
 			if l.Objects == 0 {
