@@ -102,10 +102,12 @@ impl Packer {
                 let d = s.data.read();
                 (d.puts, d.len(), d.bytes, d.dict.clone())
             };
-            let mut seen = self.seen.get(&s.id).copied().unwrap_or_default();
-            if seen.puts == puts && puts != 0 {
-                continue;
-            }
+            // Every shard once (its loaded values too), then those written since.
+            let mut seen = match self.seen.get(&s.id) {
+                Some(seen) if seen.puts == puts => continue,
+                Some(seen) => *seen,
+                None => Seen::default(),
+            };
             visited = true;
             let start_rev = store.committed_rev();
             let dict = match dict {
