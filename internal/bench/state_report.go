@@ -44,7 +44,11 @@ func stateRows(r *StateReport) []stateRow {
 		case l.Error != "":
 			return "FAILED: " + l.Error
 		}
-		return fmt.Sprintf("%.2f s (%d keys, peak RSS +%s)", l.Seconds, l.Keys, FmtBytes(float64(l.PeakExtra())))
+		cpu := ""
+		if l.ServerCPUUs > 0 && l.Pages > 0 {
+			cpu = fmt.Sprintf(", server CPU %.2f s, %.2f ms/page", l.ServerCPUUs/1e6, l.ServerCPUUs/1e3/float64(l.Pages))
+		}
+		return fmt.Sprintf("%.2f s (%d keys, peak RSS +%s%s)", l.Seconds, l.Keys, FmtBytes(float64(l.PeakExtra())), cpu)
 	}
 	var rows []stateRow
 	for _, kind := range StateKinds {
