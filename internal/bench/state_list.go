@@ -50,6 +50,7 @@ type StateListRun struct {
 	Pages       int     `json:"pages"` // Range calls, or RangeStream chunks
 	Bytes       int64   `json:"bytes"` // values received
 	Seconds     float64 `json:"seconds"`
+	ServerCPUUs float64 `json:"server_cpu_us"` // the server's CPU time (user + system) during the list
 	BaseRSS     uint64  `json:"base_rss_bytes"`
 	PeakRSS     uint64  `json:"peak_rss_bytes"`
 	Unsupported bool    `json:"unsupported,omitempty"` // the server answered Unimplemented
@@ -141,8 +142,12 @@ func (st *stateRun) timed(what, prefix string, want int64, f func(*StateListRun)
 		}
 	}()
 	t0 := time.Now()
+	cpu0, cpuErr := ReadProc(st.target.Pid)
 	err := f(&r)
 	r.Seconds = time.Since(t0).Seconds()
+	if cpu1, err1 := ReadProc(st.target.Pid); cpuErr == nil && err1 == nil {
+		r.ServerCPUUs = cpu1.CPUMicros() - cpu0.CPUMicros()
+	}
 	close(stop)
 	wg.Wait()
 	if err == nil && !r.Unsupported && r.Keys != want {

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -38,6 +40,17 @@ type StateLoad struct {
 	EtcdDBBytesBefore  int64   `json:"etcd_db_bytes_before_defrag,omitempty"`
 	CompactSeconds     float64 `json:"compact_seconds"`
 	DefragSeconds      float64 `json:"defrag_seconds,omitempty"`
+	// meganode-store: after the compaction, the wait until its background packer (values
+	// packed with a zstd dictionary per prefix) found nothing left to pack — its part of
+	// "compacted", as the defragmentation is etcd's — and the server CPU in that wait.
+	PackWaitSeconds float64 `json:"pack_wait_seconds,omitempty"`
+	PackWaitCPUUs   float64 `json:"pack_wait_cpu_us,omitempty"`
+	// The packer's own counters then: values packed, their bytes as written and as stored,
+	// and its busy time since the start (load included).
+	ValuesPacked      int64   `json:"values_packed,omitempty"`
+	PackedRawBytes    int64   `json:"packed_raw_bytes,omitempty"`
+	PackedStoredBytes int64   `json:"packed_stored_bytes,omitempty"`
+	PackerBusySeconds float64 `json:"packer_busy_seconds,omitempty"`
 }
 
 // StateKindLoad is one kind's load.
@@ -176,6 +189,8 @@ func (st *stateRun) compact(ctx context.Context, res *StateLoad) error {
 			return fmt.Errorf("defragment: %w", err)
 		}
 		res.DefragSeconds = time.Since(t0).Seconds()
+	} else if err := st.waitPacked(ctx, res); err != nil {
+		st.cfg.logf("%s: %v", st.target.Name, err)
 	}
 	time.Sleep(time.Second) // let freed memory settle before reading RSS
 	res.DataDirBytes = dirBytes(st.target.DataDir)
@@ -242,4 +257,65 @@ func etcdDBBytes(t *Target) int64 {
 		return 0
 	}
 	return info.Size()
+}
+
+// waitPacked waits until meganode-store's packer has made two passes since now and the
+// last found nothing to pack (its metrics on the client port; a store without them, or with
+// --value-compression=false, is not waited for).
+func (st *stateRun) waitPacked(ctx context.Context, res *StateLoad) error {
+	m, err := storeMetrics(st.target.Endpoints[0])
+	if err != nil || m["meganode_packer_passes_total"] == 0 {
+		return nil
+	}
+	passes := m["meganode_packer_passes_total"]
+	t0 := time.Now()
+	pw := StartProcWatch(st.target.Pid)
+	defer func() {
+		res.PackWaitSeconds = time.Since(t0).Seconds()
+		res.PackWaitCPUUs = pw.Stop().CPUMicros
+		res.ValuesPacked = int64(m["meganode_values_compressed_total"])
+		res.PackedRawBytes = int64(m[`meganode_value_compressed_bytes_total{form="raw"}`])
+		res.PackedStoredBytes = int64(m[`meganode_value_compressed_bytes_total{form="stored"}`])
+		res.PackerBusySeconds = m["meganode_packer_busy_seconds_total"]
+		st.cfg.logf("%s: packer done %.1f s after the compaction (%.1f s server CPU meanwhile): %d values packed, %s -> %s, busy %.1f s in all",
+			st.target.Name, res.PackWaitSeconds, res.PackWaitCPUUs/1e6, res.ValuesPacked, FmtBytes(float64(res.PackedRawBytes)), FmtBytes(float64(res.PackedStoredBytes)), res.PackerBusySeconds)
+	}()
+	for {
+		if m["meganode_packer_passes_total"] >= passes+2 && m["meganode_packer_idle"] == 1 {
+			return nil
+		}
+		if time.Since(t0) > 30*time.Minute {
+			return fmt.Errorf("packer still busy after %s", time.Since(t0))
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
+		if m, err = storeMetrics(st.target.Endpoints[0]); err != nil {
+			return err
+		}
+	}
+}
+
+// storeMetrics reads meganode-store's meganode_* series from /metrics on its client port.
+func storeMetrics(endpoint string) (map[string]float64, error) {
+	resp, err := http.Get("http://" + endpoint + "/metrics")
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		l := sc.Text()
+		if strings.HasPrefix(l, "meganode_") {
+			i := strings.LastIndexByte(l, ' ')
+			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
+				m[l[:i]] = v
+			}
+		}
+	}
+	return m, sc.Err()
 }

@@ -44,7 +44,11 @@ func stateRows(r *StateReport) []stateRow {
 		case l.Error != "":
 			return "FAILED: " + l.Error
 		}
-		return fmt.Sprintf("%.2f s (%d keys, peak RSS +%s)", l.Seconds, l.Keys, FmtBytes(float64(l.PeakExtra())))
+		cpu := ""
+		if l.ServerCPUUs > 0 && l.Pages > 0 {
+			cpu = fmt.Sprintf(", server CPU %.2f s, %.2f ms/page", l.ServerCPUUs/1e6, l.ServerCPUUs/1e3/float64(l.Pages))
+		}
+		return fmt.Sprintf("%.2f s (%d keys, peak RSS +%s%s)", l.Seconds, l.Keys, FmtBytes(float64(l.PeakExtra())), cpu)
 	}
 	var rows []stateRow
 	for _, kind := range StateKinds {
@@ -93,6 +97,13 @@ func stateRows(r *StateReport) []stateRow {
 			return fmt.Sprintf("%s (%s)", FmtBytes(float64(l.EtcdDBBytes)), FmtBytes(float64(l.EtcdDBBytesBefore)))
 		})},
 		stateRow{"anonymous RSS after load", load(func(l *StateLoad) string { return FmtBytes(float64(l.AnonBytes)) })},
+		stateRow{"values packed: written -> stored (packer wait after compaction, its CPU)", load(func(l *StateLoad) string {
+			if l.ValuesPacked == 0 {
+				return "-"
+			}
+			return fmt.Sprintf("%d: %s -> %s (%.1f s, %.1f s CPU; packer busy %.1f s in all)", l.ValuesPacked, FmtBytes(float64(l.PackedRawBytes)),
+				FmtBytes(float64(l.PackedStoredBytes)), l.PackWaitSeconds, l.PackWaitCPUUs/1e6, l.PackerBusySeconds)
+		})},
 		stateRow{"memory: anonymous RSS + data dir, per object", load(func(l *StateLoad) string {
 			tot := float64(l.AnonBytes) + float64(l.DataDirBytes)
 			if l.Objects == 0 {

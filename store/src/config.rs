@@ -38,6 +38,11 @@ pub struct Config {
     /// (crate::wal::fault::Latency), to try the store on a slow disk.
     pub test_fault_fsync_latency: Duration,
     pub test_fault_write_latency: Duration,
+    /// --value-compression: the background packer (mvcc/packer.rs) packs each resource
+    /// prefix's values with a zstd dictionary of the prefix; --value-compression-cpu is
+    /// the share of one core it may use while it works.
+    pub value_compression: bool,
+    pub value_compression_cpu: f64,
     pub ignored: Vec<String>,
 }
 
@@ -66,6 +71,8 @@ impl Default for Config {
             bcrypt_cost: 10,
             test_fault_fsync_latency: Duration::ZERO,
             test_fault_write_latency: Duration::ZERO,
+            value_compression: true,
+            value_compression_cpu: 0.5,
             ignored: Vec::new(),
         }
     }
@@ -85,7 +92,7 @@ const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "initial-advertise-peer-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
-    "test-fault-fsync-latency", "test-fault-write-latency",
+    "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -185,6 +192,14 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
             "bcrypt-cost" => c.bcrypt_cost = value.parse().map_err(|_| format!("invalid value {value:?} for --bcrypt-cost"))?,
             "test-fault-fsync-latency" => c.test_fault_fsync_latency = parse_duration(&value)?,
             "test-fault-write-latency" => c.test_fault_write_latency = parse_duration(&value)?,
+            "value-compression" => c.value_compression = parse_bool(&flag, &value)?,
+            "value-compression-cpu" => {
+                c.value_compression_cpu = value
+                    .parse()
+                    .ok()
+                    .filter(|x: &f64| *x > 0.0 && *x <= 1.0)
+                    .ok_or_else(|| format!("invalid value {value:?} for --value-compression-cpu: want a share of one core in (0, 1]"))?
+            }
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }

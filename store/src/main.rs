@@ -177,6 +177,9 @@ async fn run(cfg: Config) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
     }
+    if cfg.value_compression {
+        meganode_store::mvcc::packer::Packer::spawn(store.clone(), cfg.value_compression_cpu).map_err(|e| e.to_string())?;
+    }
     // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.
     let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
     let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));

@@ -116,8 +116,9 @@ pub fn put_key(out: &mut Vec<u8>, k: &[u8], versions: &[Version]) {
         out.put_i64_le(v.create_rev);
         out.put_i64_le(v.version);
         out.put_i64_le(v.lease);
-        out.put_u32_le(v.value.len() as u32);
-        out.put_slice(&v.value);
+        let value = v.value.cow();
+        out.put_u32_le(value.len() as u32);
+        out.put_slice(&value);
     }
 }
 
@@ -150,7 +151,7 @@ pub(crate) fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Versi
             if b.remaining() < vl {
                 return Err(short());
             }
-            let value = Bytes::copy_from_slice(&b[..vl]);
+            let value = Bytes::copy_from_slice(&b[..vl]).into();
             b.advance(vl);
             vs.push(Version { mod_rev, sub, create_rev, version, value, lease });
         }

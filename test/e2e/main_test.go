@@ -67,6 +67,7 @@ type serverOpts struct {
 	QuotaBytes      int64         // --quota-backend-bytes; 0 keeps the server's default
 	AuthToken       string        // --auth-token; "" keeps the server's default (simple)
 	AuthTokenTTL    uint          // --auth-token-ttl in seconds; 0 keeps the server's default (300)
+	ExtraStoreArgs  []string      // more store flags (the etcd side ignores them)
 }
 
 func useEtcdForMeganode() bool { return os.Getenv("MEGANODE_E2E_TARGET") == "etcd" }
@@ -147,7 +148,7 @@ func storeArgs(o serverOpts) []string {
 	if o.Certs != nil {
 		args = append(args, o.Certs.StoreArgs(o.ClientCertAuth)...)
 	}
-	return args
+	return append(args, o.ExtraStoreArgs...)
 }
 
 func shmDir() string {

@@ -1,6 +1,6 @@
 //! The revisions of one key, oldest first. A tombstone (version 0) ends a
 //! generation; the next put starts a new one with a new create revision.
-use bytes::Bytes;
+use super::value::Value;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Version {
@@ -11,7 +11,8 @@ pub struct Version {
     pub create_rev: i64,
     /// 0 marks a deletion (tombstone).
     pub version: i64,
-    pub value: Bytes,
+    /// The bytes written, raw or packed (`mvcc/value.rs`).
+    pub value: Value,
     pub lease: i64,
 }
 
@@ -56,6 +57,15 @@ impl KeyHistory {
         match &self.store {
             Versions::Empty => &[],
             Versions::One(v) => std::slice::from_ref(v),
+            Versions::Many(v) => v,
+        }
+    }
+
+    /// The retained versions, to put a value's packed form in place (mvcc/packer.rs).
+    pub fn versions_mut(&mut self) -> &mut [Version] {
+        match &mut self.store {
+            Versions::Empty => &mut [],
+            Versions::One(v) => std::slice::from_mut(v),
             Versions::Many(v) => v,
         }
     }
@@ -156,10 +166,10 @@ mod tests {
     use super::*;
 
     fn put(rev: i64, create: i64, ver: i64) -> Version {
-        Version { mod_rev: rev, sub: 0, create_rev: create, version: ver, value: Bytes::from(format!("v{rev}")), lease: 0 }
+        Version { mod_rev: rev, sub: 0, create_rev: create, version: ver, value: format!("v{rev}").into_bytes().into(), lease: 0 }
     }
     fn del(rev: i64) -> Version {
-        Version { mod_rev: rev, sub: 0, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 }
+        Version { mod_rev: rev, sub: 0, create_rev: 0, version: 0, value: Value::default(), lease: 0 }
     }
 
     #[test]

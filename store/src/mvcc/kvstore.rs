@@ -19,6 +19,7 @@ use parking_lot::lock_api::{ArcRwLockReadGuard, ArcRwLockWriteGuard};
 use parking_lot::{Mutex, RawRwLock, RwLock};
 
 use super::key_history::{KeyHistory, Version};
+use super::value::Value;
 use super::shard::{prefix_of, KeyRange, ShardData};
 use super::visibility::Visibility;
 use super::watch_hub::{Event, WatchHub};
@@ -30,6 +31,10 @@ pub struct Shard {
     /// Empty for the fallback shard.
     pub prefix: Bytes,
     pub data: Arc<RwLock<ShardData>>,
+    /// Set by the packer once it has packed a quarter of the prefix's bytes since it
+    /// last set it: the next checkpoint round rewrites the prefix's checkpoint (smaller,
+    /// and loaded without packing again).
+    pub packed: std::sync::atomic::AtomicBool,
 }
 
 struct ShardTable {
@@ -89,6 +94,8 @@ pub struct Store {
     pub alarms: crate::quota::Alarms,
     /// The counts of paged lists in progress (page_counts).
     pub page_counts: super::page_counts::PageCounts,
+    /// The background packer's progress (mvcc/packer.rs).
+    pub packing: super::packer::PackStats,
 }
 
 /// The accounted size by part (crate::quota), in bytes.
@@ -263,7 +270,7 @@ impl WriteBatch {
     }
 
     /// Writes `value` to `key` at this batch's revision.
-    pub fn put(&mut self, data: &mut ShardData, key: &Bytes, value: Bytes, lease: i64) -> Option<Version> {
+    pub fn put(&mut self, data: &mut ShardData, key: &Bytes, value: Value, lease: i64) -> Option<Version> {
         let sub = self.events.len() as u32;
         let bytes_before = data.bytes;
         let (key, h) = data.entry(key);
@@ -277,6 +284,7 @@ impl WriteBatch {
         // when the key existed before an earlier delete in the same txn.
         let before = if create_rev == self.rev { None } else { h.before_rev(self.rev).cloned() };
         h.push(v.clone());
+        data.puts += 1;
         data.bytes += crate::quota::version_bytes(v.value.len());
         self.bytes += (data.bytes - bytes_before) as i64;
         let old_lease = prev.as_ref().map_or(0, |p| p.lease);
@@ -292,7 +300,7 @@ impl WriteBatch {
         let sub = self.events.len() as u32;
         let h = data.get_mut(key)?;
         let prev = h.latest().cloned()?;
-        let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 };
+        let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Value::default(), lease: 0 };
         let before = h.before_rev(self.rev).cloned();
         h.push(tomb.clone());
         data.bytes += crate::quota::version_bytes(0);
@@ -313,7 +321,7 @@ impl Default for Store {
 
 impl Store {
     pub fn new() -> Self {
-        let fallback = Arc::new(Shard { id: 0, prefix: Bytes::new(), data: Arc::new(RwLock::new(ShardData::default())) });
+        let fallback = Arc::new(Shard { id: 0, prefix: Bytes::new(), data: Arc::new(RwLock::new(ShardData::default())), packed: Default::default() });
         Store {
             table: RwLock::new(ShardTable { by_prefix: HashMap::new(), all: vec![fallback] }),
             seq: Mutex::new(()),
@@ -330,6 +338,7 @@ impl Store {
             quota: AtomicI64::new(0),
             alarms: crate::quota::Alarms::default(),
             page_counts: Default::default(),
+            packing: Default::default(),
         }
     }
 
@@ -411,7 +420,7 @@ impl Store {
         if let Some(s) = t.by_prefix.get(p) {
             return s.clone();
         }
-        let s = Arc::new(Shard { id: t.all.len(), prefix: Bytes::copy_from_slice(p), data: Arc::new(RwLock::new(ShardData::default())) });
+        let s = Arc::new(Shard { id: t.all.len(), prefix: Bytes::copy_from_slice(p), data: Arc::new(RwLock::new(ShardData::default())), packed: Default::default() });
         t.by_prefix.insert(s.prefix.clone(), s.clone());
         t.all.push(s.clone());
         s
@@ -663,6 +672,12 @@ impl Store {
         let shard = self.shard_for(&key);
         let mut d = shard.data.write();
         let before = d.bytes;
+        // The prefix's values keep being packed with the dictionary they came with.
+        if d.dict.is_none() {
+            if let Some(Value::Zstd { dict, .. }) = versions.iter().map(|v| &v.value).find(|v| v.is_packed()) {
+                d.dict = Some(dict.clone());
+            }
+        }
         let (_, h) = d.entry(&key);
         // A later checkpoint replaces what an earlier source loaded.
         let old = h.bytes();
@@ -670,6 +685,17 @@ impl Store {
         let new = h.bytes();
         d.bytes = d.bytes + new - old;
         self.kv_bytes.fetch_add(d.bytes as i64 - before as i64, Ordering::Relaxed);
+    }
+
+    /// Every key with every retained version, in key order (tests: the same state
+    /// whatever form the values are stored in, since versions compare their bytes).
+    pub fn dump(&self) -> Vec<(Bytes, Vec<Version>)> {
+        let mut out = Vec::new();
+        for s in self.all_shards() {
+            out.extend(s.data.read().iter().map(|(k, h)| (k.clone(), h.versions().to_vec())));
+        }
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 
     /// Applies one recovered record to a key's history (start-up only).
@@ -843,7 +869,7 @@ impl Store {
 /// keeps them until asked (malloc_trim), jemalloc until its decay timer (10 s)
 /// runs out — either way a store just compacted would report and hold the
 /// history it dropped. jemalloc: purge every arena's unused dirty pages.
-fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(feature = "jemalloc")]
     {
         // SAFETY: "arena.<MALLCTL_ARENAS_ALL>.purge" takes and returns nothing.
@@ -892,9 +918,9 @@ pub fn check_put(req: &PbPutRequest) -> Result<()> {
 }
 
 /// The value and lease a put writes once ignore_value / ignore_lease are applied.
-pub fn resolve_put(data: &ShardData, req: &PbPutRequest, value: Bytes) -> (Bytes, i64) {
+pub fn resolve_put(data: &ShardData, req: &PbPutRequest, value: Bytes) -> (Value, i64) {
     let prev = data.get(&req.key).and_then(|h| h.latest());
-    let value = if req.ignore_value { prev.map(|p| p.value.clone()).unwrap_or_default() } else { value };
+    let value = if req.ignore_value { prev.map(|p| p.value.clone()).unwrap_or_default() } else { Value::Raw(value) };
     let lease = if req.ignore_lease { prev.map_or(0, |p| p.lease) } else { req.lease };
     (value, lease)
 }

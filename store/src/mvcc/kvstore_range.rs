@@ -68,7 +68,7 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
             1 => kvs.sort_by(|a, b| ord(a.1.version.cmp(&b.1.version), desc)),
             2 => kvs.sort_by(|a, b| ord(a.1.create_rev.cmp(&b.1.create_rev), desc)),
             3 => kvs.sort_by(|a, b| ord(a.1.mod_rev.cmp(&b.1.mod_rev), desc)),
-            4 => kvs.sort_by(|a, b| ord(a.1.value.cmp(&b.1.value), desc)),
+            4 => kvs.sort_by(|a, b| ord(a.1.value.cow().cmp(&b.1.value.cow()), desc)),
             _ => {
                 if desc {
                     kvs.reverse();

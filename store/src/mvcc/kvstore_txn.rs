@@ -234,7 +234,8 @@ fn compare_one(c: &PbCompare, v: Option<&Version>) -> bool {
         1 => num(|v| v.create_rev).cmp(&want_num(&c.target_union, |u| if let PbTargetUnion::CreateRevision(x) = u { Some(*x) } else { None })),
         2 => num(|v| v.mod_rev).cmp(&want_num(&c.target_union, |u| if let PbTargetUnion::ModRevision(x) = u { Some(*x) } else { None })),
         3 => {
-            let have: &[u8] = v.map_or(&[][..], |v| &v.value[..]);
+            let have = v.map_or(std::borrow::Cow::Borrowed(&[][..]), |v| v.value.cow());
+            let have: &[u8] = &have;
             let want: &[u8] = match &c.target_union {
                 Some(PbTargetUnion::Value(x)) => x,
                 _ => &[],

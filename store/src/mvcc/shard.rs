@@ -143,6 +143,10 @@ pub struct ShardData {
     /// Accounted bytes of this shard's keys and retained versions (crate::quota):
     /// kept up to date by every write, recomputed by compaction.
     pub bytes: usize,
+    /// Puts so far: the packer revisits a shard written since its last pass.
+    pub puts: u64,
+    /// The dictionary the packer packs this prefix's values with (mvcc/packer.rs).
+    pub dict: Option<std::sync::Arc<super::value::Dict>>,
 }
 
 impl ShardData {
@@ -317,7 +321,8 @@ mod tests {
     /// (keys, versions, accounted bytes), keys that leave the index included.
     #[test]
     fn stepwise_compaction_equals_one_walk() {
-        let v = |rev: i64, ver: i64| Version { mod_rev: rev, sub: 0, create_rev: 1, version: ver, value: Bytes::from(vec![b'x'; rev as usize]), lease: 0 };
+        use super::super::value::Value;
+        let v = |rev: i64, ver: i64| Version { mod_rev: rev, sub: 0, create_rev: 1, version: ver, value: Value::from(vec![b'x'; rev as usize]), lease: 0 };
         let build = || {
             let mut s = ShardData::default();
             let mut rev = 1;

@@ -193,7 +193,7 @@ mod tests {
     use super::*;
 
     fn ev(rev: i64) -> Vec<Event> {
-        let kv = Version { mod_rev: rev, sub: 0, create_rev: 1, version: 1, value: Bytes::from_static(b"v"), lease: 0 };
+        let kv = Version { mod_rev: rev, sub: 0, create_rev: 1, version: 1, value: Bytes::from_static(b"v").into(), lease: 0 };
         vec![Event { key: Bytes::from_static(b"k"), kv, prev: None }]
     }
 

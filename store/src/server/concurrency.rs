@@ -667,9 +667,9 @@ mod tests {
             ctx.store.put(&PbPutRequest { key: b"other".to_vec(), value: v.into(), ..Default::default() }).unwrap();
         }
         let (rev, evs) = f.next().await.unwrap();
-        assert_eq!((rev, evs.len(), &evs[0].kv.value[..]), (2, 1, &b"1"[..]));
+        assert_eq!((rev, evs.len(), &evs[0].kv.value.to_vec()[..]), (2, 1, &b"1"[..]));
         let (rev, evs) = f.next().await.unwrap();
-        assert_eq!((rev, &evs[0].kv.value[..]), (4, &b"2"[..]));
+        assert_eq!((rev, &evs[0].kv.value.to_vec()[..]), (4, &b"2"[..]));
         let t = tokio::spawn(async move { f.next().await.map(|(rev, evs)| (rev, evs[0].is_delete())) });
         settle().await;
         assert!(!t.is_finished());

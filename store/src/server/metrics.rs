@@ -112,6 +112,16 @@ pub fn render(ctx: &Ctx) -> String {
     g("etcd_debugging_mvcc_watcher_total", "Active watchers.", "gauge", m.watchers.load(Ordering::Relaxed).to_string());
     g("meganode_watch_catchups_total", "Times a watcher read history because it was behind the watch log.", "counter", m.slow_watcher_catchups.load(Ordering::Relaxed).to_string());
     g("meganode_write_backpressure_waits_total", "Writes that waited before committing because 5,000 committed revisions were not yet durable (a disk slower than the clients).", "counter", m.backpressure_waits.load(Ordering::Relaxed).to_string());
+    let pk = &s.packing;
+    g("meganode_values_compressed_total", "Values the packer replaced by their zstd form (docs/design.md, packed values).", "counter", pk.packed.load(Ordering::Relaxed).to_string());
+    g("meganode_compression_dictionaries_total", "Dictionaries the packer trained.", "counter", pk.dicts.load(Ordering::Relaxed).to_string());
+    g("meganode_packer_passes_total", "Passes of the packer over the written prefixes.", "counter", pk.passes.load(Ordering::Relaxed).to_string());
+    g("meganode_packer_idle", "1 when the packer's last pass found nothing written since the one before.", "gauge", (pk.idle.load(Ordering::Relaxed) as u8).to_string());
+    g("meganode_packer_busy_seconds_total", "Time the packer spent training and compressing.", "counter", (pk.busy_us.load(Ordering::Relaxed) as f64 / 1e6).to_string());
+    o.push_str("# HELP meganode_value_compressed_bytes_total Bytes of the values packed: as written (raw) and as stored.\n# TYPE meganode_value_compressed_bytes_total counter\n");
+    for (form, v) in [("raw", &pk.raw_bytes), ("stored", &pk.stored_bytes)] {
+        o.push_str(&format!("meganode_value_compressed_bytes_total{{form=\"{form}\"}} {}\n", v.load(Ordering::Relaxed)));
+    }
     o.push_str("# HELP meganode_accounted_bytes Accounted size by part (docs/design.md, memory quota).\n# TYPE meganode_accounted_bytes gauge\n");
     for (part, v) in [("kv", acc.kv), ("leases", acc.leases), ("watch_log", acc.watch_log), ("watchers", acc.watchers)] {
         o.push_str(&format!("meganode_accounted_bytes{{part=\"{part}\"}} {v}\n"));

@@ -15,6 +15,7 @@ use super::fault::FileOp;
 use super::logfile::{old_segment, LogFile};
 use super::sink::Wal;
 use crate::mvcc::key_history::Version;
+use crate::mvcc::value::{Dict, Value};
 use crate::mvcc::kvstore::Shard;
 use crate::mvcc::Store;
 
@@ -25,9 +26,14 @@ fn named(path: &Path, e: std::io::Error) -> std::io::Error {
 /// The first checkpoint format: the key count before the keys (the whole
 /// checkpoint was built in memory). Still read.
 pub const CKPT_MAGIC_V1: &[u8; 8] = b"MGNCKPT1";
-/// The format written: the key count after the keys, so the file can be
-/// streamed while the keys are read.
-pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT2";
+/// The second format: the key count after the keys, so the file can be
+/// streamed while the keys are read. Still read.
+pub const CKPT_MAGIC_V2: &[u8; 8] = b"MGNCKPT2";
+/// The format written: as the second, with packed values kept packed and the
+/// dictionaries they need before them (docs/design.md §5).
+pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT3";
+const ITEM_DICT: u8 = b'D';
+const ITEM_KEY: u8 = b'K';
 
 /// Keys read per shard read lock while a checkpoint is written: the lock is
 /// held for microseconds, writers to the prefix slip in between chunks.
@@ -61,7 +67,8 @@ impl Wal {
             let Some(log) = self.logs.read().get(shard.prefix.as_ref()).cloned().flatten() else { continue };
             let threshold = min_bytes.max(log.last_ckpt.load(Ordering::Relaxed)).max(1);
             let pending = *log.cut.lock();
-            if !force && pending.is_none() && log.io.lock().size < threshold {
+            let packed = shard.packed.swap(false, Ordering::Relaxed);
+            if !force && !packed && pending.is_none() && log.io.lock().size < threshold {
                 continue;
             }
             let dst = log.path.with_extension("ckpt");
@@ -172,6 +179,7 @@ impl Wal {
         let (mut crc, mut size, mut count) = (0u32, 0u64, 0u64);
         let mut after: Option<Bytes> = None;
         let mut chunk: Vec<(Bytes, Vec<Version>)> = Vec::with_capacity(CHUNK_KEYS);
+        let mut dicts_written = std::collections::HashSet::new();
         loop {
             let mut seen = 0;
             {
@@ -187,7 +195,7 @@ impl Wal {
             }
             let last = chunk.len();
             for (i, (k, vs)) in chunk.drain(..).enumerate() {
-                crate::snapshot::put_key(&mut buf, &k, &vs);
+                put_key_v3(&mut buf, &k, &vs, &mut dicts_written);
                 count += 1;
                 // Out every MiB, not every chunk: 512 keys of 100 KiB values made a
                 // 51 MiB buffer (the chunk's values are shared with the store, not copied).
@@ -255,18 +263,122 @@ fn check_room(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// A per-prefix checkpoint: (revision it covers, keys). Reads both formats.
+/// One key as the third format stores it: a dictionary item first for each
+/// dictionary not yet in the file, then the key item (docs/design.md §5).
+fn put_key_v3(out: &mut Vec<u8>, k: &[u8], versions: &[Version], written: &mut std::collections::HashSet<u32>) {
+    for v in versions {
+        if let Value::Zstd { dict, .. } = &v.value {
+            if written.insert(dict.id) {
+                out.put_u8(ITEM_DICT);
+                out.put_u32_le(dict.id);
+                out.put_u32_le(dict.content.len() as u32);
+                out.put_slice(&dict.content);
+            }
+        }
+    }
+    out.put_u8(ITEM_KEY);
+    out.put_u32_le(k.len() as u32);
+    out.put_slice(k);
+    out.put_u32_le(versions.len() as u32);
+    for v in versions {
+        out.put_i64_le(v.mod_rev);
+        out.put_u32_le(v.sub);
+        out.put_i64_le(v.create_rev);
+        out.put_i64_le(v.version);
+        out.put_i64_le(v.lease);
+        let (id, data) = match &v.value {
+            Value::Raw(b) => (0, b),
+            Value::Zstd { dict, data } => (dict.id, data),
+        };
+        out.put_u32_le(id);
+        out.put_u32_le(data.len() as u32);
+        out.put_slice(data);
+    }
+}
+
+/// The items of a third-format checkpoint: packed values stay packed, each
+/// holding the dictionary read before it.
+fn get_items_v3(b: &mut &[u8]) -> Result<Vec<(Bytes, Vec<Version>)>, String> {
+    let short = || "truncated".to_string();
+    let mut dicts: std::collections::HashMap<u32, Arc<Dict>> = std::collections::HashMap::new();
+    let mut keys = Vec::new();
+    while b.has_remaining() {
+        match b.get_u8() {
+            ITEM_DICT => {
+                if b.remaining() < 8 {
+                    return Err(short());
+                }
+                let (id, n) = (b.get_u32_le(), b.get_u32_le() as usize);
+                if b.remaining() < n {
+                    return Err(short());
+                }
+                dicts.insert(id, Dict::new(&b[..n]));
+                b.advance(n);
+            }
+            ITEM_KEY => {
+                if b.remaining() < 4 {
+                    return Err(short());
+                }
+                let kl = b.get_u32_le() as usize;
+                if b.remaining() < kl + 4 {
+                    return Err(short());
+                }
+                let key = Bytes::copy_from_slice(&b[..kl]);
+                b.advance(kl);
+                let nv = b.get_u32_le() as usize;
+                let mut vs = Vec::with_capacity(nv.min(1 << 16));
+                for _ in 0..nv {
+                    if b.remaining() < 44 {
+                        return Err(short());
+                    }
+                    let (mod_rev, sub, create_rev, version, lease) = (b.get_i64_le(), b.get_u32_le(), b.get_i64_le(), b.get_i64_le(), b.get_i64_le());
+                    let (id, vl) = (b.get_u32_le(), b.get_u32_le() as usize);
+                    if b.remaining() < vl {
+                        return Err(short());
+                    }
+                    let data = Bytes::copy_from_slice(&b[..vl]);
+                    b.advance(vl);
+                    let value = if id == 0 {
+                        Value::Raw(data)
+                    } else {
+                        let dict = dicts.get(&id).ok_or_else(|| format!("value of {:?} packed with dictionary {id}, not in the file before it", String::from_utf8_lossy(&key)))?;
+                        if !matches!(zstd::zstd_safe::get_frame_content_size(&data), Ok(Some(_))) {
+                            return Err(format!("packed value of {:?} is not a zstd frame with its size", String::from_utf8_lossy(&key)));
+                        }
+                        Value::Zstd { dict: dict.clone(), data }
+                    };
+                    vs.push(Version { mod_rev, sub, create_rev, version, value, lease });
+                }
+                keys.push((key, vs));
+            }
+            t => return Err(format!("unknown checkpoint item {t:#x}")),
+        }
+    }
+    Ok(keys)
+}
+
+/// A per-prefix checkpoint: (revision it covers, keys). Reads all three formats.
 pub fn decode_checkpoint(buf: &[u8]) -> Result<(i64, Vec<(Bytes, Vec<Version>)>), String> {
-    if buf.len() < 8 + 16 + 4 || (&buf[..8] != CKPT_MAGIC && &buf[..8] != CKPT_MAGIC_V1) {
+    if buf.len() < 8 + 16 + 4 || ![CKPT_MAGIC, CKPT_MAGIC_V2, CKPT_MAGIC_V1].contains(&buf[..8].try_into().unwrap()) {
         return Err("not a meganode checkpoint (bad magic)".into());
     }
     let (body, tail) = buf.split_at(buf.len() - 4);
     if crc32c::crc32c(body) != u32::from_le_bytes(tail.try_into().unwrap()) {
         return Err("checkpoint checksum mismatch".into());
     }
-    let v2 = &buf[..8] == CKPT_MAGIC;
+    let v2 = &buf[..8] == CKPT_MAGIC_V2;
     let mut b = &body[8..];
     let rev = b.get_i64_le();
+    if &buf[..8] == CKPT_MAGIC {
+        let (items, count) = b.split_at(b.len() - 8);
+        let nk = u64::from_le_bytes(count.try_into().unwrap()) as usize;
+        let mut items = items;
+        let keys = get_items_v3(&mut items)?;
+        if keys.len() != nk {
+            return Err(format!("{} keys where the count says {nk}", keys.len()));
+        }
+        return Ok((rev, keys));
+    }
     let nk = if v2 {
         let (keys, count) = b.split_at(b.len() - 8);
         let nk = u64::from_le_bytes(count.try_into().unwrap()) as usize;
@@ -427,6 +539,60 @@ mod tests {
         drop((store, wal, lock));
         let (store, _wal, _lock) = reopen(&dir);
         assert_eq!(state(&store), before);
+        drop(store);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Packed values go into the checkpoint packed, with their dictionary, and come back
+    /// packed (no decoding at load) and equal; the prefix keeps packing with that dictionary.
+    /// The same keys in the second format (raw values) decode to the same state.
+    #[test]
+    fn packed_values_round_trip_through_a_checkpoint() {
+        let dir = std::env::temp_dir().join(format!("mgn-ckpt-packed-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (store, wal, lock) = reopen(&dir);
+        for i in 0..1500 {
+            let v = if i % 10 == 3 { vec![(i % 251) as u8; 10] } else { crate::mvcc::packer::tests::object(i) };
+            store.put(&PbPutRequest { key: format!("/registry/pods/ns/p{i:05}").into_bytes(), value: v, ..Default::default() }).unwrap();
+        }
+        let mut p = crate::mvcc::packer::Packer::unpaced();
+        p.pass(&store);
+        assert!(store.packing.packed.load(Ordering::Relaxed) >= 1300);
+        assert!(wal.checkpoint(&store, 0, true).unwrap() >= 1);
+        let file = fs::read(dir.join("registry+pods+.ckpt")).unwrap();
+        assert_eq!(&file[..8], CKPT_MAGIC);
+        let (rev, keys) = decode_checkpoint(&file).unwrap();
+        assert_eq!((rev, keys.len()), (store.current_rev(), 1500));
+        let raw_total: usize = keys.iter().flat_map(|(_, vs)| vs.iter().map(|v| v.value.len())).sum();
+        assert!(file.len() * 3 < raw_total, "checkpoint {} B for {raw_total} B written", file.len());
+        // The second format of the same keys: raw values, the same state.
+        let mut v2 = CKPT_MAGIC_V2.to_vec();
+        v2.put_i64_le(rev);
+        for (k, vs) in &keys {
+            crate::snapshot::put_key(&mut v2, k, vs);
+        }
+        v2.put_u64_le(keys.len() as u64);
+        let crc = crc32c::crc32c(&v2);
+        v2.put_u32_le(crc);
+        let (rev2, keys2) = decode_checkpoint(&v2).unwrap();
+        assert_eq!((rev2, &keys2), (rev, &keys));
+        assert!(keys2.iter().all(|(_, vs)| vs.iter().all(|v| !v.value.is_packed())));
+        let mut bad = file.clone();
+        bad[20] ^= 1;
+        assert!(decode_checkpoint(&bad).is_err());
+        let before = state(&store);
+        drop((store, wal, lock));
+
+        let (store, _wal, _lock) = reopen(&dir);
+        assert_eq!(state(&store), before);
+        let packed: usize = state(&store).iter().map(|(_, vs)| vs.iter().filter(|v| v.value.is_packed()).count()).sum();
+        assert!(packed >= 1300, "{packed} values loaded packed");
+        let shard = store.all_shards().into_iter().find(|s| s.prefix.as_ref() == b"/registry/pods/").unwrap();
+        assert!(shard.data.read().dict.is_some(), "the prefix keeps its dictionary");
+        store.put(&PbPutRequest { key: b"/registry/pods/ns/new".to_vec(), value: crate::mvcc::packer::tests::object(7), ..Default::default() }).unwrap();
+        let mut p = crate::mvcc::packer::Packer::unpaced();
+        p.pass(&store);
+        assert_eq!((store.packing.packed.load(Ordering::Relaxed), store.packing.dicts.load(Ordering::Relaxed)), (1, 0), "only the new value packed, no new dictionary");
         drop(store);
         fs::remove_dir_all(&dir).unwrap();
     }

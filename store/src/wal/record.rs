@@ -46,8 +46,9 @@ pub fn encode_event(out: &mut Vec<u8>, e: &Event) {
             o.put_i64_le(v.lease);
             o.put_u32_le(e.key.len() as u32);
             o.put_slice(&e.key);
-            o.put_u32_le(v.value.len() as u32);
-            o.put_slice(&v.value);
+            let value = v.value.cow();
+            o.put_u32_le(value.len() as u32);
+            o.put_slice(&value);
         });
     }
 }
@@ -111,7 +112,7 @@ fn decode_payload(p: &[u8]) -> Option<Record> {
             if b.remaining() != vl {
                 return None;
             }
-            let value = Bytes::copy_from_slice(&b[..vl]);
+            let value = Bytes::copy_from_slice(&b[..vl]).into();
             Record::Put { key, v: Version { mod_rev, sub, create_rev, version, value, lease } }
         }
         REC_DELETE => {
@@ -206,18 +207,18 @@ mod tests {
     use super::*;
 
     fn ev(key: &str, rev: i64, val: &str) -> Event {
-        Event { key: Bytes::from(key.to_string()), kv: Version { mod_rev: rev, sub: 0, create_rev: rev, version: 1, value: Bytes::from(val.to_string()), lease: 0 }, prev: None }
+        Event { key: Bytes::from(key.to_string()), kv: Version { mod_rev: rev, sub: 0, create_rev: rev, version: 1, value: Bytes::from(val.to_string()).into(), lease: 0 }, prev: None }
     }
 
     #[test]
     fn records_round_trip() {
         let mut buf = Vec::new();
         encode_event(&mut buf, &ev("/registry/pods/a", 5, "hello"));
-        let del = Event { key: Bytes::from("/registry/pods/a"), kv: Version { mod_rev: 6, sub: 1, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 }, prev: None };
+        let del = Event { key: Bytes::from("/registry/pods/a"), kv: Version { mod_rev: 6, sub: 1, create_rev: 0, version: 0, value: Default::default(), lease: 0 }, prev: None };
         encode_event(&mut buf, &del);
         encode_pair(&mut buf, REC_LEASE_GRANT, 7, Some(30));
         let (r1, o1) = parse_at(&buf, 0).unwrap();
-        assert!(matches!(r1, Record::Put { ref key, ref v } if key.as_ref() == b"/registry/pods/a" && v.mod_rev == 5 && v.value.as_ref() == b"hello"));
+        assert!(matches!(r1, Record::Put { ref key, ref v } if key.as_ref() == b"/registry/pods/a" && v.mod_rev == 5 && v.value.cow().as_ref() == b"hello"));
         let (r2, o2) = parse_at(&buf, o1).unwrap();
         assert_eq!(r2, Record::Delete { key: Bytes::from("/registry/pods/a"), rev: 6, sub: 1 });
         let (r3, o3) = parse_at(&buf, o2).unwrap();

@@ -8,7 +8,6 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use super::fault::Faults;
@@ -157,7 +156,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
                     Record::Delete { key, rev, sub } => {
                         max_rev = max_rev.max(rev);
                         if rev > ckpt_rev {
-                            store.load_version(&key, Version { mod_rev: rev, sub, create_rev: 0, version: 0, value: Bytes::new(), lease: 0 });
+                            store.load_version(&key, Version { mod_rev: rev, sub, create_rev: 0, version: 0, value: Default::default(), lease: 0 });
                         }
                     }
                     Record::LeaseGrant { id, ttl } => {
