@@ -1,6 +1,6 @@
 //! Background work that must not take a core from the request path.
 //!
-//! Compaction and checkpoints are CPU-heavy for a moment (freeing a minute's history,
+//! Compaction and checkpoints (nice 10) and the value packer (nice 19) are CPU-heavy for a moment (freeing a minute's history,
 //! encoding a prefix) and run beside the writers on the same few cores. At the default
 //! nice they took a core from the request path for that moment: the soak's once-a-minute
 //! maximum latency (docs/bench/soak-stalls/). At nice 10 the scheduler gives the request
@@ -11,15 +11,20 @@
 /// The nice value of background threads.
 pub const NICE: i32 = 10;
 
-/// Lowers the calling thread's CPU priority to `NICE` (Linux: nice is per thread),
-/// never raising it. A failure is ignored: the work then runs at the priority it had.
+/// Lowers the calling thread's CPU priority to `NICE` (Linux: nice is per thread).
 pub fn lower_this_thread() {
+    lower_this_thread_to(NICE)
+}
+
+/// Lowers the calling thread's CPU priority to `nice`, never raising it. A failure is
+/// ignored: the work then runs at the priority it had.
+pub fn lower_this_thread_to(nice: i32) {
     #[cfg(target_os = "linux")]
     // SAFETY: getpriority/setpriority on the calling thread's own id; no memory is passed.
     unsafe {
         let tid = libc::gettid() as libc::id_t;
-        if libc::getpriority(libc::PRIO_PROCESS, tid) < NICE {
-            libc::setpriority(libc::PRIO_PROCESS, tid, NICE);
+        if libc::getpriority(libc::PRIO_PROCESS, tid) < nice {
+            libc::setpriority(libc::PRIO_PROCESS, tid, nice);
         }
     }
 }

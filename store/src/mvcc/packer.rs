@@ -80,7 +80,9 @@ impl Packer {
     /// Runs passes until the process ends: one every second, at the lowest priority.
     pub fn spawn(store: Arc<Store>, duty: f64) -> std::io::Result<()> {
         std::thread::Builder::new().name("packer".into()).spawn(move || {
-            lower_priority();
+            // Below the other background work: serving threads, then compaction and
+            // checkpoints, always come first.
+            crate::background::lower_this_thread_to(19);
             let mut p = Packer { duty, ..Default::default() };
             loop {
                 p.pass(&store);
@@ -290,18 +292,6 @@ impl Packer {
             super::kvstore::release_free_memory();
         }
         total
-    }
-}
-
-/// The packer's thread runs at nice 19: serving threads always come first.
-fn lower_priority() {
-    extern "C" {
-        fn setpriority(which: i32, who: u32, prio: i32) -> i32;
-        fn gettid() -> i32;
-    }
-    // SAFETY: plain syscalls on this thread (Linux applies PRIO_PROCESS to one thread id).
-    unsafe {
-        setpriority(0, gettid() as u32, 19);
     }
 }
 
