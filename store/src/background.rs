@@ -3,7 +3,7 @@
 //! Compaction and checkpoints (nice 10) and the value packer (nice 19) are CPU-heavy for a moment (freeing a minute's history,
 //! encoding a prefix) and run beside the writers on the same few cores. At the default
 //! nice they took a core from the request path for that moment: the soak's once-a-minute
-//! maximum latency (docs/bench/soak-stalls/). At nice 10 the scheduler gives the request
+//! maximum latency (docs/design.md §8, docs/bench/soak/). At nice 10 the scheduler gives the request
 //! path's threads the CPU first. Their locks are held briefly (a step of keys; frees and
 //! file work after the lock), so a preempted background thread holds writers for at most
 //! one step.

@@ -106,8 +106,8 @@ impl LogFile {
     /// rename, the new file and the directory's sync wait only for the file
     /// lock, which writers of the prefix do not need to commit (a buffered one
     /// finding it busy hands over, an fsync one waits for the flusher as for
-    /// any sync). Held through them, a directory sync on a disk (10–30 ms)
-    /// stopped every writer of the prefix at each checkpoint.
+    /// any sync). Held through them, the directory sync on a disk stopped
+    /// every writer of the prefix at each checkpoint.
     pub(super) fn start_segment<G>(&self, dir: &Path, at_cut: impl FnOnce() -> (G, i64), m: &WalMetrics) -> std::io::Result<i64> {
         let mut io = self.io.lock();
         let (prefix_lock, rev) = at_cut();
