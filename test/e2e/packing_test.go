@@ -1,12 +1,10 @@
 package e2e
 
 import (
-	"bufio"
 	"context"
 	"crypto/sha256"
 	"fmt"
 	"math/rand"
-	"net/http"
 	"os"
 	"strconv"
 	"strings"
@@ -240,19 +238,10 @@ func waitPacked(t *testing.T, tg *target, min int64) {
 
 func storeMetrics(t *testing.T, tg *target) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(tg.Proc.MetricsURL + "/metrics")
-	must(t, "metrics", err)
-	defer resp.Body.Close()
 	m := map[string]float64{}
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		l := sc.Text()
-		if strings.HasPrefix(l, "meganode_") {
-			i := strings.LastIndexByte(l, ' ')
-			if v, err := strconv.ParseFloat(l[i+1:], 64); err == nil {
-				m[l[:i]] = v
-			}
+	for k, v := range scrape(t, tg.Proc.MetricsURL) {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && strings.HasPrefix(k, "meganode_") {
+			m[k] = f
 		}
 	}
 	return m
