@@ -37,6 +37,38 @@ pub struct Shard {
     pub packed: std::sync::atomic::AtomicBool,
 }
 
+impl Shard {
+    /// Walks the prefix's keys in order, `n` per hold of the read lock: `visit` sees each
+    /// key under the lock and may push items to the chunk; `between` gets the chunk after
+    /// each hold, with the lock released (the work a walk must not do under it: writing a
+    /// checkpoint, compressing). Keys written meanwhile after the walk's position are
+    /// visited, those before it are not. Ends with the keys or with `between`'s error.
+    pub fn walk<T, E>(
+        &self,
+        n: usize,
+        mut visit: impl FnMut(&Bytes, &KeyHistory, &mut Vec<T>),
+        mut between: impl FnMut(&mut Vec<T>) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E> {
+        let mut after: Option<Bytes> = None;
+        let mut chunk = Vec::new();
+        loop {
+            let mut seen = 0;
+            {
+                let d = self.data.read();
+                for (k, h) in d.iter_after(after.as_deref()).take(n) {
+                    seen += 1;
+                    after = Some(k.clone());
+                    visit(k, h, &mut chunk);
+                }
+            }
+            between(&mut chunk)?;
+            if seen < n {
+                return Ok(());
+            }
+        }
+    }
+}
+
 struct ShardTable {
     by_prefix: HashMap<Bytes, Arc<Shard>>,
     /// Every shard, fallback (id 0) first, then in creation order.
@@ -59,7 +91,8 @@ pub trait CommitSink: Send + Sync {
     fn wait_durable(&self, rev: i64, events: &[Event]) -> bool;
     fn lease_granted(&self, id: i64, ttl: i64);
     fn lease_revoked(&self, id: i64);
-    /// Called under the sequencer when history is compacted at `rev`.
+    /// Called when history is compacted at `rev`, after the sequencer is released;
+    /// compactions call it one at a time, in order (`Store::compact`).
     fn compacted(&self, rev: i64);
 }
 
@@ -689,6 +722,7 @@ impl Store {
 
     /// Every key with every retained version, in key order (tests: the same state
     /// whatever form the values are stored in, since versions compare their bytes).
+    #[cfg(test)]
     pub fn dump(&self) -> Vec<(Bytes, Vec<Version>)> {
         let mut out = Vec::new();
         for s in self.all_shards() {

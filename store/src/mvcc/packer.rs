@@ -5,12 +5,14 @@
 //! them up. Each step reads a few hundred keys under the shard's read lock, compresses
 //! with no lock held, and swaps the results in under a write lock held for the swaps alone.
 use std::collections::HashMap;
+use std::convert::Infallible;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
+use super::key_history::KeyHistory;
 use super::kvstore::{Shard, Store};
 use super::value::{Compressor, Dict, Value};
 
@@ -162,35 +164,24 @@ impl Packer {
         let t = Instant::now();
         let every = (s.data.read().len() / SAMPLES).max(1);
         let (mut samples, mut held_out, mut size) = (Vec::new(), Vec::new(), 0usize);
-        let mut after: Option<Bytes> = None;
         let mut i = 0usize;
-        loop {
-            let mut seen = 0;
-            {
-                let d = s.data.read();
-                for (k, h) in d.iter_after(after.as_deref()).take(STEP * 16) {
-                    seen += 1;
-                    after = Some(k.clone());
-                    i += 1;
-                    if i % every != 0 {
-                        continue;
-                    }
-                    if let Some(Value::Raw(b)) = h.latest().map(|v| &v.value) {
-                        if b.len() >= MIN_VALUE {
-                            if (i / every) % 10 == 9 {
-                                held_out.push(b.clone());
-                            } else if size < SAMPLE_BYTES {
-                                size += b.len();
-                                samples.push(b.clone());
-                            }
-                        }
+        let sample = |_: &Bytes, h: &KeyHistory, _: &mut Vec<()>| {
+            i += 1;
+            if i % every != 0 {
+                return;
+            }
+            if let Some(Value::Raw(b)) = h.latest().map(|v| &v.value) {
+                if b.len() >= MIN_VALUE {
+                    if (i / every) % 10 == 9 {
+                        held_out.push(b.clone());
+                    } else if size < SAMPLE_BYTES {
+                        size += b.len();
+                        samples.push(b.clone());
                     }
                 }
             }
-            if seen < STEP * 16 {
-                break;
-            }
-        }
+        };
+        let _ = s.walk(STEP * 16, sample, |_| Ok::<(), Infallible>(()));
         if samples.len() < 100 || held_out.is_empty() {
             return None;
         }
@@ -234,59 +225,50 @@ impl Packer {
     /// returns the written bytes of the values packed.
     fn pack_shard(&mut self, store: &Store, s: &Shard, dict: &Arc<Dict>, done_rev: i64) -> u64 {
         let mut total = 0;
-        let mut after: Option<Bytes> = None;
-        let mut todo: Vec<(Bytes, i64, Bytes)> = Vec::with_capacity(STEP);
         let mut packed: Vec<(Bytes, i64, Bytes, Value)> = Vec::with_capacity(STEP);
-        loop {
-            let mut seen = 0;
-            {
-                let d = s.data.read();
-                for (k, h) in d.iter_after(after.as_deref()).take(STEP) {
-                    seen += 1;
-                    after = Some(k.clone());
-                    for v in h.versions() {
-                        if let Value::Raw(b) = &v.value {
-                            if v.mod_rev > done_rev && b.len() >= MIN_VALUE {
-                                todo.push((k.clone(), v.mod_rev, b.clone()));
-                            }
+        let raw_after = |k: &Bytes, h: &KeyHistory, todo: &mut Vec<(Bytes, i64, Bytes)>| {
+            for v in h.versions() {
+                if let Value::Raw(b) = &v.value {
+                    if v.mod_rev > done_rev && b.len() >= MIN_VALUE {
+                        todo.push((k.clone(), v.mod_rev, b.clone()));
+                    }
+                }
+            }
+        };
+        let _ = s.walk(STEP, raw_after, |todo| {
+            if todo.is_empty() {
+                return Ok::<(), Infallible>(());
+            }
+            let t = Instant::now();
+            for (k, rev, raw) in todo.drain(..) {
+                if let Some(v) = self.c.pack(dict, &raw, MIN_SAVING) {
+                    packed.push((k, rev, raw, v));
+                }
+            }
+            if !packed.is_empty() {
+                let (mut n, mut raw_bytes, mut stored) = (0u64, 0u64, 0u64);
+                let mut d = s.data.write();
+                for (k, rev, raw, v) in packed.drain(..) {
+                    let Some(h) = d.get_mut(&k) else { continue };
+                    // The same version, still raw (compaction may have removed it).
+                    if let Some(slot) = h.versions_mut().iter_mut().find(|x| x.mod_rev == rev) {
+                        if matches!(&slot.value, Value::Raw(b) if b.as_ptr() == raw.as_ptr() && b.len() == raw.len()) {
+                            raw_bytes += raw.len() as u64;
+                            stored += v.stored_len() as u64;
+                            slot.value = v;
+                            n += 1;
                         }
                     }
                 }
+                drop(d);
+                total += raw_bytes;
+                store.packing.packed.fetch_add(n, Ordering::Relaxed);
+                store.packing.raw_bytes.fetch_add(raw_bytes, Ordering::Relaxed);
+                store.packing.stored_bytes.fetch_add(stored, Ordering::Relaxed);
             }
-            if !todo.is_empty() {
-                let t = Instant::now();
-                for (k, rev, raw) in todo.drain(..) {
-                    if let Some(v) = self.c.pack(dict, &raw, MIN_SAVING) {
-                        packed.push((k, rev, raw, v));
-                    }
-                }
-                if !packed.is_empty() {
-                    let (mut n, mut raw_bytes, mut stored) = (0u64, 0u64, 0u64);
-                    let mut d = s.data.write();
-                    for (k, rev, raw, v) in packed.drain(..) {
-                        let Some(h) = d.get_mut(&k) else { continue };
-                        // The same version, still raw (compaction may have removed it).
-                        if let Some(slot) = h.versions_mut().iter_mut().find(|x| x.mod_rev == rev) {
-                            if matches!(&slot.value, Value::Raw(b) if b.as_ptr() == raw.as_ptr() && b.len() == raw.len()) {
-                                raw_bytes += raw.len() as u64;
-                                stored += v.stored_len() as u64;
-                                slot.value = v;
-                                n += 1;
-                            }
-                        }
-                    }
-                    drop(d);
-                    total += raw_bytes;
-                    store.packing.packed.fetch_add(n, Ordering::Relaxed);
-                    store.packing.raw_bytes.fetch_add(raw_bytes, Ordering::Relaxed);
-                    store.packing.stored_bytes.fetch_add(stored, Ordering::Relaxed);
-                }
-                self.pace(store, t.elapsed());
-            }
-            if seen < STEP {
-                break;
-            }
-        }
+            self.pace(store, t.elapsed());
+            Ok(())
+        });
         if total > 0 {
             // The raw buffers freed go back to the system now, not at the allocator's leisure.
             super::kvstore::release_free_memory();

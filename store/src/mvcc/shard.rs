@@ -259,7 +259,7 @@ impl ShardData {
     }
 
     /// The keys after `after` (all with None), in key order: a walk in chunks
-    /// that releases the lock in between (checkpoints).
+    /// that releases the lock in between (`Shard::walk`).
     pub fn iter_after<'s>(&'s self, after: Option<&[u8]>) -> impl Iterator<Item = (&'s Bytes, &'s KeyHistory)> + 's {
         let from = match after {
             Some(k) => Bound::Excluded(k),

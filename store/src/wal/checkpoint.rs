@@ -14,7 +14,7 @@ use bytes::{Buf, BufMut, Bytes};
 use super::fault::FileOp;
 use super::logfile::{old_segment, LogFile};
 use super::sink::Wal;
-use crate::mvcc::key_history::Version;
+use crate::mvcc::key_history::{KeyHistory, Version};
 use crate::mvcc::value::{Dict, Value};
 use crate::mvcc::kvstore::Shard;
 use crate::mvcc::Store;
@@ -177,22 +177,16 @@ impl Wal {
         buf.put_slice(CKPT_MAGIC);
         buf.put_i64_le(rev);
         let (mut crc, mut size, mut count) = (0u32, 0u64, 0u64);
-        let mut after: Option<Bytes> = None;
-        let mut chunk: Vec<(Bytes, Vec<Version>)> = Vec::with_capacity(CHUNK_KEYS);
         let mut dicts_written = std::collections::HashSet::new();
-        loop {
-            let mut seen = 0;
-            {
-                let g = shard.data.read();
-                for (k, h) in g.iter_after(after.as_deref()).take(CHUNK_KEYS) {
-                    seen += 1;
-                    after = Some(k.clone());
-                    let vs: Vec<Version> = h.versions().iter().filter(|v| v.mod_rev <= rev).cloned().collect();
-                    if !vs.is_empty() {
-                        chunk.push((k.clone(), vs));
-                    }
-                }
+        let keep_at_cut = |k: &Bytes, h: &KeyHistory, chunk: &mut Vec<(Bytes, Vec<Version>)>| {
+            // Keys created after the cut (all their versions above `rev`) may
+            // still arrive anywhere in the order; they are not wanted.
+            let vs: Vec<Version> = h.versions().iter().filter(|v| v.mod_rev <= rev).cloned().collect();
+            if !vs.is_empty() {
+                chunk.push((k.clone(), vs));
             }
+        };
+        shard.walk(CHUNK_KEYS, keep_at_cut, |chunk| {
             let last = chunk.len();
             for (i, (k, vs)) in chunk.drain(..).enumerate() {
                 put_key_v3(&mut buf, &k, &vs, &mut dicts_written);
@@ -211,12 +205,8 @@ impl Wal {
                     checked = size;
                 }
             }
-            // Keys created after the cut (all their versions above `rev`) may
-            // still arrive anywhere in the order; they are not wanted.
-            if seen < CHUNK_KEYS {
-                break;
-            }
-        }
+            Ok::<(), std::io::Error>(())
+        })?;
         buf.put_u64_le(count);
         crc = crc32c::crc32c_append(crc, &buf);
         buf.put_u32_le(crc);
