@@ -5,15 +5,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/meganode/meganode/internal/storeproc"
 )
@@ -29,18 +26,7 @@ func TestBackPressureGate(t *testing.T) {
 		conns    = 50
 		injected = 300 * time.Millisecond
 	)
-	dir := mountTmpfs(t, "256m")
-	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"),
-		ExtraArgs: []string{"--durability=fsync", "--test-fault-fsync-latency=" + injected.String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop() })
-	cs := make([]*clientv3.Client, conns)
-	for i := range cs {
-		cs[i] = client(t, p)
-		defer cs[i].Close()
-	}
+	p, cs := startWithClients(t, "256m", conns, "--durability=fsync", "--test-fault-fsync-latency="+injected.String())
 	if n := metric(t, p, "meganode_write_backpressure_waits_total"); n != 0 {
 		t.Fatalf("gate hit before any load: %v", n)
 	}

@@ -38,18 +38,7 @@ func TestSlowDiskFsync(t *testing.T) {
 	bg := context.Background()
 
 	start := func(extra ...string) (*storeproc.Proc, []*clientv3.Client) {
-		dir := mountTmpfs(t, "512m")
-		p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: append(slices.Clone(args), extra...)})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = p.Stop() })
-		cs := make([]*clientv3.Client, conns)
-		for i := range cs {
-			cs[i] = client(t, p)
-			t.Cleanup(func() { _ = cs[i].Close() })
-		}
-		return p, cs
+		return startWithClients(t, "512m", conns, append(slices.Clone(args), extra...)...)
 	}
 	// last[c*perKeys+j]: the highest sequence number acknowledged for key j of client c.
 	last := make([]atomic.Int64, clients*perKeys)
@@ -210,18 +199,7 @@ func TestSlowDiskWrites(t *testing.T) {
 		total    = 5000
 		injected = 20 * time.Millisecond
 	)
-	dir := mountTmpfs(t, "256m")
-	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"),
-		ExtraArgs: []string{"--durability=buffered", "--test-fault-write-latency=" + injected.String()}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop() })
-	cs := make([]*clientv3.Client, conns)
-	for i := range cs {
-		cs[i] = client(t, p)
-		defer cs[i].Close()
-	}
+	_, cs := startWithClients(t, "256m", conns, "--durability=buffered", "--test-fault-write-latency="+injected.String())
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	var left, failed atomic.Int64
@@ -248,4 +226,22 @@ func TestSlowDiskWrites(t *testing.T) {
 	if took > 8*time.Second {
 		t.Errorf("%d puts took %v with %v per write: the writes are not shared", total, took, injected)
 	}
+}
+
+// startWithClients starts a store on a fresh tmpfs of `size` with `args` and opens `conns`
+// clients to it; all are closed and stopped when the test ends.
+func startWithClients(t *testing.T, size string, conns int, args ...string) (*storeproc.Proc, []*clientv3.Client) {
+	t.Helper()
+	dir := mountTmpfs(t, size)
+	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: args})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Stop() })
+	cs := make([]*clientv3.Client, conns)
+	for i := range cs {
+		cs[i] = client(t, p)
+		t.Cleanup(func() { _ = cs[i].Close() })
+	}
+	return p, cs
 }
