@@ -118,6 +118,11 @@ func RunState(ctx context.Context, spec TargetSpec, cfg StateConfig) (*StateTarg
 		res.fail("load", err)
 		return res, nil
 	}
+	for _, k := range res.Load.Kinds {
+		if k.Kind == "pods" {
+			st.podValueBytes = int64(k.BytesPerObject * float64(k.Objects))
+		}
+	}
 	if !cfg.SkipList {
 		res.List, err = st.list(ctx)
 		if err != nil {
@@ -149,6 +154,8 @@ type stateRun struct {
 	// Txn's compare); each index is owned by one writer at a time.
 	leaseRevs []int64
 	created   time.Time // creation time of every object
+	// podValueBytes is what the pods' values weigh as written (an unpaginated list's answer).
+	podValueBytes int64
 }
 
 func newClient(endpoints []string) (*clientv3.Client, error) {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,7 @@ type StateListRun struct {
 	BaseRSS     uint64  `json:"base_rss_bytes"`
 	PeakRSS     uint64  `json:"peak_rss_bytes"`
 	Unsupported bool    `json:"unsupported,omitempty"` // the server answered Unimplemented
+	NotRun      string  `json:"not_run,omitempty"`     // why the list was not sent
 	Error       string  `json:"error,omitempty"`
 }
 
@@ -73,38 +75,59 @@ func (st *stateRun) list(ctx context.Context) (*StateList, error) {
 	idle := st.pointWrites(ctx, func() { time.Sleep(cfg.IdleDuration) })
 	res.IdleWrites, res.IdleWriteP50Us, res.IdleWriteP99Us = idle.n, idle.h.P50Us, idle.h.P99Us
 
-	var firstErr error
 	busy := st.pointWrites(ctx, func() {
 		for _, kind := range []string{"nodes", "pods", "leases"} {
 			r := st.timed("paged", statePrefix(kind), n, func(r *StateListRun) error { return st.pagedList(ctx, st.kc(0), r) })
 			res.Paged = append(res.Paged, r)
 		}
-		res.Unpaged = st.timed("unpaginated", PodPrefix, n, func(r *StateListRun) error {
-			resp, err := st.kc(0).List(ctx, PodPrefix, kubernetes.ListOptions{})
-			if err != nil {
-				return err
-			}
-			r.Pages, r.Keys = 1, int64(len(resp.Kvs))
-			for _, kv := range resp.Kvs {
-				r.Bytes += int64(len(kv.Value))
-			}
-			if resp.Count != n {
-				return fmt.Errorf("count %d, want %d", resp.Count, n)
-			}
-			return nil
-		})
+		if st.podValueBytes > math.MaxInt32 {
+			// etcd's client (and kube-apiserver's) refuses a message above 2 GiB before
+			// reading it; the servers would build the whole answer and fail to send it.
+			res.Unpaged = StateListRun{What: "unpaginated", Prefix: PodPrefix, Want: n, NotRun: fmt.Sprintf(
+				"the answer would carry %s of values, above the 2 GiB a gRPC message may hold", FmtBytes(float64(st.podValueBytes)))}
+		} else {
+			res.Unpaged = st.unpaginated(ctx, n)
+		}
 		res.Stream = st.timed("range-stream", PodPrefix, n, func(r *StateListRun) error { return rangeStream(ctx, st.conns[0], r) })
 		if res.Stream.Unsupported {
 			res.Stream.Error = ""
 		}
 	})
 	res.ListWrites, res.ListWriteP50Us, res.ListWriteP99Us, res.ListWriteMaxUs = busy.n, busy.h.P50Us, busy.h.P99Us, busy.h.MaxUs
+	return st.finishList(res, idle, busy)
+}
+
+// unpaginated is one Range of every pod, as a watch cache's first list without a limit.
+func (st *stateRun) unpaginated(ctx context.Context, n int64) StateListRun {
+	return st.timed("unpaginated", PodPrefix, n, func(r *StateListRun) error {
+		resp, err := st.kc(0).List(ctx, PodPrefix, kubernetes.ListOptions{})
+		if err != nil {
+			return err
+		}
+		r.Pages, r.Keys = 1, int64(len(resp.Kvs))
+		for _, kv := range resp.Kvs {
+			r.Bytes += int64(len(kv.Value))
+		}
+		if resp.Count != n {
+			return fmt.Errorf("count %d, want %d", resp.Count, n)
+		}
+		return nil
+	})
+}
+
+func (st *stateRun) finishList(res *StateList, idle, busy writeStats) (*StateList, error) {
+	cfg := st.cfg
+	var firstErr error
 	res.WriteErrors = idle.errs + busy.errs
 	res.WriteFirstError = idle.firstErr + busy.firstErr
 	if res.IdleWriteP99Us > 0 {
 		res.ListWriteP99Xidle = res.ListWriteP99Us / res.IdleWriteP99Us
 	}
 	for _, r := range append(append([]StateListRun{}, res.Paged...), res.Unpaged, res.Stream) {
+		if r.NotRun != "" {
+			cfg.logf("%s: %s list of %s not run: %s", st.target.Name, r.What, r.Prefix, r.NotRun)
+			continue
+		}
 		cfg.logf("%s: %s list of %s: %d keys in %.2f s (%d pages), peak RSS +%s%s", st.target.Name, r.What, r.Prefix, r.Keys,
 			r.Seconds, r.Pages, FmtBytes(float64(r.PeakExtra())), map[bool]string{true: " (unsupported)", false: ""}[r.Unsupported])
 		if r.Error != "" && firstErr == nil {

@@ -39,6 +39,8 @@ func stateRows(r *StateReport) []stateRow {
 		switch {
 		case l == nil:
 			return "not run"
+		case l.NotRun != "":
+			return "not run: " + l.NotRun
 		case l.Unsupported:
 			return "Unimplemented"
 		case l.Error != "":
