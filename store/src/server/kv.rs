@@ -79,6 +79,7 @@ impl KvService {
         if let (true, Some(ai)) = (read_only, &auth) {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
+        drop(call);
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
@@ -144,6 +145,9 @@ impl PbKvService for KvService {
             authz::check_put(&self.0, ai.as_ref(), req)?;
         }
         let mut resp = self.0.store.put(req)?;
+        // The store holds its own copy of the value: the request (value, metadata) is not
+        // kept for the wait on the log, where a slow disk keeps every writer's call pending.
+        drop(request);
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
@@ -167,6 +171,7 @@ impl PbKvService for KvService {
             authz::check_delete(&self.0, ai.as_ref(), req)?;
         }
         let mut resp = self.0.store.delete_range(req)?;
+        drop(request);
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(Response::new(resp))
