@@ -23,6 +23,7 @@ type benchStateFlags struct {
 	dataDir, storeBin, storeArgs string
 	etcdQuota                    int64
 	serverLog                    bool
+	writersIn                    string
 	out                          string
 }
 
@@ -57,6 +58,10 @@ Targets run one after the other. A phase that fails is reported as failed, not l
 	fs.IntVar(&f.watchers, "watchers", 5, "watchers per prefix (kube-apiservers' watch caches)")
 	fs.IntVar(&f.pageLimit, "page-limit", 500, "page size of the lists (kube-apiserver's)")
 	fs.IntVar(&f.writers, "point-writers", 4, "lease renewers timed during the lists")
+	fs.StringVar(&f.writersIn, "point-writers-in", bench.WritersProcess,
+		"where the point writers run: process (their own, re-executing meganode, on their own connection: a kubelet's lease write "+
+			"does not come from the listing process), conns (this process, their own connection), shared (this process, the load's "+
+			"connections: writer 0 on the lister's)")
 	fs.DurationVar(&f.watchDuration, "watch-duration", 30*time.Second, "lease renewals under watch")
 	fs.BoolVar(&f.skipList, "skip-list", false, "skip the list phase")
 	fs.BoolVar(&f.skipWatch, "skip-watch", false, "skip the watch phase")
@@ -68,11 +73,15 @@ Targets run one after the other. A phase that fails is reported as failed, not l
 	fs.BoolVar(&f.serverLog, "server-log", false, "show the servers' own log on stderr")
 	fs.StringVar(&f.out, "out", "", "directory for results.json (read by 'meganode bench report') and summary.txt")
 	completeValues(cmd, "target", "both", bench.TargetMeganode, bench.TargetEtcd)
+	completeValues(cmd, "point-writers-in", bench.WritersProcess, bench.WritersConns, bench.WritersShared)
 	return cmd
 }
 
 func (f *benchStateFlags) validate() error {
 	if err := oneOf("target", f.targets, "both", bench.TargetMeganode, bench.TargetEtcd); err != nil {
+		return err
+	}
+	if err := oneOf("point-writers-in", f.writersIn, bench.WritersProcess, bench.WritersConns, bench.WritersShared); err != nil {
 		return err
 	}
 	if f.nodes <= 0 || f.clients <= 0 || f.conns <= 0 || f.watchers <= 0 || f.pageLimit <= 0 || f.writers <= 0 {
@@ -88,7 +97,14 @@ func runBenchState(ctx context.Context, cmd *cobra.Command, f *benchStateFlags) 
 	}
 	cfg := bench.StateConfig{Nodes: f.nodes, Clients: f.clients, Conns: f.conns, PageLimit: f.pageLimit, Watchers: f.watchers,
 		WatchDuration: f.watchDuration, PointWriters: f.writers, SkipList: f.skipList, SkipWatch: f.skipWatch,
-		SkipRestart: f.skipRst, Log: os.Stderr}
+		SkipRestart: f.skipRst, Log: os.Stderr, PointWritersIn: f.writersIn}
+	if f.writersIn == bench.WritersProcess {
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		cfg.WritersCmd = []string{self, "bench", "state-writers"}
+	}
 	rep := &bench.StateReport{Nodes: f.nodes, Clients: f.clients, Conns: min(f.conns, f.clients), PageLimit: f.pageLimit,
 		Watchers: f.watchers, WatchDuration: f.watchDuration.Seconds()}
 	var failures []string
@@ -133,4 +149,18 @@ func runBenchState(ctx context.Context, cmd *cobra.Command, f *benchStateFlags) 
 		return fmt.Errorf("%s", strings.Join(failures, "; "))
 	}
 	return nil
+}
+
+// newBenchStateWritersCmd is the point writers of `bench state --point-writers-in process`
+// in their own process (bench.RunStateWriters: its protocol on stdin and stdout). Hidden.
+func newBenchStateWritersCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:    "state-writers",
+		Short:  "point writers of bench state, in their own process (internal)",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: action(&struct{}{}, func(ctx context.Context, _ *cobra.Command, _ *struct{}) error {
+			return bench.RunStateWriters(ctx, os.Stdin, os.Stdout)
+		}),
+	}
 }

@@ -26,10 +26,14 @@ type StateConfig struct {
 	WatchDuration time.Duration // lease renewals under watch
 	PointWriters  int           // writers timed during the lists
 	IdleDuration  time.Duration // their idle baseline
-	SkipList      bool
-	SkipWatch     bool
-	SkipRestart   bool
-	Log           io.Writer // progress lines; nil = none
+	// PointWritersIn: where they run (WritersShared, WritersConns, WritersProcess;
+	// state_writers.go); WritersCmd runs them in a process (RunStateWriters).
+	PointWritersIn string
+	WritersCmd     []string
+	SkipList       bool
+	SkipWatch      bool
+	SkipRestart    bool
+	Log            io.Writer // progress lines; nil = none
 }
 
 func (c *StateConfig) normalize() {
@@ -53,6 +57,9 @@ func (c *StateConfig) normalize() {
 	}
 	if c.PointWriters <= 0 {
 		c.PointWriters = 4
+	}
+	if c.PointWritersIn == "" {
+		c.PointWritersIn = WritersShared
 	}
 	if c.IdleDuration <= 0 {
 		c.IdleDuration = 3 * time.Second

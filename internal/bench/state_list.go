@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
@@ -39,6 +39,74 @@ type StateList struct {
 	WriteErrors       int64   `json:"write_errors"`
 	WriteFirstError   string  `json:"write_first_error,omitempty"`
 	ListWriteP99Xidle float64 `json:"list_write_p99_x_idle"`
+	// Where the writers ran (state_writers.go: shared, conns, process) and their figures per
+	// phase: idle, then during the paged lists, the unpaginated Range, the RangeStream.
+	PointWritersIn string            `json:"point_writers_in"`
+	WritePhases    []StatePointPhase `json:"write_phases"`
+}
+
+// StatePointPhase is the point writes that started in one phase.
+type StatePointPhase struct {
+	Phase    string  `json:"phase"`
+	Writes   int64   `json:"writes"`
+	Errors   int64   `json:"errors"`
+	P50Us    float64 `json:"p50_us"`
+	P99Us    float64 `json:"p99_us"`
+	MaxUs    float64 `json:"max_us"`
+	P99Xidle float64 `json:"p99_x_idle"`
+}
+
+// phaseCell is the p99 during each kind of list, and against idle.
+func (l *StateList) phaseCell() string {
+	var p99s, xs []string
+	for _, ph := range l.WritePhases {
+		if ph.Phase == "idle" {
+			continue
+		}
+		if ph.Writes < 100 { // a phase too short to have a p99 (etcd's Unimplemented RangeStream)
+			p99s, xs = append(p99s, fmt.Sprintf("- (%d writes)", ph.Writes)), append(xs, "-")
+			continue
+		}
+		p99s = append(p99s, FmtUs(ph.P99Us))
+		xs = append(xs, fmt.Sprintf("%.2f×", ph.P99Xidle))
+	}
+	return strings.Join(p99s, " / ") + " (" + strings.Join(xs, " / ") + ")"
+}
+
+// setPointWrites fills the point-write figures from the writers' per-phase histograms:
+// idle is phase 0, "during the lists" all the others merged.
+func (l *StateList) setPointWrites(pr pointResult) {
+	busy := NewHistogram()
+	var idleP99 float64
+	for p, name := range pointPhases {
+		h := NewHistogram()
+		if p < len(pr.Hists) {
+			h = HistogramFromState(pr.Hists[p])
+		}
+		var errs int64
+		if p < len(pr.Errs) {
+			errs = pr.Errs[p]
+		}
+		s := h.Summary()
+		ph := StatePointPhase{Phase: name, Writes: int64(s.Count), Errors: errs, P50Us: s.P50Us, P99Us: s.P99Us, MaxUs: s.MaxUs}
+		if p == phaseIdle {
+			idleP99 = s.P99Us
+			l.IdleWrites, l.IdleWriteP50Us, l.IdleWriteP99Us = ph.Writes, s.P50Us, s.P99Us
+		} else {
+			busy.Merge(h)
+		}
+		if idleP99 > 0 {
+			ph.P99Xidle = s.P99Us / idleP99
+		}
+		l.WriteErrors += errs
+		l.WritePhases = append(l.WritePhases, ph)
+	}
+	b := busy.Summary()
+	l.ListWrites, l.ListWriteP50Us, l.ListWriteP99Us, l.ListWriteMaxUs = int64(b.Count), b.P50Us, b.P99Us, b.MaxUs
+	l.WriteFirstError = pr.FirstErr
+	if l.IdleWriteP99Us > 0 {
+		l.ListWriteP99Xidle = l.ListWriteP99Us / l.IdleWriteP99Us
+	}
 }
 
 // StateListRun is one list: how long, how many keys (and pages or chunks), and the server's
@@ -69,32 +137,68 @@ func (r StateListRun) PeakExtra() int64 {
 
 func (st *stateRun) list(ctx context.Context) (*StateList, error) {
 	cfg := st.cfg
-	res := &StateList{PointWriters: cfg.PointWriters}
+	res := &StateList{PointWriters: cfg.PointWriters, PointWritersIn: cfg.PointWritersIn}
 	n := int64(cfg.Nodes)
 
-	idle := st.pointWrites(ctx, func() { time.Sleep(cfg.IdleDuration) })
-	res.IdleWrites, res.IdleWriteP50Us, res.IdleWriteP99Us = idle.n, idle.h.P50Us, idle.h.P99Us
-
-	busy := st.pointWrites(ctx, func() {
-		for _, kind := range []string{"nodes", "pods", "leases"} {
-			r := st.timed("paged", statePrefix(kind), n, func(r *StateListRun) error { return st.pagedList(ctx, st.kc(0), r) })
-			res.Paged = append(res.Paged, r)
+	pw, err := st.startPointWriters(ctx)
+	if err != nil {
+		return res, fmt.Errorf("point writers: %w", err)
+	}
+	// phase switches are counted (a lost one would put writes in the wrong window)
+	var phaseErr error
+	phase := func(p int) {
+		if err := pw.setPhase(p); err != nil && phaseErr == nil {
+			phaseErr = err
 		}
-		if st.podValueBytes > math.MaxInt32 {
-			// etcd's client (and kube-apiserver's) refuses a message above 2 GiB before
-			// reading it; the servers would build the whole answer and fail to send it.
-			res.Unpaged = StateListRun{What: "unpaginated", Prefix: PodPrefix, Want: n, NotRun: fmt.Sprintf(
-				"the answer would carry %s of values, above the 2 GiB a gRPC message may hold", FmtBytes(float64(st.podValueBytes)))}
-		} else {
-			res.Unpaged = st.unpaginated(ctx, n)
+	}
+	time.Sleep(200 * time.Millisecond) // phase -1: warming, not counted
+	phase(phaseIdle)
+	time.Sleep(cfg.IdleDuration)
+	phase(phasePaged)
+	for _, kind := range []string{"nodes", "pods", "leases"} {
+		r := st.timed("paged", statePrefix(kind), n, func(r *StateListRun) error { return st.pagedList(ctx, st.kc(0), r) })
+		res.Paged = append(res.Paged, r)
+	}
+	phase(phaseUnpaged)
+	if st.podValueBytes > math.MaxInt32 {
+		// etcd's client (and kube-apiserver's) refuses a message above 2 GiB before
+		// reading it; the servers would build the whole answer and fail to send it.
+		res.Unpaged = StateListRun{What: "unpaginated", Prefix: PodPrefix, Want: n, NotRun: fmt.Sprintf(
+			"the answer would carry %s of values, above the 2 GiB a gRPC message may hold", FmtBytes(float64(st.podValueBytes)))}
+	} else {
+		res.Unpaged = st.unpaginated(ctx, n)
+	}
+	phase(phaseStream)
+	res.Stream = st.timed("range-stream", PodPrefix, n, func(r *StateListRun) error { return rangeStream(ctx, st.conns[0], r) })
+	if res.Stream.Unsupported {
+		res.Stream.Error = ""
+	}
+	pr, err := pw.stop()
+	if err == nil {
+		err = phaseErr
+	}
+	if err != nil {
+		return res, fmt.Errorf("point writers: %w", err)
+	}
+	res.setPointWrites(pr)
+	var firstErr error
+	for _, r := range append(append([]StateListRun{}, res.Paged...), res.Unpaged, res.Stream) {
+		if r.NotRun != "" {
+			cfg.logf("%s: %s list of %s not run: %s", st.target.Name, r.What, r.Prefix, r.NotRun)
+			continue
 		}
-		res.Stream = st.timed("range-stream", PodPrefix, n, func(r *StateListRun) error { return rangeStream(ctx, st.conns[0], r) })
-		if res.Stream.Unsupported {
-			res.Stream.Error = ""
+		cfg.logf("%s: %s list of %s: %d keys in %.2f s (%d pages), peak RSS +%s%s", st.target.Name, r.What, r.Prefix, r.Keys,
+			r.Seconds, r.Pages, FmtBytes(float64(r.PeakExtra())), map[bool]string{true: " (unsupported)", false: ""}[r.Unsupported])
+		if r.Error != "" && firstErr == nil {
+			firstErr = fmt.Errorf("%s list of %s: %s", r.What, r.Prefix, r.Error)
 		}
-	})
-	res.ListWrites, res.ListWriteP50Us, res.ListWriteP99Us, res.ListWriteMaxUs = busy.n, busy.h.P50Us, busy.h.P99Us, busy.h.MaxUs
-	return st.finishList(res, idle, busy)
+	}
+	cfg.logf("%s: point writes (%s) p99 idle %s, during lists %s (%d writes, %d errors); %s", st.target.Name, res.PointWritersIn,
+		FmtUs(res.IdleWriteP99Us), FmtUs(res.ListWriteP99Us), res.ListWrites, res.WriteErrors, res.phaseCell())
+	if firstErr == nil && res.WriteErrors > 0 {
+		firstErr = fmt.Errorf("%d point writes failed, first: %s", res.WriteErrors, res.WriteFirstError)
+	}
+	return res, firstErr
 }
 
 // unpaginated is one Range of every pod, as a watch cache's first list without a limit.
@@ -113,33 +217,6 @@ func (st *stateRun) unpaginated(ctx context.Context, n int64) StateListRun {
 		}
 		return nil
 	})
-}
-
-func (st *stateRun) finishList(res *StateList, idle, busy writeStats) (*StateList, error) {
-	cfg := st.cfg
-	var firstErr error
-	res.WriteErrors = idle.errs + busy.errs
-	res.WriteFirstError = idle.firstErr + busy.firstErr
-	if res.IdleWriteP99Us > 0 {
-		res.ListWriteP99Xidle = res.ListWriteP99Us / res.IdleWriteP99Us
-	}
-	for _, r := range append(append([]StateListRun{}, res.Paged...), res.Unpaged, res.Stream) {
-		if r.NotRun != "" {
-			cfg.logf("%s: %s list of %s not run: %s", st.target.Name, r.What, r.Prefix, r.NotRun)
-			continue
-		}
-		cfg.logf("%s: %s list of %s: %d keys in %.2f s (%d pages), peak RSS +%s%s", st.target.Name, r.What, r.Prefix, r.Keys,
-			r.Seconds, r.Pages, FmtBytes(float64(r.PeakExtra())), map[bool]string{true: " (unsupported)", false: ""}[r.Unsupported])
-		if r.Error != "" && firstErr == nil {
-			firstErr = fmt.Errorf("%s list of %s: %s", r.What, r.Prefix, r.Error)
-		}
-	}
-	cfg.logf("%s: point writes p99 idle %s, during lists %s (%d writes, %d errors)", st.target.Name, FmtUs(res.IdleWriteP99Us),
-		FmtUs(res.ListWriteP99Us), res.ListWrites, res.WriteErrors)
-	if firstErr == nil && res.WriteErrors > 0 {
-		firstErr = fmt.Errorf("%d point writes failed, first: %s", res.WriteErrors, res.WriteFirstError)
-	}
-	return res, firstErr
 }
 
 // timed runs one list with the server's RSS sampled.
@@ -263,82 +340,34 @@ func (f *rawStreamFrame) Unmarshal(data []byte) error {
 	return nil
 }
 
-// writeStats are the point writes of one window.
-type writeStats struct {
-	n, errs  int64
-	firstErr string
-	h        Latency
-}
-
-// pointWrites runs PointWriters lease renewals (the update Txn) for as long as during runs.
-func (st *stateRun) pointWrites(ctx context.Context, during func()) writeStats {
-	w := st.cfg.PointWriters
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	var n, errs atomic.Int64
-	var mu sync.Mutex
-	var out writeStats
-	hist := NewHistogram()
-	for g := 0; g < w; g++ {
-		wg.Add(1)
-		go func(g int) {
-			defer wg.Done()
-			h := NewHistogram()
-			kc := st.kc(g)
-			for i := g; ; i += w {
-				select {
-				case <-stop:
-					mu.Lock()
-					hist.Merge(h)
-					mu.Unlock()
-					return
-				default:
-				}
-				if i >= st.cfg.Nodes {
-					i = g
-				}
-				t0 := time.Now()
-				err := st.renew(ctx, kc, i, t0)
-				h.Record(time.Since(t0))
-				n.Add(1)
-				if err != nil && errs.Add(1) == 1 {
-					mu.Lock()
-					out.firstErr = err.Error()
-					mu.Unlock()
-				}
-			}
-		}(g)
-	}
-	during()
-	close(stop)
-	wg.Wait()
-	out.n, out.errs, out.h = n.Load(), errs.Load(), hist.Summary()
-	return out
-}
-
 // renew is a kubelet's heartbeat through kube-apiserver: the update Txn
 // If ModRevision(k) = rev Then Put(k, v) Else Get(k), with the Lease's renewTime set to now.
 // A conflict (the Else branch) takes the revision it returns, as GuaranteedUpdate retries.
 func (st *stateRun) renew(ctx context.Context, kc *kubernetes.Client, i int, now time.Time) error {
-	l := NodeLease(NodeName(i), st.created)
+	return renewLease(ctx, kc, st.leaseRevs, st.created, i, now)
+}
+
+// renewLease renews lease i (created at created) with the revision revs[i], updating it.
+func renewLease(ctx context.Context, kc *kubernetes.Client, revs []int64, created time.Time, i int, now time.Time) error {
+	l := NodeLease(NodeName(i), created)
 	Renew(l, now)
 	val, err := EncodeLease(l)
 	if err != nil {
 		return err
 	}
 	key := LeasePrefix + NodeName(i)
-	resp, err := kc.OptimisticPut(ctx, key, val, st.leaseRevs[i], kubernetes.PutOptions{GetOnFailure: true})
+	resp, err := kc.OptimisticPut(ctx, key, val, revs[i], kubernetes.PutOptions{GetOnFailure: true})
 	if err != nil {
 		return err
 	}
 	if resp.Succeeded {
-		st.leaseRevs[i] = resp.Revision
+		revs[i] = resp.Revision
 		return nil
 	}
 	if resp.KV == nil {
 		return fmt.Errorf("update of %s: compare failed and the key is gone", key)
 	}
-	st.leaseRevs[i] = resp.KV.ModRevision
+	revs[i] = resp.KV.ModRevision
 	return errConflict
 }
 

@@ -136,7 +136,17 @@ func stateRows(r *StateReport) []stateRow {
 				return "not run"
 			}
 			l := t.List
-			return fmt.Sprintf("%s → %s (%.2f×; %d writers, %d errors)", FmtUs(l.IdleWriteP99Us), FmtUs(l.ListWriteP99Us), l.ListWriteP99Xidle, l.PointWriters, l.WriteErrors)
+			return fmt.Sprintf("%s → %s (%.2f×; %d writers %s, %d errors)", FmtUs(l.IdleWriteP99Us), FmtUs(l.ListWriteP99Us), l.ListWriteP99Xidle,
+				l.PointWriters, writersWhere[l.PointWritersIn], l.WriteErrors)
+		}},
+		stateRow{"point-write p99 during paged / unpaginated / stream (× idle)", func(t *StateTarget) string {
+			if t.List == nil {
+				return "not run"
+			}
+			if len(t.List.WritePhases) == 0 {
+				return "-"
+			}
+			return t.List.phaseCell()
 		}},
 		stateRow{"watch: lease renewals/s (update Txn)", func(t *StateTarget) string {
 			if t.Watch == nil {
@@ -180,6 +190,13 @@ func stateRows(r *StateReport) []stateRow {
 }
 
 // WriteStateTable prints the state run as a text table, one column per target.
+// writersWhere says where the point writers ran, in the table.
+var writersWhere = map[string]string{
+	WritersShared:  "on the lister's connections",
+	WritersConns:   "on their own connection",
+	WritersProcess: "in their own process",
+}
+
 func WriteStateTable(w io.Writer, r *StateReport) {
 	fmt.Fprintf(w, "state: %d nodes + %d pods + %d leases, %d clients on %d connections\n", r.Nodes, r.Nodes, r.Nodes, r.Clients, r.Conns)
 	rows := stateRows(r)

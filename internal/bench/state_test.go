@@ -87,9 +87,14 @@ func TestBenchState(t *testing.T) {
 	const n = 2000
 	cfg := StateConfig{Nodes: n, Clients: 16, Conns: 4, Watchers: 2, WatchDuration: 2 * time.Second, IdleDuration: time.Second}
 	rep := &StateReport{Nodes: n, PageLimit: 500, Watchers: 2}
+	// The point writers in their own process (`meganode bench state-writers`) against the
+	// store, on the load's connections (writer 0 on the lister's) against etcd.
+	writersIn := map[string]string{TargetMeganode: WritersProcess, TargetEtcd: WritersShared}
 	for _, kind := range []string{TargetMeganode, TargetEtcd} {
 		spec := TargetSpec{Kind: kind, StoreBin: storeBin, EtcdCmd: []string{meganode, "etcd"}}
 		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+		cfg := cfg
+		cfg.PointWritersIn, cfg.WritersCmd = writersIn[kind], []string{meganode, "bench", "state-writers"}
 		res, err := RunState(ctx, spec, cfg)
 		cancel()
 		if err != nil {
@@ -155,7 +160,19 @@ func checkStateTarget(t *testing.T, r *StateTarget, n int, watchers int) {
 	if r.List.IdleWrites == 0 || r.List.ListWrites == 0 || r.List.WriteErrors != 0 || r.List.IdleWriteP99Us <= 0 {
 		t.Fatalf("%s point writes: %+v", r.Target, r.List)
 	}
+	// Per phase: idle, paged, unpaginated, stream; each write counted once (the stream
+	// of 2,000 pods may be too short for a write to start in it).
+	ph := r.List.WritePhases
+	if len(ph) != 4 || ph[0].Phase != "idle" || ph[0].Writes != r.List.IdleWrites || ph[1].Phase != "paged" || ph[1].Writes == 0 ||
+		ph[1].P99Us <= 0 || ph[1].Writes+ph[2].Writes+ph[3].Writes != r.List.ListWrites {
+		t.Fatalf("%s point writes per phase: %+v", r.Target, ph)
+	}
 	w := r.Watch
+	// No conflicts: the lease revisions the point writers moved came back to the bench
+	// (from their process, too).
+	if w.Conflicts != 0 {
+		t.Fatalf("%s watch: %d conflicts after the point writers (%s)", r.Target, w.Conflicts, r.List.PointWritersIn)
+	}
 	if w.Writes == 0 || w.Missing != 0 || w.Unexpected != 0 || w.Events != w.Writes*int64(watchers) || w.Watchers != 3*watchers ||
 		w.DelayP99Us <= 0 || w.DelayP99Us < w.DelayP50Us {
 		t.Fatalf("%s watch: %+v", r.Target, w)

@@ -55,6 +55,27 @@ func (h *Histogram) Merge(o *Histogram) {
 	h.min, h.max = min(h.min, o.min), max(h.max, o.max)
 }
 
+// HistogramState is a histogram as it crosses a process boundary (JSON): the bench's
+// point writers may run in a process of their own (state_writers.go).
+type HistogramState struct {
+	Hdr      *hdrhistogram.Snapshot `json:"hdr"`
+	Sum      float64                `json:"sum_ns"`
+	Min, Max int64
+}
+
+// State exports h.
+func (h *Histogram) State() HistogramState {
+	return HistogramState{Hdr: h.h.Export(), Sum: h.sum, Min: h.min, Max: h.max}
+}
+
+// HistogramFromState is the histogram s was exported from.
+func HistogramFromState(s HistogramState) *Histogram {
+	if s.Hdr == nil {
+		return NewHistogram()
+	}
+	return &Histogram{h: hdrhistogram.Import(s.Hdr), sum: s.Sum, min: s.Min, max: s.Max}
+}
+
 // Count of observations.
 func (h *Histogram) Count() uint64 { return uint64(h.h.TotalCount()) }
 
