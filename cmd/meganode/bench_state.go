@@ -158,7 +158,13 @@ func newBenchStateWritersCmd() *cobra.Command {
 		Use:    "state-writers",
 		Short:  "point writers of bench state, in their own process (internal)",
 		Hidden: true,
-		Args:   noArgs,
+		Long: `state-writers is the point writers of 'meganode bench state --point-writers-in process': the
+bench runs it as a process of its own and drives it on stdin (a JSON line with the endpoints,
+writer count, node count, creation time and lease revisions; then "phase N" lines and "stop"),
+and it answers on stdout ("ready" once connected, then one JSON line: the latency histogram
+and errors of each phase and the lease revisions). Not meant to be run by hand.`,
+		Example: `  meganode bench state --nodes 100000 --point-writers-in process   # runs it`,
+		Args:    noArgs,
 		RunE: action(&struct{}{}, func(ctx context.Context, _ *cobra.Command, _ *struct{}) error {
 			return bench.RunStateWriters(ctx, os.Stdin, os.Stdout)
 		}),

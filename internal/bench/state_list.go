@@ -144,7 +144,8 @@ func (st *stateRun) list(ctx context.Context) (*StateList, error) {
 	if err != nil {
 		return res, fmt.Errorf("point writers: %w", err)
 	}
-	// phase switches are counted (a lost one would put writes in the wrong window)
+	// A phase switch that fails (the writer process gone) fails the phase: its writes would be
+	// counted in the wrong window.
 	var phaseErr error
 	phase := func(p int) {
 		if err := pw.setPhase(p); err != nil && phaseErr == nil {
