@@ -456,6 +456,16 @@ mod tests {
         out
     }
 
+    /// Closes the store, opens `dir` again and finds the state it had; removes `dir`.
+    fn recovers_the_same_state(dir: &Path, open: (Store, Arc<Wal>, std::fs::File)) {
+        let before = state(&open.0);
+        drop(open);
+        let (store, _wal, _lock) = reopen(dir);
+        assert_eq!(state(&store), before);
+        drop(store);
+        fs::remove_dir_all(dir).unwrap();
+    }
+
     fn reopen(dir: &Path) -> (Store, Arc<Wal>, std::fs::File) {
         let store = Store::new();
         let (wal, _, lock) = crate::wal::open(dir, Durability::new(Mode::Buffered, &[]), &store, None).unwrap();
@@ -478,12 +488,7 @@ mod tests {
         let ckpts = fs::read_dir(&dir).unwrap().filter_map(|e| e.ok()).filter(|e| e.path().extension().is_some_and(|x| x == "ckpt"));
         let size = ckpts.map(|e| e.metadata().unwrap().len()).max().unwrap();
         assert!(size > 4 * WRITE_OUT_BYTES, "checkpoint of {size} B: fewer than five write-out steps");
-        let before = state(&store);
-        drop((store, wal, lock));
-        let (store, _wal, _lock) = reopen(&dir);
-        assert_eq!(state(&store), before);
-        drop(store);
-        fs::remove_dir_all(&dir).unwrap();
+        recovers_the_same_state(&dir, (store, wal, lock));
     }
 
     /// A checkpoint that fails for space leaves both segments and no `.tmp`
@@ -541,12 +546,7 @@ mod tests {
         let (rev, keys) = decode_checkpoint(&fs::read(dir.join("registry+pods+.ckpt")).unwrap()).unwrap();
         assert_eq!((rev, keys.len()), (store.current_rev(), 3));
         assert_eq!(fs::metadata(&log).unwrap().len(), 0);
-        let before = state(&store);
-        drop((store, wal, lock));
-        let (store, _wal, _lock) = reopen(&dir);
-        assert_eq!(state(&store), before);
-        drop(store);
-        fs::remove_dir_all(&dir).unwrap();
+        recovers_the_same_state(&dir, (store, wal, lock));
     }
 
     /// Checkpoints taken while another thread writes, deletes and compacts
@@ -595,12 +595,7 @@ mod tests {
         let compactions = writer.join().unwrap();
         assert!(taken >= 3, "only {taken} checkpoints");
         assert!(compactions >= 2, "only {compactions} compactions");
-        let before = state(&store);
-        drop((store, wal, lock));
-        let (store, _wal, _lock) = reopen(&dir);
-        assert_eq!(state(&store), before);
-        drop(store);
-        fs::remove_dir_all(&dir).unwrap();
+        recovers_the_same_state(&dir, (Arc::into_inner(store).unwrap(), wal, lock));
     }
 
     /// Packed values go into the checkpoint packed, with their dictionary, and come back
