@@ -10,9 +10,6 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/api/v3/etcdserverpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
-
-	"github.com/meganode/meganode/internal/storeproc"
 )
 
 // A checkpoint that fails for space raises the disk's NOSPACE alarm (docs/design.md §5,
@@ -22,15 +19,9 @@ import (
 // pods, then the disk filled but for 1 MiB, then ~0.5 MiB more: the log passes the threshold,
 // the cut leaves 1.3 MiB in registry+pods+.wal.old, and its checkpoint (1.3 MiB) does not fit.
 func TestFailedCheckpointRaisesTheAlarm(t *testing.T) {
-	dir := mountTmpfs(t, "16m")
+	dir, p, cli := storeOnTmpfs(t, "16m", "--durability=buffered", "--wal-checkpoint-bytes=1048576")
 	data := filepath.Join(dir, "data")
-	p, err := storeproc.Start(storeproc.Options{DataDir: data, ExtraArgs: []string{"--durability=buffered", "--wal-checkpoint-bytes=1048576"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop() })
-	cli := client(t, p)
-	defer func() { cli.Close() }()
+	defer func() { cli.Close() }() // the client after the last restart
 	bg := context.Background()
 	value := strings.Repeat("c", 3000)
 	acked := map[string]string{}
@@ -87,20 +78,7 @@ func TestFailedCheckpointRaisesTheAlarm(t *testing.T) {
 	}
 	check := func(when string) {
 		t.Helper()
-		g, err := cli.Get(bg, "/registry/pods/", clientv3.WithPrefix())
-		if err != nil {
-			t.Fatal(err)
-		}
-		have := map[string]string{}
-		for _, kv := range g.Kvs {
-			have[string(kv.Key)] = string(kv.Value)
-		}
-		lost := 0
-		for k, v := range acked {
-			if have[k] != v {
-				lost++
-			}
-		}
+		lost := len(lostWrites(t, cli, "/registry/pods/", acked))
 		t.Logf("%s: %d acknowledged writes checked, %d lost", when, len(acked), lost)
 		if lost > 0 {
 			t.Fatalf("%s: %d acknowledged writes lost", when, lost)

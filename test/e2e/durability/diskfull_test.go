@@ -50,12 +50,12 @@ func mountTmpfs(t *testing.T, size string) string {
 	return dir
 }
 
-// storeOnTmpfs starts the store with --durability=mode, its data in <dir>/data on a fresh
-// 16 MiB tmpfs dir, and a client of it; both are stopped when the test ends.
-func storeOnTmpfs(t *testing.T, mode string) (dir string, p *storeproc.Proc, cli *clientv3.Client) {
+// storeOnTmpfs starts the store with `args`, its data in <dir>/data on a fresh tmpfs of
+// `size`, and a client of it; both are stopped when the test ends.
+func storeOnTmpfs(t *testing.T, size string, args ...string) (dir string, p *storeproc.Proc, cli *clientv3.Client) {
 	t.Helper()
-	dir = mountTmpfs(t, "16m")
-	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: []string{"--durability=" + mode}})
+	dir = mountTmpfs(t, size)
+	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: args})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,6 +63,47 @@ func storeOnTmpfs(t *testing.T, mode string) (dir string, p *storeproc.Proc, cli
 	cli = client(t, p)
 	t.Cleanup(func() { _ = cli.Close() })
 	return dir, p, cli
+}
+
+// lostWrites reads the keys under prefix and returns those whose value is not the one
+// last acknowledged for them in acked.
+func lostWrites(t *testing.T, cli *clientv3.Client, prefix string, acked map[string]string) []string {
+	t.Helper()
+	g, err := cli.Get(context.Background(), prefix, clientv3.WithPrefix())
+	if err != nil {
+		t.Fatal(err)
+	}
+	have := map[string]string{}
+	for _, kv := range g.Kvs {
+		have[string(kv.Key)] = string(kv.Value)
+	}
+	var lost []string
+	for k, v := range acked {
+		if have[k] != v {
+			lost = append(lost, k)
+		}
+	}
+	return lost
+}
+
+// writesResume removes `filler` and retries put until it succeeds, failing the test if
+// that takes more than 5 s; it returns how long it took.
+func writesResume(t *testing.T, filler string, put func() error) time.Duration {
+	t.Helper()
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	freed := time.Now()
+	for {
+		err := put()
+		if err == nil {
+			return time.Since(freed)
+		}
+		if time.Since(freed) > 5*time.Second {
+			t.Fatalf("writes not taken 5 s after space returned: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 // fill writes a file until the file system has no room left.
@@ -98,7 +139,7 @@ func isNoSpace(err error) bool {
 }
 
 func testDiskFull(t *testing.T, mode string) {
-	dir, p, cli := storeOnTmpfs(t, mode)
+	dir, p, cli := storeOnTmpfs(t, "16m", "--durability="+mode)
 	data := filepath.Join(dir, "data")
 	bg := context.Background()
 	value := strings.Repeat("x", 3000)
@@ -219,21 +260,8 @@ func testDiskFull(t *testing.T, mode string) {
 	}
 
 	// Room again: writes are taken within 5 s, without a restart.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	freed := time.Now()
-	for {
-		err := put("/registry/pods/ns/after", value, time.Second)
-		if err == nil {
-			break
-		}
-		if time.Since(freed) > 5*time.Second {
-			t.Fatalf("writes not taken 5 s after space returned: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("writes taken again %v after space returned", time.Since(freed).Round(time.Millisecond))
+	took := writesResume(t, filler, func() error { return put("/registry/pods/ns/after", value, time.Second) })
+	t.Logf("writes taken again %v after space returned", took.Round(time.Millisecond))
 	if al, err := cli.AlarmList(bg); err != nil || len(al.Alarms) != 0 {
 		t.Fatalf("alarms after space returned: %v %v", al, err)
 	}
@@ -248,20 +276,9 @@ func testDiskFull(t *testing.T, mode string) {
 	cli.Close()
 	cli = killAndRestart(t, p)
 	defer cli.Close()
-	g, err = cli.Get(bg, "/registry/pods/", clientv3.WithPrefix())
-	if err != nil {
-		t.Fatal(err)
+	lost := lostWrites(t, cli, "/registry/pods/", acked)
+	for _, k := range lost {
+		t.Errorf("acknowledged %s lost after restart", k)
 	}
-	have := map[string]string{}
-	for _, kv := range g.Kvs {
-		have[string(kv.Key)] = string(kv.Value)
-	}
-	lost := 0
-	for k, v := range acked {
-		if have[k] != v {
-			lost++
-			t.Errorf("acknowledged %s lost after restart", k)
-		}
-	}
-	t.Logf("%d acknowledged writes checked after SIGKILL and restart, %d lost", len(acked), lost)
+	t.Logf("%d acknowledged writes checked after SIGKILL and restart, %d lost", len(acked), len(lost))
 }

@@ -3,7 +3,6 @@ package durability
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,16 +234,12 @@ func TestSlowDiskWrites(t *testing.T) {
 // clients to it; all are closed and stopped when the test ends.
 func startWithClients(t *testing.T, size string, conns int, args ...string) (*storeproc.Proc, []*clientv3.Client) {
 	t.Helper()
-	dir := mountTmpfs(t, size)
-	p, err := storeproc.Start(storeproc.Options{DataDir: filepath.Join(dir, "data"), ExtraArgs: args})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop() })
-	cs := make([]*clientv3.Client, conns)
-	for i := range cs {
-		cs[i] = client(t, p)
-		t.Cleanup(func() { _ = cs[i].Close() })
+	_, p, cli := storeOnTmpfs(t, size, args...)
+	cs := []*clientv3.Client{cli}
+	for len(cs) < conns {
+		c := client(t, p)
+		t.Cleanup(func() { _ = c.Close() })
+		cs = append(cs, c)
 	}
 	return p, cs
 }

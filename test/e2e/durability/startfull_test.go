@@ -25,15 +25,9 @@ import (
 // writing, fails with one error line naming the file and the error, and leaves nothing that
 // would stop the next start from restoring.
 func TestStartOnAFullDisk(t *testing.T) {
-	dir := mountTmpfs(t, "16m")
+	dir, p, cli := storeOnTmpfs(t, "16m", "--durability=fsync")
 	data := filepath.Join(dir, "data")
-	p, err := storeproc.Start(storeproc.Options{DataDir: data, ExtraArgs: []string{"--durability=fsync"}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = p.Stop() })
-	cli := client(t, p)
-	defer func() { cli.Close() }()
+	defer func() { cli.Close() }() // the client after the last restart
 	bg := context.Background()
 	value := strings.Repeat("s", 3000)
 	for i := 0; i < 50; i++ {
@@ -114,23 +108,13 @@ func TestStartOnAFullDisk(t *testing.T) {
 	t.Logf("restore on a full disk: %s", fatal[0])
 
 	// Room again: writes are taken within 5 s, without a restart.
-	if err := os.Remove(filler); err != nil {
-		t.Fatal(err)
-	}
-	freed := time.Now()
-	for {
+	took := writesResume(t, filler, func() error {
 		ctx, cancel := context.WithTimeout(bg, time.Second)
+		defer cancel()
 		_, err := cli.Put(ctx, "/registry/pods/ns/after", value)
-		cancel()
-		if err == nil {
-			break
-		}
-		if time.Since(freed) > 5*time.Second {
-			t.Fatalf("writes not taken 5 s after space returned: %v", err)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	t.Logf("writes taken again %v after space returned", time.Since(freed).Round(time.Millisecond))
+		return err
+	})
+	t.Logf("writes taken again %v after space returned", took.Round(time.Millisecond))
 	if al, err := cli.AlarmList(bg); err != nil || len(al.Alarms) != 0 {
 		t.Fatalf("alarms after space returned: %v %v", al, err)
 	}

@@ -28,7 +28,7 @@ func TestHeldWriteIsInvisibleUntilDurable(t *testing.T) {
 }
 
 func testHeldWriteInvisible(t *testing.T, mode string) {
-	dir, p, cli := storeOnTmpfs(t, mode)
+	dir, p, cli := storeOnTmpfs(t, "16m", "--durability="+mode)
 	bg := context.Background()
 	for i := 0; i < 5; i++ {
 		if _, err := cli.Put(bg, fmt.Sprintf("/registry/pods/ns/before-%d", i), "v"); err != nil {
@@ -156,7 +156,7 @@ func deliveredWithin(wch clientv3.WatchChan, key string, d time.Duration) (rev i
 // The same held write becomes visible — to reads and to a watcher — once the
 // disk has room again and its retry wrote it.
 func TestHeldWriteBecomesVisibleWhenWritten(t *testing.T) {
-	dir, _, cli := storeOnTmpfs(t, "fsync")
+	dir, _, cli := storeOnTmpfs(t, "16m", "--durability=fsync")
 	bg := context.Background()
 	wctx, wcancel := context.WithCancel(bg)
 	defer wcancel()
