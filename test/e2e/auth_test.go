@@ -437,8 +437,15 @@ func restart(t *testing.T, tg *target, o serverOpts) {
 		must(t, "restart etcd", err)
 		tg.Etcd, tg.Endpoint = e, e.Endpoint
 	}
+	reconnect(t, tg)
+}
+
+// reconnect gives tg a new client of its endpoint (a restarted store listens on a new port:
+// set tg.Endpoint first).
+func reconnect(t *testing.T, tg *target) {
+	t.Helper()
 	cli, err := newClient(tg.Endpoint, nil)
-	must(t, "client", err)
+	must(t, "reconnect", err)
 	tg.setClient(cli)
 }
 

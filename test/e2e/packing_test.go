@@ -84,9 +84,7 @@ func TestPackedValuesReadBack(t *testing.T) {
 			// A restart listens on a new port, and its revisions continue above a floor
 			// (reads below are at the revision written before it).
 			tg.Endpoint = tg.Proc.Endpoint
-			cli, err := newClient(tg.Endpoint, nil)
-			must(t, "reconnect", err)
-			tg.setClient(cli)
+			reconnect(t, tg)
 			waitPacked(t, tg, 0)
 			// Memory is compared after a restart on both stores: loaded from their data, with
 			// no garbage of the writes (freed pages, the watch log) in either.

@@ -526,9 +526,7 @@ func TestQuotaMetricsAndDefault(t *testing.T) {
 		must(t, "stop", tg.Proc.Stop())
 		must(t, "restart", tg.Proc.Restart())
 		tg.Endpoint = tg.Proc.Endpoint
-		cli, err := newClient(tg.Endpoint, nil)
-		must(t, "client", err)
-		tg.setClient(cli)
+		reconnect(t, tg)
 		ctx := ctxT(t)
 		after, err := tg.Maint.Status(ctx, &pb.StatusRequest{})
 		must(t, "status after restart", err)
