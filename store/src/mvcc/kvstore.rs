@@ -635,17 +635,24 @@ impl Store {
         Ok(())
     }
 
-    /// Range over locked shards at `rev` with every etcd option.
+    /// Range over locked shards at `rev` with every etcd option; decoded by the caller.
     pub fn range_locked<G: std::ops::Deref<Target = ShardData>>(
         &self,
         locked: &Locked<G>,
         req: &etcd_client::proto::PbRangeRequest,
         rev: i64,
-    ) -> PbRangeResponse {
+    ) -> super::kvstore_range::RangeRead {
         super::kvstore_range::range_over(locked, req, rev, Some(&self.page_counts))
     }
 
     pub fn range(&self, req: &etcd_client::proto::PbRangeRequest) -> Result<PbRangeResponse> {
+        Ok(self.range_read(req)?.into_response())
+    }
+
+    /// A Range read under its shards' read locks, to be decoded (`RangeRead::into_response`)
+    /// once they are dropped; its revision is the store's current one, which etcd's header
+    /// always carries, whatever revision was read.
+    pub fn range_read(&self, req: &etcd_client::proto::PbRangeRequest) -> Result<super::kvstore_range::RangeRead> {
         check_range(req)?;
         let r = KeyRange::new(&req.key, &req.range_end);
         let shards = self.shards_for(std::slice::from_ref(&r), false);
@@ -653,10 +660,10 @@ impl Store {
         // Checked with the shards held so compaction cannot pass under us.
         let cur = self.current_rev();
         let rev = self.check_rev_for(&r, req.revision)?.min(cur);
-        let mut resp = self.range_locked(&locked, req, rev);
-        // etcd's header always carries the current revision, whatever was read.
-        resp.header = header(cur);
-        Ok(resp)
+        let mut read = self.range_locked(&locked, req, rev);
+        drop(locked);
+        read.rev = cur;
+        Ok(read)
     }
 
     /// Deletes every live key of the interval in one revision.

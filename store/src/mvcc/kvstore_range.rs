@@ -17,7 +17,7 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
     req: &PbRangeRequest,
     rev: i64,
     counts: Option<&PageCounts>,
-) -> PbRangeResponse {
+) -> RangeRead {
     let r = KeyRange::new(&req.key, &req.range_end);
     let filtered = req.min_mod_revision != 0
         || req.max_mod_revision != 0
@@ -50,7 +50,7 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
         }
     }
     if req.count_only {
-        return PbRangeResponse { header: header(rev), kvs: Vec::new(), more: false, count };
+        return RangeRead::counted(rev, count);
     }
     if filtered {
         kvs.retain(|(_, v)| {
@@ -81,12 +81,7 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
         kvs.truncate(req.limit as usize);
         more = true;
     }
-    PbRangeResponse {
-        header: header(rev),
-        kvs: kvs.into_iter().map(|(k, v)| to_kv(k, v, req.keys_only)).collect(),
-        more,
-        count,
-    }
+    RangeRead::taken(rev, kvs, req.keys_only, more, count)
 }
 
 /// A limited range in key order (or a count): the first limit+1 live keys of
@@ -99,13 +94,13 @@ fn page_over<G: std::ops::Deref<Target = ShardData>>(
     r: &KeyRange<'_>,
     rev: i64,
     counts: &PageCounts,
-) -> PbRangeResponse {
+) -> RangeRead {
     let count = match counts.lookup(rev, &req.key, &req.range_end) {
         Some(n) => n,
         None => locked.count_live(r, rev),
     };
     if req.count_only {
-        return PbRangeResponse { header: header(rev), kvs: Vec::new(), more: false, count };
+        return RangeRead::counted(rev, count);
     }
     let limit = req.limit as usize;
     let mut kvs = locked.first_live(r, rev, limit.saturating_add(1));
@@ -116,11 +111,59 @@ fn page_over<G: std::ops::Deref<Target = ShardData>>(
     } else {
         counts.finish(rev, &req.key, &req.range_end);
     }
-    PbRangeResponse {
-        header: header(rev),
-        kvs: kvs.into_iter().map(|(k, v)| to_kv(k, v, req.keys_only)).collect(),
-        more,
-        count,
+    RangeRead::taken(rev, kvs, req.keys_only, more, count)
+}
+
+/// A range's answer as read under the shard locks: the versions it returns, each
+/// held by reference count (values are immutable once written; the packer swaps a
+/// version's value for another `Value`, never changes one), turned into KeyValues —
+/// packed values decoded, keys and values copied — only by `into_response`, after
+/// the caller has dropped the locks. A page of 500 pods decoded under the pods'
+/// read lock held their writers for as long as the decoding took (≈1–2 ms).
+pub struct RangeRead {
+    /// The revision read at; `into_response` puts it in the header (callers that
+    /// answer with another revision, as Range does, overwrite it).
+    pub rev: i64,
+    kvs: Vec<(Bytes, Version)>,
+    keys_only: bool,
+    pub more: bool,
+    pub count: i64,
+}
+
+impl RangeRead {
+    fn counted(rev: i64, count: i64) -> Self {
+        RangeRead { rev, kvs: Vec::new(), keys_only: false, more: false, count }
+    }
+
+    pub(crate) fn taken(rev: i64, kvs: Vec<(&Bytes, &Version)>, keys_only: bool, more: bool, count: i64) -> Self {
+        let kvs = kvs.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
+        RangeRead { rev, kvs, keys_only, more, count }
+    }
+
+    /// Keys returned.
+    pub fn len(&self) -> usize {
+        self.kvs.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kvs.is_empty()
+    }
+
+    /// The bytes the answer will carry (keys, and values unless keys only), as
+    /// written: what decoding and copying it costs is proportional to this.
+    pub fn payload_bytes(&self) -> usize {
+        self.kvs.iter().map(|(k, v)| k.len() + if self.keys_only { 0 } else { v.value.len() }).sum()
+    }
+
+    /// The answer: every KeyValue decoded and copied.
+    pub fn into_response(self) -> PbRangeResponse {
+        let keys_only = self.keys_only;
+        PbRangeResponse {
+            header: header(self.rev),
+            kvs: self.kvs.iter().map(|(k, v)| to_kv(k, v, keys_only)).collect(),
+            more: self.more,
+            count: self.count,
+        }
     }
 }
 

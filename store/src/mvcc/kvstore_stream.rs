@@ -2,26 +2,20 @@
 //! fixed revision, each under its own short hold of the shard locks, so a
 //! stream holds nothing but its revision and next key between chunks.
 use bytes::Bytes;
-use etcd_client::proto::PbKeyValue;
 
 use super::key_history::Version;
-use super::kvstore::{to_kv, Store};
+use super::kvstore::Store;
+use super::kvstore_range::RangeRead;
 use super::shard::KeyRange;
 use crate::errors::{Result, StoreError};
 
-/// One chunk: the live keys at the revision, in key order, and whether the
-/// interval holds more after the last of them.
-pub struct Chunk {
-    pub kvs: Vec<PbKeyValue>,
-    pub more: bool,
-}
-
 impl Store {
     /// Up to `limit` (>= 1) keys of `[from, end)` live at `rev`, as a Range at
-    /// `rev` with that limit would return them. Fails with Compacted once a
+    /// `rev` with that limit would return them (`more`: the interval holds more
+    /// after the last of them), to be decoded once the locks are dropped. Fails with Compacted once a
     /// compaction has passed `rev` (etcd reads every chunk of a stream as a
     /// new Range at the stream's revision, and that Range fails the same way).
-    pub fn range_chunk(&self, from: &[u8], end: &[u8], rev: i64, limit: usize, keys_only: bool) -> Result<Chunk> {
+    pub fn range_chunk(&self, from: &[u8], end: &[u8], rev: i64, limit: usize, keys_only: bool) -> Result<RangeRead> {
         let r = KeyRange::new(from, end);
         let shards = self.shards_for(std::slice::from_ref(&r), false);
         let locked = self.lock_read(shards);
@@ -30,7 +24,7 @@ impl Store {
             return Err(StoreError::Compacted);
         }
         if r.is_empty() {
-            return Ok(Chunk { kvs: Vec::new(), more: false });
+            return Ok(RangeRead::taken(rev, Vec::new(), keys_only, false, 0));
         }
         // At most limit+1 live keys from each shard the interval touches: the
         // first limit+1 of their merge are the first limit+1 of the interval.
@@ -53,7 +47,7 @@ impl Store {
         }
         let more = picked.len() > limit;
         picked.truncate(limit);
-        Ok(Chunk { kvs: picked.into_iter().map(|(k, v)| to_kv(k, v, keys_only)).collect(), more })
+        Ok(RangeRead::taken(rev, picked, keys_only, more, 0))
     }
 
     /// How many keys of `[from, end)` are live at `rev` (the count a stream
@@ -81,7 +75,7 @@ impl Store {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use etcd_client::proto::{PbDeleteRequest, PbPutRequest, PbRangeRequest};
+    use etcd_client::proto::{PbDeleteRequest, PbKeyValue, PbPutRequest, PbRangeRequest};
 
     fn put(s: &Store, k: &str, v: &str) {
         s.put(&PbPutRequest { key: k.into(), value: v.into(), ..Default::default() }).unwrap();
@@ -107,8 +101,9 @@ mod tests {
         let mut step = 0;
         loop {
             let c = s.range_chunk(&from, &end, rev, 7, false).unwrap();
-            got.extend(c.kvs);
-            if !c.more {
+            let more = c.more;
+            got.extend(c.into_response().kvs);
+            if !more {
                 break;
             }
             from = got.last().unwrap().key.clone();
@@ -134,11 +129,16 @@ mod tests {
         let s = Store::new();
         put(&s, "/registry/pods/ns/a", "v");
         let rev = s.current_rev();
-        let c = s.range_chunk(b"/registry/pods/ns/a", b"", rev, 1, true).unwrap();
-        assert_eq!((c.kvs.len(), c.more, c.kvs[0].value.is_empty()), (1, false, true));
-        let c = s.range_chunk(b"/registry/pods/ns/b", b"/registry/pods/ns/a", rev, 10, false).unwrap();
-        assert_eq!((c.kvs.len(), c.more), (0, false));
-        let c = s.range_chunk(b"/", b"\0", rev, 1, false).unwrap();
-        assert_eq!((c.kvs.len(), c.more), (1, false));
+        let chunk = |from: &[u8], end: &[u8], limit, keys_only| {
+            let c = s.range_chunk(from, end, rev, limit, keys_only).unwrap();
+            let more = c.more;
+            (c.into_response().kvs, more)
+        };
+        let (kvs, more) = chunk(b"/registry/pods/ns/a", b"", 1, true);
+        assert_eq!((kvs.len(), more, kvs[0].value.is_empty()), (1, false, true));
+        let (kvs, more) = chunk(b"/registry/pods/ns/b", b"/registry/pods/ns/a", 10, false);
+        assert_eq!((kvs.len(), more), (0, false));
+        let (kvs, more) = chunk(b"/", b"\0", 1, false);
+        assert_eq!((kvs.len(), more), (1, false));
     }
 }

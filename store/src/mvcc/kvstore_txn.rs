@@ -93,7 +93,7 @@ impl Store {
                 let resp = match &op.request {
                     Some(PbTxnOpRequest::RequestRange(r)) => {
                         let at = if r.revision > 0 { r.revision } else { rev };
-                        let mut resp = self.range_locked(locked, r, at);
+                        let mut resp = self.range_locked(locked, r, at).into_response();
                         resp.header = header(rev);
                         PbTxnOpResponse::ResponseRange(resp)
                     }
@@ -196,7 +196,7 @@ fn nested_header() -> Option<etcd_client::proto::PbResponseHeader> {
 fn range_in(locked: &Locked<WriteGuard>, r: &etcd_client::proto::PbRangeRequest, rev: i64) -> PbRangeResponse {
     // Store::range_locked only reads the store's lock-free fields; a throwaway
     // store is not needed because the function is pure over `locked`.
-    super::kvstore_range::range_over(locked, r, rev, None)
+    super::kvstore_range::range_over(locked, r, rev, None).into_response()
 }
 
 /// etcd's compare semantics: every key of the compare's range must satisfy it;

@@ -366,7 +366,11 @@ pub(crate) mod tests {
             let got = range(req);
             assert_eq!(got[0], got[1]);
         }
-        let chunk = |s: &Store| s.range_chunk(&k, &end, rev, 300, false).map(|c| (c.kvs, c.more)).unwrap();
+        let chunk = |s: &Store| {
+            let c = s.range_chunk(&k, &end, rev, 300, false).unwrap();
+            let more = c.more;
+            (c.into_response().kvs, more)
+        };
         assert_eq!(chunk(&packed), chunk(&plain));
         for i in [0usize, 3, 42, 1499] {
             let key = format!("/registry/pods/ns/p{i:05}").into_bytes();

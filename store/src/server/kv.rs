@@ -87,18 +87,20 @@ impl KvService {
 }
 
 impl KvService {
-    /// A Range: the caller's read permission, the
-    /// read, the auth revision unchanged across it, the header filled.
-    fn checked_range(&self, request: &Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
+    /// A Range: the caller's read permission, the read (under the shards' read
+    /// locks), the auth revision unchanged across it, then the answer decoded with
+    /// the locks dropped — a large one at a background priority (`bulk`).
+    async fn checked_range(&self, request: &Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
         let auth = self.0.identify(request).transpose()?;
         let req = request.get_ref();
         if let Some(ai) = &auth {
             self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
         }
-        let mut resp = self.0.store.range(req)?;
+        let read = self.0.store.range_read(req)?;
         if let Some(ai) = &auth {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
+        let mut resp = super::bulk::decode(read).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
     }
@@ -109,7 +111,7 @@ impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         let _timed = self.0.metrics.request(metrics::RANGE);
         self.grpc_too_large(request.get_ref().encoded_len())?;
-        let resp = self.checked_range(&request)?;
+        let resp = self.checked_range(&request).await?;
         Ok(Response::new(resp))
     }
 

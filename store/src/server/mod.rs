@@ -4,6 +4,7 @@
 pub mod auth;
 pub mod authz;
 pub mod backpressure;
+pub mod bulk;
 pub mod cluster;
 pub mod concurrency;
 pub mod deadline;

@@ -13,7 +13,6 @@ use tonic::Status;
 
 use super::Ctx;
 use crate::auth::AuthInfo;
-use crate::errors::StoreError;
 use crate::mvcc::kvstore::{check_range, header};
 
 /// etcd's first chunk limit; later chunks double or halve it (next_limit).
@@ -76,22 +75,25 @@ enum State {
 
 impl Cursor {
     /// The next message: a chunk of keys, or the last one with header, count and more.
-    fn chunk(&mut self) -> Result<PbRangeResponse, StoreError> {
+    /// The chunk is read under the shard locks and decoded after them (`bulk`).
+    async fn chunk(&mut self) -> Result<PbRangeResponse, Status> {
         let store = &self.ctx.store;
         let limit = self.limit.min(self.left).max(1) as usize;
         let c = store.range_chunk(&self.next, &self.end, self.rev, limit, self.keys_only)?;
-        self.sent += c.kvs.len() as i64;
-        self.left = self.left.saturating_sub(c.kvs.len() as i64);
-        let mut out = PbRangeResponse { kvs: c.kvs, ..Default::default() };
+        let more = c.more;
+        let kvs = super::bulk::decode(c).await?.kvs;
+        self.sent += kvs.len() as i64;
+        self.left = self.left.saturating_sub(kvs.len() as i64);
+        let mut out = PbRangeResponse { kvs, ..Default::default() };
         let size = out.encoded_len();
-        if c.more {
+        if more {
             self.next = out.kvs.last().map(|kv| kv.key.clone()).unwrap_or_default();
             self.next.push(0);
         }
-        if !c.more || self.left == 0 {
-            let rest = if c.more { store.count_at(&self.next, &self.end, self.rev)? } else { 0 };
+        if !more || self.left == 0 {
+            let rest = if more { store.count_at(&self.next, &self.end, self.rev)? } else { 0 };
             out.header = header(self.header_rev);
-            out.more = c.more;
+            out.more = more;
             out.count = self.sent + rest;
             self.state = State::Finish;
         } else {
@@ -100,7 +102,7 @@ impl Cursor {
         Ok(out)
     }
 
-    fn step(&mut self) -> Option<Result<PbRangeStreamResponse, Status>> {
+    async fn step(&mut self) -> Option<Result<PbRangeStreamResponse, Status>> {
         match self.state {
             State::Done => None,
             State::Finish => {
@@ -110,7 +112,7 @@ impl Cursor {
                     None => None,
                 }
             }
-            State::Reading => match self.chunk() {
+            State::Reading => match self.chunk().await {
                 Ok(mut r) => {
                     if r.header.is_some() {
                         self.ctx.fill(&mut r.header);
@@ -119,7 +121,7 @@ impl Cursor {
                 }
                 Err(e) => {
                     self.state = State::Done;
-                    Some(Err(e.into()))
+                    Some(Err(e))
                 }
             },
         }
@@ -161,7 +163,7 @@ pub fn start(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>)
         state: State::Reading,
     };
     // Each poll reads one chunk: nothing is read ahead of what the client takes.
-    Ok(Box::pin(futures::stream::unfold(cursor, |mut c| async move { c.step().map(|item| (item, c)) })))
+    Ok(Box::pin(futures::stream::unfold(cursor, |mut c| async move { c.step().await.map(|item| (item, c)) })))
 }
 
 #[cfg(test)]
