@@ -43,6 +43,10 @@ pub struct Config {
     /// the share of one core it may use while it works.
     pub value_compression: bool,
     pub value_compression_cpu: f64,
+    /// --grpc-transport: `lean` (default) serves plaintext HTTP/2 connections with
+    /// the store's own HTTP/2 server for the hot unary RPCs (src/transport), `tonic`
+    /// with tonic's server for everything (as before; TLS listeners always use it).
+    pub lean_transport: bool,
     pub ignored: Vec<String>,
 }
 
@@ -73,6 +77,7 @@ impl Default for Config {
             test_fault_write_latency: Duration::ZERO,
             value_compression: true,
             value_compression_cpu: 0.5,
+            lean_transport: true,
             ignored: Vec::new(),
         }
     }
@@ -92,7 +97,7 @@ const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "initial-advertise-peer-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
-    "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu",
+    "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -199,6 +204,13 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                     .ok()
                     .filter(|x: &f64| *x > 0.0 && *x <= 1.0)
                     .ok_or_else(|| format!("invalid value {value:?} for --value-compression-cpu: want a share of one core in (0, 1]"))?
+            }
+            "grpc-transport" => {
+                c.lean_transport = match value.as_str() {
+                    "lean" => true,
+                    "tonic" => false,
+                    _ => return Err(format!("invalid value {value:?} for --grpc-transport: want lean or tonic")),
+                }
             }
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),

@@ -12,6 +12,7 @@ pub mod quota;
 pub mod server;
 pub mod snapshot;
 pub mod state_file;
+pub mod transport;
 pub mod wal;
 
 pub use mvcc::Store;

@@ -4,9 +4,8 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
 use meganode_store::config::{self, Config};
-use meganode_store::server::{self, auth, cluster, election, grpc_metrics, health, http_endpoints, kv, lease, lock, maintenance, metrics, watch, Ctx};
+use meganode_store::server::{self, grpc_metrics, lease, metrics, Ctx};
 use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
@@ -52,37 +51,29 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
     }
     let limit = server::decode_limit(cfg.max_request_bytes);
     let listener = TcpListener::bind(addr).await.map_err(|e| format!("listen {addr}: {e}"))?;
-    // Our own listener, so tonic's tcp_nodelay does not apply: set it per
-    // connection, or Nagle's algorithm holds small responses back ~40 ms.
-    let incoming = futures::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
-        s.inspect(|s| {
-            let _ = s.set_nodelay(true);
-        })
-    });
-    let mut routes = tonic::service::Routes::builder();
-    routes
-        .add_service(kv::KvRouter::new(ctx.clone(), limit))
-        .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
-        .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
-        .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))
-        .add_service(PbClusterServer::new(cluster::ClusterService(ctx.clone())).max_decoding_message_size(limit))
-        .add_service(auth::AuthRouter::new(ctx.clone(), limit))
-        .add_service(lock::LockRouter::new(ctx.clone(), limit))
-        .add_service(election::ElectionRouter::new(ctx.clone(), limit))
-        .add_service(health::HealthRouter::default());
-    let mut routes = routes.routes();
-    // etcd's JSON gateway calls the gRPC services above (server/gateway).
-    let grpc = routes.clone();
-    http_endpoints::add(&mut routes, &ctx);
-    server::gateway::add(&mut routes, &ctx, grpc, limit);
+    let routes = server::routes(&ctx, limit);
     // HTTP/1 too: etcd answers its HTTP endpoints on the client port (http_endpoints).
-    builder
-        .accept_http1(true)
-        .layer(grpc_metrics::CountRpcs)
-        .add_routes(routes)
-        .serve_with_incoming(incoming)
-        .await
-        .map_err(|e| format!("serve {url}: {e}"))
+    let mut builder = builder.accept_http1(true).layer(grpc_metrics::CountRpcs);
+    if tls || !cfg.lean_transport {
+        // Our own listener, so tonic's tcp_nodelay does not apply: set it per
+        // connection, or Nagle's algorithm holds small responses back ~40 ms.
+        let incoming = futures::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
+            s.inspect(|s| {
+                let _ = s.set_nodelay(true);
+            })
+        });
+        return builder.add_routes(routes).serve_with_incoming(incoming).await.map_err(|e| format!("serve {url}: {e}"));
+    }
+    // HTTP/2 connections by the lean transport (meganode_store::transport), the others
+    // (HTTP/1.1) handed to tonic's server.
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let others = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), Ok::<_, std::io::Error>);
+    let tonic = builder.add_routes(routes.clone()).serve_with_incoming(others);
+    let lean = meganode_store::transport::serve(listener, ctx.clone(), routes, limit, tx);
+    tokio::select! {
+        r = tonic => r.map_err(|e| format!("serve {url}: {e}")),
+        r = lean => r.map_err(|e| format!("serve {url}: {e}")),
+    }
 }
 
 fn main() {
@@ -92,7 +83,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--value-compression true|false] [--value-compression-cpu SHARE]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
         return;
     }
     let cfg = match config::parse(&args) {

@@ -6,32 +6,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use etcd_client::proto::{PbLeaseServer, PbWatchServer};
 use etcd_client::{
     Client, ConnectOptions, LockOptions, Permission, PermissionType, ProclaimOptions, ResignOptions, RoleRevokePermissionOptions, UserAddOptions,
 };
 use meganode_store::config::Config;
-use meganode_store::server::{self, auth, election, kv, lease, lock, watch, Ctx};
+use meganode_store::server::{self, Ctx};
 use meganode_store::Store;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
 
 type Result<T> = std::result::Result<T, etcd_client::Error>;
 
+/// A store served by the lean transport (meganode_store::transport), as the binary
+/// serves a plaintext port: KV through its hot path, Lock, Election, Auth, Lease and
+/// Watch bridged to the tonic routes.
 async fn serve() -> String {
     let ctx = Ctx::new(Arc::new(Store::new()), Config::default(), None);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let limit = server::decode_limit(ctx.cfg.max_request_bytes);
-    let router = Server::builder()
-        .add_service(kv::KvRouter::new(ctx.clone(), limit))
-        .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())))
-        .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())))
-        .add_service(auth::AuthRouter::new(ctx.clone(), limit))
-        .add_service(lock::LockRouter::new(ctx.clone(), limit))
-        .add_service(election::ElectionRouter::new(ctx.clone(), limit));
-    tokio::spawn(router.serve_with_incoming(TcpListenerStream::new(listener)));
+    let routes = server::routes(&ctx, limit);
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    std::mem::forget(rx);
+    tokio::spawn(meganode_store::transport::serve(listener, ctx, routes, limit, tx));
     addr.to_string()
 }
 

@@ -140,6 +140,15 @@ impl RangeRead {
         RangeRead { rev, kvs, keys_only, more, count }
     }
 
+    /// The keys and versions returned, in order.
+    pub fn entries(&self) -> &[(Bytes, Version)] {
+        &self.kvs
+    }
+
+    pub fn keys_only(&self) -> bool {
+        self.keys_only
+    }
+
     /// Keys returned.
     pub fn len(&self) -> usize {
         self.kvs.len()

@@ -111,6 +111,7 @@ impl Value {
         matches!(self, Value::Zstd { .. })
     }
 
+
     /// The bytes written, in a new buffer of exactly their length.
     pub fn to_vec(&self) -> Vec<u8> {
         match self {
@@ -121,6 +122,23 @@ impl Value {
                     .expect("a packed value decodes with its own dictionary");
                 debug_assert_eq!(out.len(), out.capacity());
                 out
+            }
+        }
+    }
+
+    /// Appends the bytes written to `out` (a packed value is decoded in place,
+    /// with no buffer of its own: the Range encoder writes answers this way).
+    pub fn write_to(&self, out: &mut Vec<u8>) {
+        match self {
+            Value::Raw(b) => out.extend_from_slice(b),
+            Value::Zstd { dict, data } => {
+                let at = out.len();
+                let n = frame_len(data);
+                out.resize(at + n, 0);
+                let got = DCTX
+                    .with(|c| c.borrow_mut().decompress_using_ddict(&mut out[at..], data, dict.ddict.as_ddict()))
+                    .expect("a packed value decodes with its own dictionary");
+                assert_eq!(got, n, "a packed value decodes to its declared length");
             }
         }
     }

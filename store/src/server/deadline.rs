@@ -29,7 +29,12 @@ impl Deadline {
     /// The request's deadline, from its `grpc-timeout` as it arrives. One
     /// header look-up when none is sent.
     pub fn of(md: &MetadataMap) -> Self {
-        Deadline(grpc_timeout(md).map(|d| Instant::now() + d.saturating_sub(MARGIN)))
+        Self::after(grpc_timeout(md))
+    }
+
+    /// The deadline of a request that arrives now with grpc-timeout `timeout`.
+    pub fn after(timeout: Option<Duration>) -> Self {
+        Deadline(timeout.map(|d| Instant::now() + d.saturating_sub(MARGIN)))
     }
 
     /// `f`, unless the deadline passes first: then DeadlineExceeded, and `f` is
@@ -50,7 +55,11 @@ pub fn exceeded() -> Status {
 
 /// The request's grpc-timeout (gRPC over HTTP/2: up to 8 digits and a unit H, M, S, m, u, n).
 pub fn grpc_timeout(md: &MetadataMap) -> Option<Duration> {
-    let v = md.get("grpc-timeout")?.to_str().ok()?;
+    parse_timeout(md.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// A grpc-timeout value.
+pub fn parse_timeout(v: &str) -> Option<Duration> {
     let (digits, unit) = v.split_at(v.len().checked_sub(1)?);
     let n: u64 = digits.parse().ok()?;
     Some(match unit {

@@ -96,7 +96,7 @@ const CODES: [&str; 17] = [
     "DataLoss",
     "Unauthenticated",
 ];
-const CANCELED: usize = 1;
+pub const CANCELED: usize = 1;
 const UNKNOWN: usize = 2;
 
 /// The counters, one set per entry of RPCS.
@@ -117,7 +117,18 @@ impl GrpcMetrics {
         })
     }
 
-    fn handled(&self, rpc: usize, code: usize) {
+    /// The index of a method's counters by its path (`/service/Method`).
+    pub fn rpc(&self, path: &str) -> Option<usize> {
+        self.by_path.get(path).copied()
+    }
+
+    /// A call of method `rpc` started.
+    pub fn start(&self, rpc: usize) {
+        self.started[rpc].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// A call of method `rpc` ended with gRPC code `code`.
+    pub fn handled(&self, rpc: usize, code: usize) {
         self.handled[rpc][code.min(CODES.len() - 1)].fetch_add(1, Ordering::Relaxed);
     }
 

@@ -22,7 +22,7 @@ use crate::mvcc::kvstore_txn::{check_txn, check_txn_intervals, txn_is_read_only}
 pub struct KvService(pub Arc<Ctx>);
 
 impl KvService {
-    fn grpc_limit(&self) -> usize {
+    pub fn grpc_limit(&self) -> usize {
         self.0.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD
     }
 
@@ -87,12 +87,13 @@ impl KvService {
 }
 
 impl KvService {
-    /// A Range: the caller's read permission, the read (under the shards' read
-    /// locks), the auth revision unchanged across it, then the answer decoded with
-    /// the locks dropped — a large one at a background priority (`bulk`).
-    async fn checked_range(&self, request: &Request<PbRangeRequest>) -> Result<PbRangeResponse, Status> {
-        let auth = self.0.identify(request).transpose()?;
-        let req = request.get_ref();
+    /// A Range up to its read: the gRPC limit, the caller's read permission, the
+    /// read under the shards' read locks, the auth revision unchanged across it.
+    /// The answer is decoded from it with the locks dropped (`bulk::decode`, or
+    /// the lean transport's encoder); its header is `Ctx::header(read.rev)`.
+    pub fn range_call(&self, req: &PbRangeRequest, caller: Caller) -> Result<crate::mvcc::kvstore_range::RangeRead, Status> {
+        self.grpc_too_large(req.encoded_len())?;
+        let auth = caller.transpose()?;
         if let Some(ai) = &auth {
             self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
         }
@@ -100,18 +101,69 @@ impl KvService {
         if let Some(ai) = &auth {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
-        let mut resp = super::bulk::decode(read).await?;
+        Ok(read)
+    }
+
+    /// A Put in etcd's order of checks, answered once its revision is published.
+    pub async fn put_call(&self, req: PbPutRequest, caller: Caller, dl: Deadline) -> Result<PbPutResponse, Status> {
+        let _timed = self.0.metrics.request(metrics::PUT);
+        let n = req.encoded_len();
+        self.grpc_too_large(n)?;
+        self.0.check_quota(crate::quota::cost_put(&req))?;
+        crate::mvcc::kvstore::check_put(&req)?;
+        let auth = caller.transpose()?;
+        self.proposal_too_large(n)?;
+        self.0.admit_write(dl).await?;
+        self.0.check_alarms(Write::Put)?;
+        self.0.check_disk(|w| w.durable_key(&req.key))?;
+        if let Some(ai) = &auth {
+            authz::check_put(&self.0, ai.as_ref(), &req)?;
+        }
+        let mut resp = self.0.store.put(&req)?;
+        // The store holds its own copy of the value: the request is not kept for the
+        // wait on the log, where a slow disk keeps every writer's call pending.
+        drop(req);
+        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
+        self.0.fill(&mut resp.header);
+        Ok(resp)
+    }
+
+    /// A DeleteRange in etcd's order of checks, answered once its revision is published.
+    pub async fn delete_call(&self, req: PbDeleteRequest, caller: Caller, dl: Deadline) -> Result<PbDeleteResponse, Status> {
+        let _timed = self.0.metrics.request(metrics::DELETE);
+        let n = req.encoded_len();
+        self.grpc_too_large(n)?;
+        if req.key.is_empty() {
+            return Err(StoreError::EmptyKey.into());
+        }
+        let auth = caller.transpose()?;
+        self.proposal_too_large(n)?;
+        self.0.admit_write(dl).await?;
+        self.0.check_alarms(Write::Delete)?;
+        self.0.check_disk(|w| w.durable_range(&req.key, &req.range_end))?;
+        if let Some(ai) = &auth {
+            authz::check_delete(&self.0, ai.as_ref(), &req)?;
+        }
+        let mut resp = self.0.store.delete_range(&req)?;
+        drop(req);
+        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
     }
 }
 
+/// Who a request runs as, as `Ctx::identify` finds it: None while auth is off.
+pub type Caller = Option<Result<Option<AuthInfo>, Status>>;
+
 #[tonic::async_trait]
 impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         let _timed = self.0.metrics.request(metrics::RANGE);
-        self.grpc_too_large(request.get_ref().encoded_len())?;
-        let resp = self.checked_range(&request).await?;
+        let caller = self.0.identify(&request);
+        let read = self.range_call(request.get_ref(), caller)?;
+        let header = self.0.header(read.rev);
+        let mut resp = super::bulk::decode(read).await?;
+        resp.header = header;
         Ok(Response::new(resp))
     }
 
@@ -131,52 +183,15 @@ impl PbKvService for KvService {
     }
 
     async fn put(&self, request: Request<PbPutRequest>) -> Result<Response<PbPutResponse>, Status> {
-        let _timed = self.0.metrics.request(metrics::PUT);
         let dl = Deadline::of(request.metadata());
-        let req = request.get_ref();
-        let n = req.encoded_len();
-        self.grpc_too_large(n)?;
-        self.0.check_quota(crate::quota::cost_put(req))?;
-        crate::mvcc::kvstore::check_put(req)?;
-        let auth = self.0.identify(&request).transpose()?;
-        self.proposal_too_large(n)?;
-        self.0.admit_write(dl).await?;
-        self.0.check_alarms(Write::Put)?;
-        self.0.check_disk(|w| w.durable_key(&req.key))?;
-        if let Some(ai) = &auth {
-            authz::check_put(&self.0, ai.as_ref(), req)?;
-        }
-        let mut resp = self.0.store.put(req)?;
-        // The store holds its own copy of the value: the request (value, metadata) is not
-        // kept for the wait on the log, where a slow disk keeps every writer's call pending.
-        drop(request);
-        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
-        self.0.fill(&mut resp.header);
-        Ok(Response::new(resp))
+        let caller = self.0.identify(&request);
+        Ok(Response::new(self.put_call(request.into_inner(), caller, dl).await?))
     }
 
     async fn delete_range(&self, request: Request<PbDeleteRequest>) -> Result<Response<PbDeleteResponse>, Status> {
-        let _timed = self.0.metrics.request(metrics::DELETE);
         let dl = Deadline::of(request.metadata());
-        let req = request.get_ref();
-        let n = req.encoded_len();
-        self.grpc_too_large(n)?;
-        if req.key.is_empty() {
-            return Err(StoreError::EmptyKey.into());
-        }
-        let auth = self.0.identify(&request).transpose()?;
-        self.proposal_too_large(n)?;
-        self.0.admit_write(dl).await?;
-        self.0.check_alarms(Write::Delete)?;
-        self.0.check_disk(|w| w.durable_range(&req.key, &req.range_end))?;
-        if let Some(ai) = &auth {
-            authz::check_delete(&self.0, ai.as_ref(), req)?;
-        }
-        let mut resp = self.0.store.delete_range(req)?;
-        drop(request);
-        self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
-        self.0.fill(&mut resp.header);
-        Ok(Response::new(resp))
+        let caller = self.0.identify(&request);
+        Ok(Response::new(self.delete_call(request.into_inner(), caller, dl).await?))
     }
 
     /// Reached only through the generated server; `KvRouter` sends Txn calls

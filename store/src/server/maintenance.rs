@@ -27,6 +27,40 @@ impl MaintenanceService {
         Ok(self.0.auth.check_admin(ai.as_ref())?)
     }
 
+    /// Status for a caller already let through (`require_user`).
+    pub fn status_answer(&self) -> PbStatusResponse {
+        let rev = self.0.store.current_rev();
+        let size = self.0.store.size_bytes();
+        let errors = self.0.store.alarms.get(ALARM_NONE).into_iter().map(|(m, t)| alarm_text(m, t)).collect();
+        PbStatusResponse {
+            header: self.0.header(rev),
+            version: ETCD_COMPAT_VERSION.into(),
+            db_size: size,
+            leader: self.0.member_id,
+            raft_index: rev as u64,
+            raft_term: 2,
+            raft_applied_index: rev as u64,
+            errors,
+            db_size_in_use: size,
+            is_learner: false,
+            storage_version: "3.6.0".into(),
+            db_size_quota: self.0.store.quota(),
+            // etcd always sets it: not enabled and no target, or Downgrade ENABLE's.
+            downgrade_info: Some(match self.0.member.get().downgrade {
+                Some(target_version) => PbDowngradeInfo { enabled: true, target_version },
+                None => PbDowngradeInfo { enabled: false, target_version: String::new() },
+            }),
+        }
+    }
+
+    /// `require_user` with the caller as `Ctx::identify_with` found it.
+    pub fn require_user_as(&self, caller: crate::server::kv::Caller) -> Result<(), Status> {
+        match caller {
+            None => Ok(()),
+            Some(ai) => Ok(self.0.auth.require(ai?.as_ref())?),
+        }
+    }
+
     fn require_user<T>(&self, r: &Request<T>) -> Result<(), Status> {
         if !self.0.auth.enabled() {
             return Ok(());
@@ -70,28 +104,7 @@ impl PbMaintenanceService for MaintenanceService {
     /// quota in force, and every raised alarm is listed among the errors, as etcd.
     async fn status(&self, r: Request<PbStatusRequest>) -> Result<Response<PbStatusResponse>, Status> {
         self.require_user(&r)?;
-        let rev = self.0.store.current_rev();
-        let size = self.0.store.size_bytes();
-        let errors = self.0.store.alarms.get(ALARM_NONE).into_iter().map(|(m, t)| alarm_text(m, t)).collect();
-        Ok(Response::new(PbStatusResponse {
-            header: self.0.header(rev),
-            version: ETCD_COMPAT_VERSION.into(),
-            db_size: size,
-            leader: self.0.member_id,
-            raft_index: rev as u64,
-            raft_term: 2,
-            raft_applied_index: rev as u64,
-            errors,
-            db_size_in_use: size,
-            is_learner: false,
-            storage_version: "3.6.0".into(),
-            db_size_quota: self.0.store.quota(),
-            // etcd always sets it: not enabled and no target, or Downgrade ENABLE's.
-            downgrade_info: Some(match self.0.member.get().downgrade {
-                Some(target_version) => PbDowngradeInfo { enabled: true, target_version },
-                None => PbDowngradeInfo { enabled: false, target_version: String::new() },
-            }),
-        }))
+        Ok(Response::new(self.status_answer()))
     }
 
     /// Nothing to defragment in memory. etcd answers an empty response: no header.

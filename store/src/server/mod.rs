@@ -52,6 +52,28 @@ pub fn decode_limit(max_request_bytes: usize) -> usize {
     (4 * (max_request_bytes + GRPC_OVERHEAD)).max(16 << 20)
 }
 
+/// Every service a client port serves: etcd's gRPC services, health, etcd's HTTP
+/// endpoints and its JSON gateway (which calls the gRPC routes in process).
+pub fn routes(ctx: &Arc<Ctx>, limit: usize) -> tonic::service::Routes {
+    use etcd_client::proto::{PbClusterServer, PbLeaseServer, PbMaintenanceServer, PbWatchServer};
+    let mut routes = tonic::service::Routes::builder();
+    routes
+        .add_service(kv::KvRouter::new(ctx.clone(), limit))
+        .add_service(PbWatchServer::new(watch::WatchService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbLeaseServer::new(lease::LeaseService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbMaintenanceServer::new(maintenance::MaintenanceService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(PbClusterServer::new(cluster::ClusterService(ctx.clone())).max_decoding_message_size(limit))
+        .add_service(auth::AuthRouter::new(ctx.clone(), limit))
+        .add_service(lock::LockRouter::new(ctx.clone(), limit))
+        .add_service(election::ElectionRouter::new(ctx.clone(), limit))
+        .add_service(health::HealthRouter::default());
+    let mut routes = routes.routes();
+    let grpc = routes.clone();
+    http_endpoints::add(&mut routes, ctx);
+    gateway::add(&mut routes, ctx, grpc, limit);
+    routes
+}
+
 pub struct Ctx {
     pub store: Arc<Store>,
     pub cfg: Config,
@@ -117,10 +139,17 @@ impl Ctx {
     /// The hot path's form of `caller`: None while auth is off (one atomic
     /// load, nothing else); else the caller, or the refusal of its token.
     pub fn identify<T>(&self, r: &tonic::Request<T>) -> Option<Result<Option<AuthInfo>, tonic::Status>> {
+        self.identify_with(|| self.creds(r))
+    }
+
+    /// `identify` with the credentials read by the caller (the lean transport
+    /// reads them from the header block itself); `creds` is called only while
+    /// auth is on.
+    pub fn identify_with(&self, creds: impl FnOnce() -> Creds) -> Option<Result<Option<AuthInfo>, tonic::Status>> {
         if !self.auth.enabled() {
             return None;
         }
-        Some(self.auth.info(&self.creds(r)).map_err(Into::into))
+        Some(self.auth.info(&creds()).map_err(Into::into))
     }
 
     /// etcd's AuthInfoFromCtx: who the request runs as. Nobody while auth is off

@@ -1,0 +1,209 @@
+//! The hot unary RPCs the lean transport answers itself — KV Range, Put,
+//! DeleteRange, Txn and Maintenance Status — through the same service code as
+//! the tonic routes (`KvService::*_call`, `MaintenanceService::status_answer`),
+//! so every check, error and answer is the one a client gets either way.
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use etcd_client::proto::{
+    PbDeleteRequest, PbDeleteResponse, PbPutRequest, PbPutResponse, PbRangeRequest, PbResponseHeader, PbStatusResponse,
+    PbTxnResponse,
+};
+use prost::Message;
+use tonic::Status;
+
+use crate::auth::Creds;
+use crate::mvcc::kvstore_range::RangeRead;
+use crate::server::deadline::Deadline;
+use crate::server::kv::KvService;
+use crate::server::maintenance::MaintenanceService;
+use crate::server::{bulk, metrics, Ctx};
+
+use super::range_wire;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Method {
+    Range,
+    Put,
+    DeleteRange,
+    Txn,
+    Status,
+}
+
+impl Method {
+    pub fn from_path(path: &[u8]) -> Option<Method> {
+        Some(match path {
+            b"/etcdserverpb.KV/Range" => Method::Range,
+            b"/etcdserverpb.KV/Put" => Method::Put,
+            b"/etcdserverpb.KV/DeleteRange" => Method::DeleteRange,
+            b"/etcdserverpb.KV/Txn" => Method::Txn,
+            b"/etcdserverpb.Maintenance/Status" => Method::Status,
+            _ => return None,
+        })
+    }
+
+    pub fn path(self) -> &'static str {
+        match self {
+            Method::Range => "/etcdserverpb.KV/Range",
+            Method::Put => "/etcdserverpb.KV/Put",
+            Method::DeleteRange => "/etcdserverpb.KV/DeleteRange",
+            Method::Txn => "/etcdserverpb.KV/Txn",
+            Method::Status => "/etcdserverpb.Maintenance/Status",
+        }
+    }
+}
+
+/// What a call takes from its header block besides the path.
+#[derive(Default)]
+pub struct Meta {
+    pub token: Option<String>,
+    pub authorization: Option<String>,
+    pub timeout: Option<Duration>,
+}
+
+impl Meta {
+    /// etcd's reading of the credentials (`Ctx::creds`): `token`, else
+    /// `authorization` with "Bearer " trimmed. No certificate on a plaintext connection.
+    fn creds(&self) -> Creds {
+        let token = self.token.as_deref().or(self.authorization.as_deref()).map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
+        Creds { token, cn: None }
+    }
+}
+
+/// An answer, encoded into the connection's buffer by `encode`.
+pub enum Reply {
+    Range(RangeRead, PbResponseHeader),
+    /// A large answer encoded off the request path (bulk threads).
+    Encoded(Bytes),
+    Put(PbPutResponse),
+    Delete(PbDeleteResponse),
+    Txn(PbTxnResponse),
+    Status(PbStatusResponse),
+}
+
+impl Reply {
+    pub fn encoded_len(&self) -> usize {
+        match self {
+            Reply::Range(r, h) => range_wire::encoded_len(r, h),
+            Reply::Encoded(b) => b.len(),
+            Reply::Put(m) => m.encoded_len(),
+            Reply::Delete(m) => m.encoded_len(),
+            Reply::Txn(m) => m.encoded_len(),
+            Reply::Status(m) => m.encoded_len(),
+        }
+    }
+
+    /// Appends the message (exactly `encoded_len` bytes).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Reply::Range(r, h) => range_wire::encode(r, h, out),
+            Reply::Encoded(b) => out.extend_from_slice(b),
+            Reply::Put(m) => m.encode_raw(out),
+            Reply::Delete(m) => m.encode_raw(out),
+            Reply::Txn(m) => m.encode_raw(out),
+            Reply::Status(m) => m.encode_raw(out),
+        }
+    }
+}
+
+pub type CallFuture = Pin<Box<dyn Future<Output = Result<Reply, Status>> + Send>>;
+
+/// The services the calls run on.
+#[derive(Clone)]
+pub struct Services {
+    pub ctx: Arc<Ctx>,
+    kv: Arc<KvService>,
+    maintenance: Arc<MaintenanceService>,
+}
+
+impl Services {
+    pub fn new(ctx: Arc<Ctx>) -> Self {
+        Services { kv: Arc::new(KvService(ctx.clone())), maintenance: Arc::new(MaintenanceService(ctx.clone())), ctx }
+    }
+}
+
+/// grpc-go's answer to a request message it cannot decode.
+fn undecodable(e: prost::DecodeError) -> Status {
+    Status::internal(format!("grpc: error unmarshalling request: {e}"))
+}
+
+/// A call, and whether it belongs on a task of its own: a Range over an interval
+/// reads many keys under its shards' locks, which the connection's other calls
+/// should not wait behind.
+pub fn call(s: &Services, method: Method, msg: Bytes, meta: Meta) -> (CallFuture, bool) {
+    let (ctx, kv) = (s.ctx.clone(), s.kv.clone());
+    match method {
+        Method::Range => {
+            let req = match PbRangeRequest::decode(msg) {
+                Ok(r) => r,
+                Err(e) => return (Box::pin(std::future::ready(Err(undecodable(e)))), false),
+            };
+            let spawn = !req.range_end.is_empty();
+            let fut = async move {
+                let _timed = ctx.metrics.request(metrics::RANGE);
+                let caller = ctx.identify_with(|| meta.creds());
+                let read = kv.range_call(&req, caller)?;
+                let header = ctx.header(read.rev).unwrap_or_default();
+                if !bulk::is_bulk(&read) {
+                    return Ok(Reply::Range(read, header));
+                }
+                let encoded = bulk::run(move || {
+                    let mut out = Vec::with_capacity(range_wire::encoded_len(&read, &header));
+                    range_wire::encode(&read, &header, &mut out);
+                    Bytes::from(out)
+                })
+                .await
+                .ok_or_else(|| Status::internal("bulk read failed"))?;
+                Ok(Reply::Encoded(encoded))
+            };
+            (Box::pin(fut), spawn)
+        }
+        Method::Put => {
+            let fut = async move {
+                let req = PbPutRequest::decode(msg).map_err(undecodable)?;
+                let dl = Deadline::after(meta.timeout);
+                let caller = ctx.identify_with(|| meta.creds());
+                kv.put_call(req, caller, dl).await.map(Reply::Put)
+            };
+            (Box::pin(fut), false)
+        }
+        Method::DeleteRange => {
+            let fut = async move {
+                let req = PbDeleteRequest::decode(msg).map_err(undecodable)?;
+                let dl = Deadline::after(meta.timeout);
+                let caller = ctx.identify_with(|| meta.creds());
+                kv.delete_call(req, caller, dl).await.map(Reply::Delete)
+            };
+            (Box::pin(fut), false)
+        }
+        Method::Txn => {
+            let fut = async move {
+                // The Txn decoder's own order (txn_codec): the gRPC limit before decoding.
+                let limit = kv.grpc_limit();
+                if msg.len() > limit {
+                    return Err(crate::server::grpc_too_large(msg.len(), limit));
+                }
+                let call = crate::server::txn_codec::decode_txn(&msg)
+                    .map_err(|e| Status::internal(format!("failed to decode TxnRequest: {}", e.0)))?;
+                drop(msg);
+                let dl = Deadline::after(meta.timeout);
+                let caller = ctx.identify_with(|| meta.creds());
+                kv.txn_call(call, caller, dl).await.map(Reply::Txn)
+            };
+            (Box::pin(fut), false)
+        }
+        Method::Status => {
+            let m = s.maintenance.clone();
+            let fut = async move {
+                // The request has no fields; etcd decodes it all the same.
+                etcd_client::proto::PbStatusRequest::decode(msg).map_err(undecodable)?;
+                m.require_user_as(ctx.identify_with(|| meta.creds()))?;
+                Ok(Reply::Status(m.status_answer()))
+            };
+            (Box::pin(fut), false)
+        }
+    }
+}
