@@ -47,6 +47,9 @@ pub struct Config {
     /// the store's own HTTP/2 server for the hot unary RPCs (src/transport), `tonic`
     /// with tonic's server for everything (as before; TLS listeners always use it).
     pub lean_transport: bool,
+    /// --history-spill: values replaced by newer versions are kept in unlinked spill
+    /// files in --data-dir instead of memory until compaction (mvcc/spill.rs).
+    pub history_spill: bool,
     pub ignored: Vec<String>,
 }
 
@@ -78,6 +81,7 @@ impl Default for Config {
             value_compression: true,
             value_compression_cpu: 0.5,
             lean_transport: true,
+            history_spill: true,
             ignored: Vec::new(),
         }
     }
@@ -97,7 +101,7 @@ const KNOWN: &[&str] = &[
     "name", "data-dir", "listen-client-urls", "advertise-client-urls", "initial-advertise-peer-urls", "listen-metrics-urls", "max-request-bytes",
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
-    "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport",
+    "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport", "history-spill",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -205,6 +209,7 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                     .filter(|x: &f64| *x > 0.0 && *x <= 1.0)
                     .ok_or_else(|| format!("invalid value {value:?} for --value-compression-cpu: want a share of one core in (0, 1]"))?
             }
+            "history-spill" => c.history_spill = parse_bool(&flag, &value)?,
             "grpc-transport" => {
                 c.lean_transport = match value.as_str() {
                     "lean" => true,

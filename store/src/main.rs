@@ -83,7 +83,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--value-compression true|false] [--value-compression-cpu SHARE]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
         return;
     }
     let cfg = match config::parse(&args) {
@@ -111,6 +111,14 @@ async fn run(cfg: Config) -> Result<(), String> {
     let mode = |m: &str| wal::Mode::parse(m).expect("validated by config");
     let overrides: Vec<(String, wal::Mode)> = cfg.durability_prefixes.iter().map(|(p, m)| (p.clone(), mode(m))).collect();
     let dur = wal::Durability::new(mode(&cfg.durability), &overrides);
+    if cfg.history_spill {
+        // Before recovery, so that replayed history goes to the spill too.
+        let dir = std::path::Path::new(&cfg.data_dir);
+        match std::fs::create_dir_all(dir).and_then(|_| store.spill_to(dir)) {
+            Ok(()) => eprintln!("meganode-store: replaced versions' values spill to unlinked files in {}", cfg.data_dir),
+            Err(e) => eprintln!("meganode-store: warning: no history spill in {}: {e}; replaced values stay in memory", cfg.data_dir),
+        }
+    }
     let (log, rep, _lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), &store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
     eprintln!(
         "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}; accounted size {}{}",

@@ -129,6 +129,9 @@ pub struct Store {
     pub page_counts: super::page_counts::PageCounts,
     /// The background packer's progress (mvcc/packer.rs).
     pub packing: super::packer::PackStats,
+    /// Where replaced versions' values go (`spill`), set once at start when the
+    /// store has a data directory.
+    pub spill: std::sync::OnceLock<Arc<super::spill::Spill>>,
 }
 
 /// The accounted size by part (crate::quota), in bytes.
@@ -285,9 +288,26 @@ pub fn to_kv(key: &[u8], v: &Version, keys_only: bool) -> PbKeyValue {
     }
 }
 
+/// Copies the values of `vs` — versions a newer one replaced — to the spill and
+/// drops them from memory (`mvcc/spill.rs`). Only raw values of at least
+/// `spill::MIN_LEN` bytes: packed ones are small already.
+fn spill_values(spill: &super::spill::Spill, vs: &mut [Version]) {
+    for v in vs {
+        let Value::Raw(b) = &v.value else { continue };
+        if b.len() < super::spill::MIN_LEN || b.len() > super::spill::MAX_LEN {
+            continue;
+        }
+        if let Some((seg, off)) = spill.put(b) {
+            v.value = Value::Spilled { seg, off, len: b.len() as u32 };
+        }
+    }
+}
+
 /// A write in progress: the revision it will commit at, the events so far.
-pub struct WriteBatch {
+pub struct WriteBatch<'a> {
     pub rev: i64,
+    /// Where the values this write replaces go (`spill`), if the store has one.
+    spill: Option<&'a super::spill::Spill>,
     pub events: Vec<Event>,
     /// (key-less) lease moves to apply after commit: (key index in events, old lease).
     pub lease_moves: Vec<(Bytes, i64, i64)>,
@@ -297,9 +317,9 @@ pub struct WriteBatch {
     flush: bool,
 }
 
-impl WriteBatch {
-    pub fn new(rev: i64) -> Self {
-        WriteBatch { rev, events: Vec::new(), lease_moves: Vec::new(), bytes: 0, flush: false }
+impl<'a> WriteBatch<'a> {
+    pub fn new(rev: i64, spill: Option<&'a super::spill::Spill>) -> Self {
+        WriteBatch { rev, spill, events: Vec::new(), lease_moves: Vec::new(), bytes: 0, flush: false }
     }
 
     /// Writes `value` to `key` at this batch's revision.
@@ -315,8 +335,13 @@ impl WriteBatch {
         let v = Version { mod_rev: self.rev, sub, create_rev, version, value, lease };
         // etcd gives a create event (create == mod revision) no prev_kv, even
         // when the key existed before an earlier delete in the same txn.
-        let before = if create_rev == self.rev { None } else { h.before_rev(self.rev).cloned() };
         h.push(v.clone());
+        if prev.is_some() {
+            self.spill_replaced(h);
+        }
+        // Read after the spill: the watch log's prev then shares the spilled value
+        // instead of keeping the replaced bytes in memory for as long as it holds the event.
+        let before = if create_rev == self.rev { None } else { h.before_rev(self.rev).cloned() };
         data.puts += 1;
         data.bytes += crate::quota::version_bytes(v.value.len());
         self.bytes += (data.bytes - bytes_before) as i64;
@@ -328,14 +353,24 @@ impl WriteBatch {
         prev
     }
 
+    /// The version just replaced (the one before the newest) goes to the spill.
+    fn spill_replaced(&mut self, h: &mut KeyHistory) {
+        if let Some(spill) = self.spill {
+            let vs = h.versions_mut();
+            let n = vs.len();
+            spill_values(spill, &mut vs[n.saturating_sub(2)..n.saturating_sub(1)]);
+        }
+    }
+
     /// Deletes `key` if it is live; returns its last value.
     pub fn delete(&mut self, data: &mut ShardData, key: &Bytes) -> Option<Version> {
         let sub = self.events.len() as u32;
         let h = data.get_mut(key)?;
         let prev = h.latest().cloned()?;
         let tomb = Version { mod_rev: self.rev, sub, create_rev: 0, version: 0, value: Value::default(), lease: 0 };
-        let before = h.before_rev(self.rev).cloned();
         h.push(tomb.clone());
+        self.spill_replaced(h);
+        let before = h.before_rev(self.rev).cloned();
         data.bytes += crate::quota::version_bytes(0);
         self.bytes += crate::quota::version_bytes(0) as i64;
         if prev.lease != 0 {
@@ -372,7 +407,15 @@ impl Store {
             alarms: crate::quota::Alarms::default(),
             page_counts: Default::default(),
             packing: Default::default(),
+            spill: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Replaced versions' values go to spill files in `dir` from now on.
+    pub fn spill_to(&self, dir: &std::path::Path) -> std::io::Result<()> {
+        let s = super::spill::Spill::new(dir)?;
+        let _ = self.spill.set(Arc::new(s));
+        Ok(())
     }
 
     pub fn set_sink(&self, sink: Arc<dyn CommitSink>) {
@@ -531,14 +574,14 @@ impl Store {
     /// A returned batch must reach `durable` (on the same thread, nothing
     /// fallible in between): until then a batch that went to a buffered log
     /// holds back the publication of every later revision.
-    pub fn commit<F, T>(&self, apply: F) -> (T, Option<WriteBatch>)
+    pub fn commit<F, T>(&self, apply: F) -> (T, Option<WriteBatch<'_>>)
     where
         F: FnOnce(&mut WriteBatch) -> T,
     {
         let sink = self.sink.read().clone();
         let guard = self.seq.lock();
         let rev = self.vis.committed() + 1;
-        let mut batch = WriteBatch::new(rev);
+        let mut batch = WriteBatch::new(rev, self.spill.get().map(|s| &**s));
         let out = apply(&mut batch);
         if batch.events.is_empty() {
             drop(guard);
@@ -564,6 +607,9 @@ impl Store {
     /// for `wait_visible(rev)`. Called after the shard locks are released, so
     /// writers queue on the log (and share its write), not on the shard.
     pub fn durable(&self, batch: Option<WriteBatch>) -> i64 {
+        if let Some(s) = self.spill.get() {
+            s.flush_if_full();
+        }
         match batch {
             None => self.current_rev(),
             Some(b) => {
@@ -722,9 +768,18 @@ impl Store {
         // A later checkpoint replaces what an earlier source loaded.
         let old = h.bytes();
         *h = KeyHistory::from_versions(versions);
+        if let Some(spill) = self.spill.get() {
+            let vs = h.versions_mut();
+            let n = vs.len();
+            spill_values(spill, &mut vs[..n.saturating_sub(1)]);
+        }
         let new = h.bytes();
         d.bytes = d.bytes + new - old;
         self.kv_bytes.fetch_add(d.bytes as i64 - before as i64, Ordering::Relaxed);
+        drop(d);
+        if let Some(spill) = self.spill.get() {
+            spill.flush_if_full();
+        }
     }
 
     /// Every key with every retained version, in key order (tests: the same state
@@ -745,8 +800,18 @@ impl Store {
         let mut d = shard.data.write();
         let before = d.bytes;
         d.bytes += crate::quota::version_bytes(v.value.len());
-        d.entry(key).1.push(v);
+        let h = d.entry(key).1;
+        h.push(v);
+        if let Some(spill) = self.spill.get() {
+            let vs = h.versions_mut();
+            let n = vs.len();
+            spill_values(spill, &mut vs[n.saturating_sub(2)..n.saturating_sub(1)]);
+        }
         self.kv_bytes.fetch_add((d.bytes - before) as i64, Ordering::Relaxed);
+        drop(d);
+        if let Some(spill) = self.spill.get() {
+            spill.flush_if_full();
+        }
     }
 
     /// Re-attaches every live key to its lease after recovery; keys whose lease

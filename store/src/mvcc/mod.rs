@@ -9,6 +9,7 @@ pub mod kvstore_txn;
 pub mod packer;
 pub mod page_counts;
 pub mod shard;
+pub mod spill;
 pub mod value;
 pub mod visibility;
 pub mod watch_hub;

@@ -118,6 +118,12 @@ pub fn render(ctx: &Ctx) -> String {
     g("meganode_packer_passes_total", "Passes of the packer over the written prefixes.", "counter", pk.passes.load(Ordering::Relaxed).to_string());
     g("meganode_packer_idle", "1 when the packer's last pass found nothing written since the one before.", "gauge", (pk.idle.load(Ordering::Relaxed) as u8).to_string());
     g("meganode_packer_busy_seconds_total", "Time the packer spent training and compressing.", "counter", (pk.busy_us.load(Ordering::Relaxed) as f64 / 1e6).to_string());
+    let sp = &crate::mvcc::spill::STATS;
+    g("meganode_history_spilled_values_total", "Values of replaced versions moved from memory to spill files (docs/design.md, history spill).", "counter", sp.values.load(Ordering::Relaxed).to_string());
+    g("meganode_history_spilled_bytes_total", "Bytes of the values spilled.", "counter", sp.bytes.load(Ordering::Relaxed).to_string());
+    g("meganode_history_spill_bytes", "Bytes of the spill files still referred to by retained versions (on disk, unlinked).", "gauge", sp.live_bytes.load(Ordering::Relaxed).to_string());
+    g("meganode_history_spill_files", "Spill files alive.", "gauge", sp.live_segments.load(Ordering::Relaxed).to_string());
+    g("meganode_history_spill_reads_total", "Reads of spilled values (history reads: old revisions, watch catch-up, HashKV, checkpoints).", "counter", sp.reads.load(Ordering::Relaxed).to_string());
     o.push_str("# HELP meganode_value_compressed_bytes_total Bytes of the values packed: as written (raw) and as stored.\n# TYPE meganode_value_compressed_bytes_total counter\n");
     for (form, v) in [("raw", &pk.raw_bytes), ("stored", &pk.stored_bytes)] {
         o.push_str(&format!("meganode_value_compressed_bytes_total{{form=\"{form}\"}} {}\n", v.load(Ordering::Relaxed)));

@@ -316,13 +316,19 @@ fn put_key_v3(out: &mut Vec<u8>, k: &[u8], versions: &[Version], written: &mut s
         out.put_i64_le(v.create_rev);
         out.put_i64_le(v.version);
         out.put_i64_le(v.lease);
-        let (id, data) = match &v.value {
-            Value::Raw(b) => (0, b),
-            Value::Zstd { dict, data } => (dict.id, data),
-        };
-        out.put_u32_le(id);
-        out.put_u32_le(data.len() as u32);
-        out.put_slice(data);
+        match &v.value {
+            Value::Raw(data) | Value::Zstd { data, .. } => {
+                out.put_u32_le(if let Value::Zstd { dict, .. } = &v.value { dict.id } else { 0 });
+                out.put_u32_le(data.len() as u32);
+                out.put_slice(data);
+            }
+            // A replaced version's value, read back from its spill file as written.
+            Value::Spilled { .. } => {
+                out.put_u32_le(0);
+                out.put_u32_le(v.value.len() as u32);
+                v.value.write_to(out);
+            }
+        }
     }
 }
 
