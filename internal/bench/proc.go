@@ -234,3 +234,38 @@ func OtherCores(before, after HostCPU, server, client ProcUsage, seconds float64
 	}
 	return v
 }
+
+// UnlinkedBytes is what the files process pid holds open under dir, and that have no name
+// any more, take (apparent size, or allocated blocks with allocatedBlocks): meganode-store
+// creates its history spill files unlinked (docs/design.md, "Spilled history"), so a walk of
+// its data directory does not see them, yet they take the same disk (on tmpfs, memory). A data
+// directory's size adds them. 0 when /proc cannot be read.
+func UnlinkedBytes(pid int, dir string, allocatedBlocks bool) int64 {
+	if pid <= 0 || dir == "" {
+		return 0
+	}
+	fds := fmt.Sprintf("/proc/%d/fd", pid)
+	ents, err := os.ReadDir(fds)
+	if err != nil {
+		return 0
+	}
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	var n int64
+	for _, e := range ents {
+		p := fds + "/" + e.Name()
+		link, err := os.Readlink(p)
+		if err != nil || !strings.HasPrefix(link, prefix) || !strings.HasSuffix(link, " (deleted)") {
+			continue
+		}
+		info, err := os.Stat(p)
+		if err != nil || !info.Mode().IsRegular() {
+			continue
+		}
+		if allocatedBlocks {
+			n += allocated(info)
+		} else {
+			n += info.Size()
+		}
+	}
+	return n
+}

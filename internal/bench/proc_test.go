@@ -2,6 +2,7 @@ package bench
 
 import (
 	"os"
+	"path/filepath"
 	"testing"
 	"time"
 )
@@ -72,5 +73,39 @@ func TestParseHostStat(t *testing.T) {
 	}
 	if _, err := ReadHostCPU(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A file held open after its name is gone counts under its directory; a named one, or one
+// outside the directory, does not (a walk of the directory counts those).
+func TestUnlinkedBytes(t *testing.T) {
+	dir := t.TempDir()
+	other := t.TempDir()
+	open := func(d, name string, n int, unlink bool) *os.File {
+		f, err := os.Create(filepath.Join(d, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Write(make([]byte, n)); err != nil {
+			t.Fatal(err)
+		}
+		if unlink {
+			if err := os.Remove(f.Name()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return f
+	}
+	a := open(dir, "gone", 10000, true)
+	defer a.Close()
+	b := open(dir, "named", 5000, false)
+	defer b.Close()
+	c := open(other, "gone-elsewhere", 7000, true)
+	defer c.Close()
+	if got := UnlinkedBytes(os.Getpid(), dir, false); got != 10000 {
+		t.Fatalf("UnlinkedBytes = %d, want 10000", got)
+	}
+	if got := UnlinkedBytes(os.Getpid(), dir, true); got < 10000 {
+		t.Fatalf("allocated UnlinkedBytes = %d, want >= 10000", got)
 	}
 }

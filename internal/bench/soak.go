@@ -162,7 +162,7 @@ func soakChunk(ctx context.Context, t *Target, cfg SoakConfig, minute int) (*Soa
 			}
 		}
 		if t.DataDir != "" {
-			s.DataDirBytes = DirSize(t.DataDir)
+			s.DataDirBytes = DirSize(t.DataDir) + UnlinkedBytes(t.Pid, t.DataDir, false)
 			s.DataDirMax = max(s.DataDirMax, s.DataDirBytes)
 		}
 	}

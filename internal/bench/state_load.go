@@ -96,7 +96,7 @@ func (st *stateRun) load(ctx context.Context) (*StateLoad, error) {
 	}
 	if firstErr != nil {
 		res.RSSBytes, res.AnonBytes = rssBytes(st.target.Pid), anonBytes(st.target.Pid)
-		res.DataDirBytes = dirBytes(st.target.DataDir)
+		res.DataDirBytes = dataDirBytes(st.target)
 		return res, firstErr
 	}
 	return res, st.compact(ctx, res)
@@ -171,7 +171,7 @@ func (st *stateRun) loadKind(ctx context.Context, kind string) StateKindLoad {
 // compact compacts history at the latest revision (and defragments etcd), measuring the
 // data directory and etcd's db file before and after, then the resident set.
 func (st *stateRun) compact(ctx context.Context, res *StateLoad) error {
-	res.DataDirBytesBefore = dirBytes(st.target.DataDir)
+	res.DataDirBytesBefore = dataDirBytes(st.target)
 	res.EtcdDBBytesBefore = etcdDBBytes(st.target)
 	cli := st.conns[0]
 	g, err := cli.Get(ctx, "health")
@@ -193,7 +193,7 @@ func (st *stateRun) compact(ctx context.Context, res *StateLoad) error {
 		st.cfg.logf("%s: %v", st.target.Name, err)
 	}
 	time.Sleep(time.Second) // let freed memory settle before reading RSS
-	res.DataDirBytes = dirBytes(st.target.DataDir)
+	res.DataDirBytes = dataDirBytes(st.target)
 	res.EtcdDBBytes = etcdDBBytes(st.target)
 	res.RSSBytes = rssBytes(st.target.Pid)
 	res.AnonBytes = anonBytes(st.target.Pid)
@@ -230,6 +230,11 @@ func anonBytes(pid int) uint64 {
 }
 
 // dirBytes is the space the files under dir take (allocated blocks: tmpfs pages).
+// dataDirBytes is the blocks a target's data directory takes, its unlinked open files included.
+func dataDirBytes(t *Target) int64 {
+	return dirBytes(t.DataDir) + UnlinkedBytes(t.Pid, t.DataDir, true)
+}
+
 func dirBytes(dir string) int64 {
 	if dir == "" {
 		return 0

@@ -288,6 +288,13 @@ pub fn to_kv(key: &[u8], v: &Version, keys_only: bool) -> PbKeyValue {
     }
 }
 
+thread_local! {
+    /// The store whose buffered log writes this thread defers, and the revisions
+    /// (with their events, to find their logs) waiting for the write
+    /// (`Store::with_deferred_log_writes`).
+    static DEFERRED: std::cell::RefCell<Option<(*const Store, Vec<(i64, Vec<Event>)>)>> = const { std::cell::RefCell::new(None) };
+}
+
 /// Copies the values of `vs` — versions a newer one replaced — to the spill and
 /// drops them from memory (`mvcc/spill.rs`). Only raw values of at least
 /// `spill::MIN_LEN` bytes: packed ones are small already.
@@ -612,7 +619,13 @@ impl Store {
         }
         match batch {
             None => self.current_rev(),
-            Some(b) => {
+            Some(mut b) => {
+                if b.flush {
+                    match self.defer(b.rev, std::mem::take(&mut b.events)) {
+                        Ok(()) => return b.rev,
+                        Err(events) => b.events = events,
+                    }
+                }
                 if b.flush {
                     let handed = self.sink.read().clone().is_some_and(|s| !s.wait_durable(b.rev, &b.events));
                     if !handed {
@@ -622,6 +635,58 @@ impl Store {
                 b.rev
             }
         }
+    }
+
+    /// Runs `f` with this thread's buffered log writes deferred to its end: every
+    /// write inside appends its records to the logs as always, but the log writes
+    /// (and the revisions' done marks, hence their publication and answers) wait
+    /// for `f` to return, and then one write covers them all. The lean transport
+    /// runs each batch of frames it read this way: the calls of one read share a
+    /// write where each would have made its own `write(2)`.
+    pub fn with_deferred_log_writes<T>(&self, f: impl FnOnce() -> T) -> T {
+        let me = self as *const Store;
+        let outer = DEFERRED.with(|d| {
+            let mut d = d.borrow_mut();
+            if d.is_some() {
+                return true;
+            }
+            *d = Some((me, Vec::new()));
+            false
+        });
+        if outer {
+            return f();
+        }
+        // Flushed on the way out, a panic in `f` included: a revision left unmarked
+        // would hold every later one unpublished.
+        struct Flush<'a>(&'a Store);
+        impl Drop for Flush<'_> {
+            fn drop(&mut self) {
+                let list = DEFERRED.with(|d| d.borrow_mut().take()).map(|(_, l)| l).unwrap_or_default();
+                let sink = self.0.sink.read().clone();
+                for (rev, events) in list {
+                    // The first flush writes every record appended so far: the later
+                    // revisions find theirs written and only take their marks.
+                    let handed = sink.as_ref().is_some_and(|s| !s.wait_durable(rev, &events));
+                    if !handed {
+                        self.0.vis.mark_done(rev);
+                    }
+                }
+            }
+        }
+        let _flush = Flush(self);
+        f()
+    }
+
+    /// Keeps a committed batch's log write for the end of `with_deferred_log_writes`,
+    /// when this thread is inside one for this store.
+    fn defer(&self, rev: i64, events: Vec<Event>) -> std::result::Result<(), Vec<Event>> {
+        DEFERRED.with(|d| match d.borrow_mut().as_mut() {
+            Some((store, list)) if std::ptr::eq(*store, self) => {
+                list.push((rev, events));
+                Ok(())
+            }
+            _ => Err(events),
+        })
     }
 
     pub fn put(&self, req: &PbPutRequest) -> Result<PbPutResponse> {

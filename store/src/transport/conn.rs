@@ -917,7 +917,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Conn<T> {
                     Poll::Ready(Ok(_)) => {
                         reads += 1;
                         busy = true;
-                        if let Err(e) = this.read_frames(cx) {
+                        // The writes of everything this read brought share one log write.
+                        let store = this.services.ctx.store.clone();
+                        if let Err(e) = store.with_deferred_log_writes(|| this.read_frames(cx)) {
                             this.fail(e);
                         }
                     }

@@ -514,6 +514,42 @@ mod tests {
         }
     }
 
+    /// Writes inside `with_deferred_log_writes` are appended but neither written
+    /// nor published until it returns; then one log write carries them all and
+    /// every revision is published. Writes to memory-only prefixes and outside the
+    /// scope are not held.
+    #[test]
+    fn deferred_log_writes_share_one_write() {
+        let dir = std::env::temp_dir().join(format!("mgn-wal-defer-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Store::new();
+        let (wal, _, _lock) = crate::wal::open(&dir, Durability::new(Mode::Buffered, &[]), &store, None).unwrap();
+        store.set_sink(wal.clone());
+        let put = |k: &str| store.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap().header.unwrap().revision;
+        let r0 = put("/registry/pods/before");
+        assert_eq!(store.current_rev(), r0);
+        let log = dir.join("registry+pods+.wal");
+        let batches = || wal.metrics.batches.load(Ordering::Relaxed);
+        let b0 = batches();
+        let last = store.with_deferred_log_writes(|| {
+            let mut last = 0;
+            for i in 0..20 {
+                last = put(&format!("/registry/pods/p{i}"));
+            }
+            assert_eq!(store.current_rev(), r0, "not published before the write");
+            assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 1, "not written yet");
+            last
+        });
+        assert_eq!(store.current_rev(), last, "published once written");
+        assert_eq!(crate::wal::read_log(&log).unwrap().records.len(), 21);
+        assert_eq!(batches() - b0, 1, "one write for the twenty");
+        // Outside the scope, each write is written at once.
+        let r = put("/registry/pods/after");
+        assert_eq!(store.current_rev(), r);
+        drop((store, wal));
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// A slow fsync (a hook holds it): the write that waits for it, and a
     /// memory-only write committed after it, are invisible — to the default
     /// revision, to reads, to watch subscribers — until the fsync returns; then
