@@ -104,6 +104,18 @@ impl KvService {
         Ok(read)
     }
 
+    /// A RangeStream's checks before its first chunk, in etcd's order: the gRPC limit,
+    /// the options a stream cannot honour, the caller and its read permission.
+    pub fn range_stream_checks(&self, req: &PbRangeRequest, caller: Caller) -> Result<Option<Option<AuthInfo>>, Status> {
+        self.grpc_too_large(req.encoded_len())?;
+        super::range_stream::check(req)?;
+        let auth = caller.transpose()?;
+        if let Some(ai) = &auth {
+            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
+        }
+        Ok(auth)
+    }
+
     /// A Put in etcd's order of checks, answered once its revision is published.
     pub async fn put_call(&self, req: PbPutRequest, caller: Caller, dl: Deadline) -> Result<PbPutResponse, Status> {
         let _timed = self.0.metrics.request(metrics::PUT);
@@ -171,13 +183,8 @@ impl PbKvService for KvService {
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         let _timed = self.0.metrics.request(metrics::RANGE);
-        self.grpc_too_large(request.get_ref().encoded_len())?;
-        super::range_stream::check(request.get_ref())?;
-        let auth = self.0.identify(&request).transpose()?;
-        if let Some(ai) = &auth {
-            let req = request.get_ref();
-            self.0.auth.check_read(ai.as_ref(), &req.key, &req.range_end)?;
-        }
+        let caller = self.0.identify(&request);
+        let auth = self.range_stream_checks(request.get_ref(), caller)?;
         let stream = super::range_stream::start(self.0.clone(), request.into_inner(), auth)?;
         Ok(Response::new(stream))
     }

@@ -20,6 +20,7 @@ pub mod maintenance;
 pub mod member_state;
 pub mod metrics;
 pub mod range_stream;
+pub mod range_wire;
 pub mod routes;
 pub mod txn_codec;
 pub mod watch;

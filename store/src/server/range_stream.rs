@@ -6,7 +6,8 @@
 //! its memory is the chunk in flight, not the result (docs/design.md §4).
 use std::sync::Arc;
 
-use etcd_client::proto::{PbRangeRequest, PbRangeResponse, PbRangeStreamResponse};
+use bytes::Bytes;
+use etcd_client::proto::{PbRangeRequest, PbRangeResponse, PbRangeStreamResponse, PbResponseHeader};
 use futures::Stream;
 use prost::Message;
 use tonic::Status;
@@ -14,6 +15,7 @@ use tonic::Status;
 use super::Ctx;
 use crate::auth::AuthInfo;
 use crate::mvcc::kvstore::{check_range, header};
+use crate::mvcc::kvstore_range::RangeRead;
 
 /// etcd's first chunk limit; later chunks double or halve it (next_limit).
 const FIRST_CHUNK: i64 = 10;
@@ -73,36 +75,46 @@ enum State {
     Done,
 }
 
+/// One chunk as read: its keys (refcounts), and for the last one the header, `more`
+/// and `count` set on it (`read.more`, `read.count`).
+struct Piece {
+    read: RangeRead,
+    header: Option<PbResponseHeader>,
+}
+
 impl Cursor {
-    /// The next message: a chunk of keys, or the last one with header, count and more.
-    /// The chunk is read under the shard locks and decoded after them (`bulk`).
-    async fn chunk(&mut self) -> Result<PbRangeResponse, Status> {
+    /// Reads the next chunk under the shard locks — no decoding there (`RangeRead`).
+    fn read_chunk(&mut self) -> Result<Piece, Status> {
         let store = &self.ctx.store;
         let limit = self.limit.min(self.left).max(1) as usize;
-        let c = store.range_chunk(&self.next, &self.end, self.rev, limit, self.keys_only)?;
+        let mut c = store.range_chunk(&self.next, &self.end, self.rev, limit, self.keys_only)?;
         let more = c.more;
-        let kvs = super::bulk::decode(c).await?.kvs;
-        self.sent += kvs.len() as i64;
-        self.left = self.left.saturating_sub(kvs.len() as i64);
-        let mut out = PbRangeResponse { kvs, ..Default::default() };
-        let size = out.encoded_len();
+        // A chunk carries its keys only; the last one also the header, more and count.
+        c.more = false;
+        let n = c.len() as i64;
+        self.sent += n;
+        self.left = self.left.saturating_sub(n);
+        let size = super::range_wire::encoded_len(&c, None);
         if more {
-            self.next = out.kvs.last().map(|kv| kv.key.clone()).unwrap_or_default();
+            self.next = c.entries().last().map(|(k, _)| k.to_vec()).unwrap_or_default();
             self.next.push(0);
         }
+        let mut header = None;
         if !more || self.left == 0 {
             let rest = if more { store.count_at(&self.next, &self.end, self.rev)? } else { 0 };
-            out.header = header(self.header_rev);
-            out.more = more;
-            out.count = self.sent + rest;
+            header = self.ctx.header(self.header_rev);
+            c.more = more;
+            c.count = self.sent + rest;
             self.state = State::Finish;
         } else {
             self.limit = next_limit(limit as i64, size, self.ctx.cfg.max_request_bytes);
         }
-        Ok(out)
+        Ok(Piece { read: c, header })
     }
 
-    async fn step(&mut self) -> Option<Result<PbRangeStreamResponse, Status>> {
+    /// The next chunk, or the end: after the last one, the caller's auth revision is
+    /// checked (etcd's doSerialize does so after the whole read).
+    fn next_piece(&mut self) -> Option<Result<Piece, Status>> {
         match self.state {
             State::Done => None,
             State::Finish => {
@@ -112,13 +124,8 @@ impl Cursor {
                     None => None,
                 }
             }
-            State::Reading => match self.chunk().await {
-                Ok(mut r) => {
-                    if r.header.is_some() {
-                        self.ctx.fill(&mut r.header);
-                    }
-                    Some(Ok(PbRangeStreamResponse { range_response: Some(r) }))
-                }
+            State::Reading => match self.read_chunk() {
+                Ok(p) => Some(Ok(p)),
                 Err(e) => {
                     self.state = State::Done;
                     Some(Err(e))
@@ -128,11 +135,52 @@ impl Cursor {
     }
 }
 
-pub type RangeStream = std::pin::Pin<Box<dyn Stream<Item = Result<PbRangeStreamResponse, Status>> + Send>>;
+/// A chunk decoded into the message tonic's encoder writes (decoded on the bulk
+/// threads when large).
+async fn message(p: Piece) -> Result<PbRangeStreamResponse, Status> {
+    let (more, count) = (p.read.more, p.read.count);
+    let mut r = super::bulk::decode(p.read).await?;
+    r.header = p.header;
+    r.more = more;
+    r.count = count;
+    Ok(PbRangeStreamResponse { range_response: Some(r) })
+}
 
-/// Starts a stream for an already checked and permitted request: the revision
-/// is resolved (and refused, future or compacted) here, before any chunk.
-pub fn start(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>) -> Result<RangeStream, Status> {
+/// A chunk as the lean transport sends it: a RangeStreamResponse framed as a gRPC
+/// message (flag, length), encoded from the store's buffers — on the bulk threads when large.
+async fn framed(p: Piece) -> Result<Bytes, Status> {
+    let bulk = super::bulk::is_bulk(&p.read);
+    let encode = move || {
+        use super::range_wire::{encoded_len, put_varint, varint_len};
+        let n = encoded_len(&p.read, p.header.as_ref());
+        let inner = 1 + varint_len(n as u64) + n;
+        let mut out = Vec::with_capacity(5 + inner);
+        out.push(0);
+        out.extend_from_slice(&(inner as u32).to_be_bytes());
+        out.push(1 << 3 | 2);
+        put_varint(&mut out, n as u64);
+        super::range_wire::encode(&p.read, p.header.as_ref(), &mut out);
+        Bytes::from(out)
+    };
+    if !bulk {
+        return Ok(encode());
+    }
+    super::bulk::run(encode).await.ok_or_else(|| Status::internal("bulk read failed"))
+}
+
+pub type RangeStream = std::pin::Pin<Box<dyn Stream<Item = Result<PbRangeStreamResponse, Status>> + Send>>;
+/// The same stream's messages, framed and encoded (the lean transport's).
+pub type FramedStream = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, Status>> + Send>>;
+
+/// What a stream starts with: a cursor, or (count only) its one message.
+enum Start {
+    Cursor(Cursor),
+    Count(PbRangeResponse),
+}
+
+/// Resolves the revision (refused, future or compacted, before any chunk) of an
+/// already checked and permitted request.
+fn begin(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>) -> Result<Start, Status> {
     let store = &ctx.store;
     let cur = store.current_rev();
     let r = crate::mvcc::shard::KeyRange::new(&req.key, &req.range_end);
@@ -145,11 +193,10 @@ pub fn start(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>)
         }
         let mut h = header(cur);
         ctx.fill(&mut h);
-        let r = PbRangeResponse { header: h, count, ..Default::default() };
-        return Ok(Box::pin(futures::stream::iter([Ok(PbRangeStreamResponse { range_response: Some(r) })])));
+        return Ok(Start::Count(PbRangeResponse { header: h, count, ..Default::default() }));
     }
     let left = if req.limit > 0 { req.limit } else { i64::MAX };
-    let cursor = Cursor {
+    Ok(Start::Cursor(Cursor {
         ctx: ctx.clone(),
         next: req.key,
         end: req.range_end,
@@ -161,9 +208,41 @@ pub fn start(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>)
         limit: FIRST_CHUNK.min(left),
         auth,
         state: State::Reading,
-    };
-    // Each poll reads one chunk: nothing is read ahead of what the client takes.
-    Ok(Box::pin(futures::stream::unfold(cursor, |mut c| async move { c.step().await.map(|item| (item, c)) })))
+    }))
+}
+
+/// Starts a stream for an already checked and permitted request. Each poll reads
+/// one chunk: nothing is read ahead of what the client takes.
+pub fn start(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>) -> Result<RangeStream, Status> {
+    Ok(match begin(ctx, req, auth)? {
+        Start::Count(r) => Box::pin(futures::stream::iter([Ok(PbRangeStreamResponse { range_response: Some(r) })])),
+        Start::Cursor(c) => Box::pin(futures::stream::unfold(c, |mut c| async move {
+            match c.next_piece()? {
+                Ok(p) => Some((message(p).await, c)),
+                Err(e) => Some((Err(e), c)),
+            }
+        })),
+    })
+}
+
+/// `start`, for the lean transport: the same messages, framed and encoded.
+pub fn start_framed(ctx: Arc<Ctx>, req: PbRangeRequest, auth: Option<Option<AuthInfo>>) -> Result<FramedStream, Status> {
+    Ok(match begin(ctx, req, auth)? {
+        Start::Count(r) => {
+            let m = PbRangeStreamResponse { range_response: Some(r) }.encode_to_vec();
+            let mut out = Vec::with_capacity(5 + m.len());
+            out.push(0);
+            out.extend_from_slice(&(m.len() as u32).to_be_bytes());
+            out.extend_from_slice(&m);
+            Box::pin(futures::stream::iter([Ok(Bytes::from(out))]))
+        }
+        Start::Cursor(c) => Box::pin(futures::stream::unfold(c, |mut c| async move {
+            match c.next_piece()? {
+                Ok(p) => Some((framed(p).await, c)),
+                Err(e) => Some((Err(e), c)),
+            }
+        })),
+    })
 }
 
 #[cfg(test)]

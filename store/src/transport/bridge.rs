@@ -166,7 +166,42 @@ pub enum Event {
 enum State {
     Calling(ResponseFuture),
     Body(Pin<Box<ResponseBody>>),
+    /// A stream the transport answers itself (RangeStream): framed messages, then
+    /// grpc-status in the trailers; `counted` holds its per-RPC counter until then.
+    Framed { s: FramedStream, headed: bool, counted: HandledCount },
     Done,
+}
+
+type FramedStream = crate::server::range_stream::FramedStream;
+
+/// A call's handled counter, taken when its status is known, or counted as
+/// Canceled when the stream is dropped first (the client went away).
+struct HandledCount(Option<usize>);
+
+impl HandledCount {
+    fn handled(&mut self, code: usize) {
+        if let Some(i) = self.0.take() {
+            crate::server::grpc_metrics::GrpcMetrics::global().handled(i, code);
+        }
+    }
+}
+
+impl Drop for HandledCount {
+    fn drop(&mut self) {
+        self.handled(crate::server::grpc_metrics::CANCELED);
+    }
+}
+
+/// The trailers (or trailers-only headers) of a gRPC status.
+fn status_fields(st: &tonic::Status) -> http::HeaderMap {
+    let mut h = http::HeaderMap::new();
+    h.insert("grpc-status", http::HeaderValue::from(st.code() as i32));
+    if !st.message().is_empty() {
+        if let Ok(v) = http::HeaderValue::from_bytes(&super::hpack::percent_encode(st.message())) {
+            h.insert("grpc-message", v);
+        }
+    }
+    h
 }
 
 /// One bridged stream's response, from the call to its last frame.
@@ -180,6 +215,11 @@ impl Pump {
         // tonic's routes (an axum router) are always ready: no poll_ready needed.
         let fut = routes.call(req);
         Pump { stream, state: State::Calling(Box::pin(fut)) }
+    }
+
+    /// A pump for a stream the transport answers itself; `rpc`: its counter (started).
+    pub fn framed(stream: u32, s: FramedStream, rpc: Option<usize>) -> Pump {
+        Pump { stream, state: State::Framed { s, headed: false, counted: HandledCount(rpc) } }
     }
 
     pub fn done(&self) -> bool {
@@ -208,6 +248,27 @@ impl Pump {
                                 Err(_) => continue,
                             },
                         },
+                    };
+                    self.state = State::Done;
+                    return Poll::Ready(ev);
+                }
+                State::Framed { s, headed, counted } => {
+                    if !*headed {
+                        *headed = true;
+                        let mut h = http::HeaderMap::new();
+                        h.insert(http::header::CONTENT_TYPE, http::HeaderValue::from_static("application/grpc"));
+                        return Poll::Ready(Event::Head { status: 200, headers: h, end: false });
+                    }
+                    let ev = match std::task::ready!(s.as_mut().poll_next(cx)) {
+                        Some(Ok(b)) => return Poll::Ready(Event::Data(b)),
+                        Some(Err(st)) => {
+                            counted.handled(st.code() as usize);
+                            Event::Trailers(status_fields(&st))
+                        }
+                        None => {
+                            counted.handled(0);
+                            Event::Trailers(status_fields(&tonic::Status::ok("")))
+                        }
                     };
                     self.state = State::Done;
                     return Poll::Ready(ev);

@@ -44,6 +44,11 @@ const PUMP_QUEUE: usize = 1 << 20;
 const WRITE_HIGH: usize = 4 << 20;
 /// Reads per poll before the task yields to the runtime's other tasks.
 const READS_PER_POLL: usize = 16;
+/// Bytes written per poll before the task yields: a list page (1–2 MB) is written in
+/// steps, with the runtime's other tasks (point requests) run in between.
+const WRITE_PER_POLL: usize = 256 << 10;
+/// DATA payloads at least this large are written from their own buffer, not copied.
+const SEGMENT_MIN: usize = 8 << 10;
 
 /// A connection-level failure: a GOAWAY with this code, then the end of the connection.
 #[derive(Debug)]
@@ -130,6 +135,11 @@ pub struct Conn<T> {
     rbuf: BytesMut,
     read_closed: bool,
     preface_done: bool,
+    /// Output, in order: `wq`'s segments, then `wbuf`. Frames are gathered in `wbuf`;
+    /// a large DATA payload goes in as a segment of its own (a slice of the encoded
+    /// answer), written by `writev` without a copy.
+    wq: VecDeque<Bytes>,
+    wq_bytes: usize,
     wbuf: Vec<u8>,
     wpos: usize,
 
@@ -170,6 +180,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             rbuf: BytesMut::with_capacity(64 << 10),
             read_closed: false,
             preface_done: false,
+            wq: VecDeque::new(),
+            wq_bytes: 0,
             wbuf: Vec::with_capacity(64 << 10),
             wpos: 0,
             decoder: hpack::Decoder::default(),
@@ -557,6 +569,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             Ok(m) => m,
             Err(st) => return self.answer(id, Err(st)),
         };
+        if method == Method::RangeStream {
+            // Answered as a stream, through a pump: one chunk read and encoded at a
+            // time, the next only once the client's window has taken this one.
+            match unary::range_stream(&self.services, msg, meta) {
+                Err(st) => self.answer(id, Err(st)),
+                Ok(stream) => {
+                    let rpc = self.streams.get_mut(&id).and_then(|s| s.rpc.take());
+                    self.run_pump(Pump::framed(id, stream, rpc));
+                }
+            }
+            return;
+        }
         let (fut, spawn) = unary::call(&self.services, method, msg, meta);
         let (handle, reg) = AbortHandle::new_pair();
         if let Some(s) = self.streams.get_mut(&id) {
@@ -620,12 +644,19 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                     frame::put_headers(&mut self.wbuf, id, hpack::GRPC_OK_TRAILERS, true, max_frame);
                     s.sent_end = true;
                 } else {
-                    let mut msg = Vec::with_capacity(total);
-                    msg.push(0);
-                    msg.extend_from_slice(&(len as u32).to_be_bytes());
-                    reply.encode(&mut msg);
-                    s.out_bytes += msg.len();
-                    s.out.push_back(Out::Data { buf: Bytes::from(msg), end: false });
+                    let msg = match reply {
+                        // Encoded (and framed) off the request path: sent from its own buffer.
+                        Reply::Framed(b) => b,
+                        r => {
+                            let mut m = Vec::with_capacity(total);
+                            m.push(0);
+                            m.extend_from_slice(&(len as u32).to_be_bytes());
+                            r.encode(&mut m);
+                            Bytes::from(m)
+                        }
+                    };
+                    s.out_bytes += total;
+                    s.out.push_back(Out::Data { buf: msg, end: false });
                     s.out.push_back(Out::Trailers(hpack::GRPC_OK_TRAILERS.to_vec()));
                     self.drain(id);
                 }
@@ -651,8 +682,14 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                     }
                     let last = n == buf.len();
                     let flags = if last && *end { frame::END_STREAM } else { 0 };
-                    frame::put_frame(&mut self.wbuf, frame::DATA, flags, id, &buf[..n]);
-                    buf.advance(n);
+                    if n >= SEGMENT_MIN {
+                        frame::put_head(&mut self.wbuf, n, frame::DATA, flags, id);
+                        let seg = buf.split_to(n);
+                        push_segment(&mut self.wq, &mut self.wq_bytes, &mut self.wbuf, &mut self.wpos, seg);
+                    } else {
+                        frame::put_frame(&mut self.wbuf, frame::DATA, flags, id, &buf[..n]);
+                        buf.advance(n);
+                    }
                     s.send_window -= n as i64;
                     self.send_window -= n as i64;
                     s.out_bytes -= n;
@@ -820,13 +857,43 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         }
     }
 
+    /// Writes the output: the queued segments (vectored), then the frame buffer. After
+    /// WRITE_PER_POLL bytes it yields (Pending, woken at once) so that one connection's
+    /// large answer does not hold the worker from the others' small ones.
     fn poll_write(&mut self, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        while self.wpos < self.wbuf.len() {
-            let n = std::task::ready!(Pin::new(&mut self.io).poll_write(cx, &self.wbuf[self.wpos..]))?;
+        let mut written = 0;
+        loop {
+            if written >= WRITE_PER_POLL && self.wq_bytes + self.wbuf.len() > self.wpos {
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
+            let n = if !self.wq.is_empty() {
+                let slices: Vec<std::io::IoSlice<'_>> = self.wq.iter().take(64).map(|b| std::io::IoSlice::new(b)).collect();
+                let n = std::task::ready!(Pin::new(&mut self.io).poll_write_vectored(cx, &slices))?;
+                let mut left = n;
+                while left > 0 {
+                    let front = self.wq.front_mut().unwrap();
+                    if front.len() <= left {
+                        left -= front.len();
+                        self.wq.pop_front();
+                    } else {
+                        front.advance(left);
+                        left = 0;
+                    }
+                }
+                self.wq_bytes -= n;
+                n
+            } else if self.wpos < self.wbuf.len() {
+                let n = std::task::ready!(Pin::new(&mut self.io).poll_write(cx, &self.wbuf[self.wpos..]))?;
+                self.wpos += n;
+                n
+            } else {
+                break;
+            };
             if n == 0 {
                 return Poll::Ready(Err(std::io::ErrorKind::WriteZero.into()));
             }
-            self.wpos += n;
+            written += n;
         }
         self.wbuf.clear();
         self.wpos = 0;
@@ -857,6 +924,22 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             self.remove(id);
         }
     }
+}
+
+/// Queues `seg` after what `wbuf` holds: the frame buffer so far becomes a segment of
+/// its own (no copy), then `seg`; later frames go to a new buffer.
+/// (`wpos`: how much of `wbuf` is written already; it starts again at 0.)
+fn push_segment(wq: &mut VecDeque<Bytes>, wq_bytes: &mut usize, wbuf: &mut Vec<u8>, wpos: &mut usize, seg: Bytes) {
+    if wbuf.len() > *wpos {
+        let head = Bytes::from(std::mem::replace(wbuf, Vec::with_capacity(4 << 10))).slice(*wpos..);
+        *wq_bytes += head.len();
+        wq.push_back(head);
+    } else {
+        wbuf.clear();
+    }
+    *wpos = 0;
+    *wq_bytes += seg.len();
+    wq.push_back(seg);
 }
 
 /// The method a header block asks for, if it is a hot call the transport answers
@@ -904,7 +987,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Conn<T> {
             // Read while the client reads what we write. Every path that returns
             // Pending below leaves a waker behind: the read's (it returned Pending),
             // a call's or pump's, the write's, or our own when the budget ran out.
-            if !this.read_closed && !this.closing && this.wbuf.len() < WRITE_HIGH {
+            if !this.read_closed && !this.closing && this.wbuf.len() + this.wq_bytes < WRITE_HIGH {
                 match this.poll_read(cx) {
                     Poll::Ready(Ok(0)) => {
                         // An HTTP/2 client that closes its side is gone: its streams end.
@@ -939,7 +1022,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Conn<T> {
             }
             this.give_credit();
             this.unblock();
-            let wrote = !this.wbuf.is_empty();
+            let wrote = !this.wbuf.is_empty() || !this.wq.is_empty();
             match this.poll_write(cx) {
                 // Written: reading may go on (it stops above WRITE_HIGH).
                 Poll::Ready(Ok(())) => busy |= wrote,

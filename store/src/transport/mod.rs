@@ -19,13 +19,12 @@
 //! tonic (`KvService::*_call`), so answers and errors do not depend on the path.
 //!
 //! Modules: `frame` (the wire format), `hpack` (header blocks), `conn` (a
-//! connection: streams, flow control, the loop), `unary` (the hot calls),
-//! `range_wire` (a Range answer encoded from the store's buffers), `bridge`.
+//! connection: streams, flow control, the loop), `unary` (the hot calls; a Range
+//! answer is encoded from the store's buffers by `server::range_wire`), `bridge`.
 pub mod bridge;
 pub mod conn;
 pub mod frame;
 pub mod hpack;
-pub mod range_wire;
 #[cfg(test)]
 mod tests;
 pub mod unary;

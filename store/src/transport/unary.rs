@@ -22,7 +22,7 @@ use crate::server::kv::KvService;
 use crate::server::maintenance::MaintenanceService;
 use crate::server::{bulk, metrics, Ctx};
 
-use super::range_wire;
+use crate::server::range_wire;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
@@ -31,6 +31,8 @@ pub enum Method {
     DeleteRange,
     Txn,
     Status,
+    /// Server-streaming: answered by a stream of framed messages (`range_stream`), not a `Reply`.
+    RangeStream,
 }
 
 impl Method {
@@ -41,6 +43,7 @@ impl Method {
             b"/etcdserverpb.KV/DeleteRange" => Method::DeleteRange,
             b"/etcdserverpb.KV/Txn" => Method::Txn,
             b"/etcdserverpb.Maintenance/Status" => Method::Status,
+            b"/etcdserverpb.KV/RangeStream" => Method::RangeStream,
             _ => return None,
         })
     }
@@ -52,6 +55,7 @@ impl Method {
             Method::DeleteRange => "/etcdserverpb.KV/DeleteRange",
             Method::Txn => "/etcdserverpb.KV/Txn",
             Method::Status => "/etcdserverpb.Maintenance/Status",
+            Method::RangeStream => "/etcdserverpb.KV/RangeStream",
         }
     }
 }
@@ -76,8 +80,9 @@ impl Meta {
 /// An answer, encoded into the connection's buffer by `encode`.
 pub enum Reply {
     Range(RangeRead, PbResponseHeader),
-    /// A large answer encoded off the request path (bulk threads).
-    Encoded(Bytes),
+    /// A large answer encoded off the request path (bulk threads), with its gRPC
+    /// message prefix (compressed flag, length) already in front.
+    Framed(Bytes),
     Put(PbPutResponse),
     Delete(PbDeleteResponse),
     Txn(PbTxnResponse),
@@ -87,8 +92,8 @@ pub enum Reply {
 impl Reply {
     pub fn encoded_len(&self) -> usize {
         match self {
-            Reply::Range(r, h) => range_wire::encoded_len(r, h),
-            Reply::Encoded(b) => b.len(),
+            Reply::Range(r, h) => range_wire::encoded_len(r, Some(h)),
+            Reply::Framed(b) => b.len() - 5,
             Reply::Put(m) => m.encoded_len(),
             Reply::Delete(m) => m.encoded_len(),
             Reply::Txn(m) => m.encoded_len(),
@@ -99,8 +104,8 @@ impl Reply {
     /// Appends the message (exactly `encoded_len` bytes).
     pub fn encode(&self, out: &mut Vec<u8>) {
         match self {
-            Reply::Range(r, h) => range_wire::encode(r, h, out),
-            Reply::Encoded(b) => out.extend_from_slice(b),
+            Reply::Range(r, h) => range_wire::encode(r, Some(h), out),
+            Reply::Framed(b) => out.extend_from_slice(&b[5..]),
             Reply::Put(m) => m.encode_raw(out),
             Reply::Delete(m) => m.encode_raw(out),
             Reply::Txn(m) => m.encode_raw(out),
@@ -130,6 +135,16 @@ fn undecodable(e: prost::DecodeError) -> Status {
     Status::internal(format!("grpc: error unmarshalling request: {e}"))
 }
 
+/// A RangeStream's messages, framed, after the same checks as the tonic route's
+/// (`KvService::range_stream_checks`); an error is answered in the headers alone.
+pub fn range_stream(s: &Services, msg: Bytes, meta: Meta) -> Result<crate::server::range_stream::FramedStream, Status> {
+    let _timed = s.ctx.metrics.request(metrics::RANGE);
+    let req = PbRangeRequest::decode(msg).map_err(undecodable)?;
+    let caller = s.ctx.identify_with(|| meta.creds());
+    let auth = s.kv.range_stream_checks(&req, caller)?;
+    crate::server::range_stream::start_framed(s.ctx.clone(), req, auth)
+}
+
 /// A call, and whether it belongs on a task of its own: a Range over an interval
 /// reads many keys under its shards' locks, which the connection's other calls
 /// should not wait behind.
@@ -150,14 +165,17 @@ pub fn call(s: &Services, method: Method, msg: Bytes, meta: Meta) -> (CallFuture
                 if !bulk::is_bulk(&read) {
                     return Ok(Reply::Range(read, header));
                 }
-                let encoded = bulk::run(move || {
-                    let mut out = Vec::with_capacity(range_wire::encoded_len(&read, &header));
-                    range_wire::encode(&read, &header, &mut out);
+                let framed = bulk::run(move || {
+                    let len = range_wire::encoded_len(&read, Some(&header));
+                    let mut out = Vec::with_capacity(5 + len);
+                    out.push(0);
+                    out.extend_from_slice(&(len as u32).to_be_bytes());
+                    range_wire::encode(&read, Some(&header), &mut out);
                     Bytes::from(out)
                 })
                 .await
                 .ok_or_else(|| Status::internal("bulk read failed"))?;
-                Ok(Reply::Encoded(encoded))
+                Ok(Reply::Framed(framed))
             };
             (Box::pin(fut), spawn)
         }
@@ -195,6 +213,7 @@ pub fn call(s: &Services, method: Method, msg: Bytes, meta: Meta) -> (CallFuture
             };
             (Box::pin(fut), false)
         }
+        Method::RangeStream => (Box::pin(std::future::ready(Err(Status::internal("RangeStream is a stream")))), false),
         Method::Status => {
             let m = s.maintenance.clone();
             let fut = async move {

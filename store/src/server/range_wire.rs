@@ -9,11 +9,11 @@ use etcd_client::proto::PbResponseHeader;
 use crate::mvcc::key_history::Version;
 use crate::mvcc::kvstore_range::RangeRead;
 
-fn varint_len(v: u64) -> usize {
+pub fn varint_len(v: u64) -> usize {
     ((64 - (v | 1).leading_zeros() as usize) + 6) / 7
 }
 
-fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+pub fn put_varint(out: &mut Vec<u8>, mut v: u64) {
     while v >= 0x80 {
         out.push(v as u8 | 0x80);
         v >>= 7;
@@ -69,16 +69,18 @@ fn kv_len(key: &[u8], v: &Version, keys_only: bool) -> usize {
         + int_len(v.lease as u64)
 }
 
-/// The encoded length of the answer with `header`.
-pub fn encoded_len(read: &RangeRead, header: &PbResponseHeader) -> usize {
+/// The encoded length of the answer with `header` (none: a RangeStream chunk's).
+pub fn encoded_len(read: &RangeRead, header: Option<&PbResponseHeader>) -> usize {
     let kvs: usize = read.entries().iter().map(|(k, v)| delimited_len(kv_len(k, v, read.keys_only()))).sum();
-    delimited_len(header_len(header)) + kvs + if read.more { 2 } else { 0 } + int_len(read.count as u64)
+    header.map_or(0, |h| delimited_len(header_len(h))) + kvs + if read.more { 2 } else { 0 } + int_len(read.count as u64)
 }
 
 /// Appends the answer with `header`: exactly `encoded_len` bytes.
-pub fn encode(read: &RangeRead, header: &PbResponseHeader, out: &mut Vec<u8>) {
+pub fn encode(read: &RangeRead, header: Option<&PbResponseHeader>, out: &mut Vec<u8>) {
     let keys_only = read.keys_only();
-    put_header(out, header);
+    if let Some(h) = header {
+        put_header(out, h);
+    }
     for (k, v) in read.entries() {
         put_delimited_head(out, 2, kv_len(k, v, keys_only));
         if !k.is_empty() {
@@ -113,9 +115,14 @@ mod tests {
         let mut want = s.range_read(&req).unwrap().into_response();
         want.header = Some(header);
         let mut got = Vec::new();
-        encode(&read, &header, &mut got);
-        assert_eq!(got.len(), encoded_len(&read, &header), "{req:?}");
+        encode(&read, Some(&header), &mut got);
+        assert_eq!(got.len(), encoded_len(&read, Some(&header)), "{req:?}");
         assert_eq!(got, want.encode_to_vec(), "{req:?}");
+        // Without a header (a RangeStream chunk): prost's encoding of the same with none.
+        want.header = None;
+        let mut got = Vec::new();
+        encode(&read, None, &mut got);
+        assert_eq!((got.len(), &got), (encoded_len(&read, None), &want.encode_to_vec()), "{req:?}");
     }
 
     /// Byte for byte what prost writes, for every shape of answer: empty, keys
