@@ -69,7 +69,7 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let others = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), Ok::<_, std::io::Error>);
     let tonic = builder.add_routes(routes.clone()).serve_with_incoming(others);
-    let lean = meganode_store::transport::serve(listener, ctx.clone(), routes, limit, tx);
+    let lean = meganode_store::transport::serve(listener, ctx.clone(), routes, tx);
     tokio::select! {
         r = tonic => r.map_err(|e| format!("serve {url}: {e}")),
         r = lean => r.map_err(|e| format!("serve {url}: {e}")),

@@ -27,7 +27,7 @@ async fn serve() -> String {
     let routes = server::routes(&ctx, limit);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     std::mem::forget(rx);
-    tokio::spawn(meganode_store::transport::serve(listener, ctx, routes, limit, tx));
+    tokio::spawn(meganode_store::transport::serve(listener, ctx, routes, tx));
     addr.to_string()
 }
 

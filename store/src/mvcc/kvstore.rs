@@ -773,6 +773,7 @@ impl Store {
         let rev = self.check_rev_for(&r, req.revision)?.min(cur);
         let mut read = self.range_locked(&locked, req, rev);
         drop(locked);
+        read.finish();
         read.rev = cur;
         Ok(read)
     }

@@ -68,7 +68,12 @@ pub fn range_over<G: std::ops::Deref<Target = ShardData>>(
             1 => kvs.sort_by(|a, b| ord(a.1.version.cmp(&b.1.version), desc)),
             2 => kvs.sort_by(|a, b| ord(a.1.create_rev.cmp(&b.1.create_rev), desc)),
             3 => kvs.sort_by(|a, b| ord(a.1.mod_rev.cmp(&b.1.mod_rev), desc)),
-            4 => kvs.sort_by(|a, b| ord(a.1.value.cow().cmp(&b.1.value.cow()), desc)),
+            // By value: after the locks, where spilled values may be read (`finish`).
+            4 => {
+                let mut read = RangeRead::taken(rev, kvs, req.keys_only, false, count);
+                read.by_value = Some((desc, req.limit));
+                return read;
+            }
             _ => {
                 if desc {
                     kvs.reverse();
@@ -128,16 +133,34 @@ pub struct RangeRead {
     keys_only: bool,
     pub more: bool,
     pub count: i64,
+    /// A sort by value still to do (descending?, the request's limit): values may be
+    /// in spill files, which are read after the locks (`finish`), not under them.
+    by_value: Option<(bool, i64)>,
 }
 
 impl RangeRead {
     fn counted(rev: i64, count: i64) -> Self {
-        RangeRead { rev, kvs: Vec::new(), keys_only: false, more: false, count }
+        RangeRead { rev, kvs: Vec::new(), keys_only: false, more: false, count, by_value: None }
     }
 
     pub(crate) fn taken(rev: i64, kvs: Vec<(&Bytes, &Version)>, keys_only: bool, more: bool, count: i64) -> Self {
         let kvs = kvs.into_iter().map(|(k, v)| (k.clone(), v.clone())).collect();
-        RangeRead { rev, kvs, keys_only, more, count }
+        RangeRead { rev, kvs, keys_only, more, count, by_value: None }
+    }
+
+    /// Does what had to wait for the locks to be dropped: a sort by value (stable,
+    /// as range_over's other sorts), then the request's limit and `more`.
+    pub fn finish(&mut self) {
+        let Some((desc, limit)) = self.by_value.take() else { return };
+        let values: Vec<Bytes> = self.kvs.iter().map(|(_, v)| v.value.bytes()).collect();
+        let mut order: Vec<usize> = (0..self.kvs.len()).collect();
+        order.sort_by(|&a, &b| ord(values[a].cmp(&values[b]), desc));
+        let mut kvs: Vec<Option<(Bytes, Version)>> = std::mem::take(&mut self.kvs).into_iter().map(Some).collect();
+        self.kvs = order.into_iter().map(|i| kvs[i].take().unwrap()).collect();
+        if limit > 0 && self.kvs.len() > limit as usize {
+            self.kvs.truncate(limit as usize);
+            self.more = true;
+        }
     }
 
     /// The keys and versions returned, in order.
@@ -165,7 +188,8 @@ impl RangeRead {
     }
 
     /// The answer: every KeyValue decoded and copied.
-    pub fn into_response(self) -> PbRangeResponse {
+    pub fn into_response(mut self) -> PbRangeResponse {
+        self.finish();
         let keys_only = self.keys_only;
         PbRangeResponse {
             header: header(self.rev),

@@ -49,6 +49,8 @@ pub struct SpillStats {
     pub live_segments: AtomicU64,
     /// Reads of spilled values.
     pub reads: AtomicU64,
+    /// Failed writes of spill files (the values stay in memory; the write is retried).
+    pub write_errors: AtomicU64,
 }
 
 pub static STATS: SpillStats = SpillStats {
@@ -57,6 +59,7 @@ pub static STATS: SpillStats = SpillStats {
     live_bytes: AtomicU64::new(0),
     live_segments: AtomicU64::new(0),
     reads: AtomicU64::new(0),
+    write_errors: AtomicU64::new(0),
 };
 
 struct Tail {
@@ -112,10 +115,14 @@ impl Segment {
             (buf, at)
         };
         let r = self.file.write_all_at(&buf, at);
+        drop(buf);
         let mut t = self.tail.lock();
-        match r {
+        match &r {
             Ok(()) => t.writing = None,
-            Err(_) => {
+            Err(e) => {
+                if STATS.write_errors.fetch_add(1, Ordering::Relaxed) == 0 {
+                    eprintln!("meganode-store: warning: writing a history spill file failed: {e}; the values stay in memory and the write is retried");
+                }
                 // Not written: the bytes stay in memory (`writing` is read like the tail)
                 // and are tried again with the next flush.
                 let mut back = Arc::try_unwrap(t.writing.take().unwrap().0).unwrap_or_else(|a| (*a).clone());
@@ -159,6 +166,8 @@ pub struct Spill {
     state: Mutex<State>,
     /// Bytes put since the last `flush_if_full` that looked: the writers' fast path.
     unflushed: AtomicU64,
+    /// A put found no segment ready: `flush_if_full` makes one at once.
+    need_next: std::sync::atomic::AtomicBool,
 }
 
 struct State {
@@ -179,6 +188,7 @@ impl Spill {
             dir: dir.to_path_buf(),
             state: Mutex::new(State { cur: Some(Arc::new(first)), next: None, retired: Vec::new() }),
             unflushed: AtomicU64::new(0),
+            need_next: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -188,9 +198,12 @@ impl Spill {
     pub fn put(&self, bytes: &[u8]) -> Option<(Arc<Segment>, u64)> {
         let mut st = self.state.lock();
         if st.cur.as_ref().is_none_or(|s| s.size.load(Ordering::Relaxed) >= SEGMENT_BYTES) {
-            let next = match st.next.take() {
-                Some(n) => n,
-                None => new_segment(&self.dir).ok()?,
+            // No file is created here (the caller holds the shard's lock and the
+            // sequencer): without a segment made ahead, the value stays in memory and the
+            // next `flush_if_full` makes one.
+            let Some(next) = st.next.take() else {
+                self.need_next.store(true, Ordering::Relaxed);
+                return None;
             };
             if let Some(old) = st.cur.replace(Arc::new(next)) {
                 st.retired.push(old);
@@ -209,15 +222,16 @@ impl Spill {
     /// segments' tails whole; makes the next segment once this one is half full.
     /// Called by writers after their locks are dropped.
     pub fn flush_if_full(&self) {
-        if self.unflushed.load(Ordering::Relaxed) < FLUSH_AT as u64 {
+        let needed = self.need_next.swap(false, Ordering::Relaxed);
+        if !needed && self.unflushed.load(Ordering::Relaxed) < FLUSH_AT as u64 {
             return;
         }
         self.unflushed.store(0, Ordering::Relaxed);
         let (cur, retired, make_next) = {
             let mut st = self.state.lock();
             let cur = st.cur.clone();
-            let half = cur.as_ref().is_some_and(|s| s.size.load(Ordering::Relaxed) >= SEGMENT_BYTES / 2);
-            (cur, std::mem::take(&mut st.retired), half && st.next.is_none())
+            let half = cur.as_ref().is_none_or(|s| s.size.load(Ordering::Relaxed) >= SEGMENT_BYTES / 2);
+            (cur, std::mem::take(&mut st.retired), (needed || half) && st.next.is_none())
         };
         if let Some(s) = cur {
             let _ = s.flush(false);

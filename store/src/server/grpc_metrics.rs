@@ -247,6 +247,13 @@ pin_project_lite::pin_project! {
     }
 }
 
+impl<B> CountedBody<B> {
+    /// A body that counts nothing (an answer given outside the counted service).
+    pub fn uncounted(inner: B) -> Self {
+        CountedBody { inner, pending: None }
+    }
+}
+
 impl<B> http_body::Body for CountedBody<B>
 where
     B: http_body::Body<Data = Bytes>,

@@ -124,6 +124,7 @@ pub fn render(ctx: &Ctx) -> String {
     g("meganode_history_spill_bytes", "Bytes of the spill files still referred to by retained versions (on disk, unlinked).", "gauge", sp.live_bytes.load(Ordering::Relaxed).to_string());
     g("meganode_history_spill_files", "Spill files alive.", "gauge", sp.live_segments.load(Ordering::Relaxed).to_string());
     g("meganode_history_spill_reads_total", "Reads of spilled values (history reads: old revisions, watch catch-up, HashKV, checkpoints).", "counter", sp.reads.load(Ordering::Relaxed).to_string());
+    g("meganode_history_spill_write_errors_total", "Failed writes of spill files (their values stay in memory; retried).", "counter", sp.write_errors.load(Ordering::Relaxed).to_string());
     o.push_str("# HELP meganode_value_compressed_bytes_total Bytes of the values packed: as written (raw) and as stored.\n# TYPE meganode_value_compressed_bytes_total counter\n");
     for (form, v) in [("raw", &pk.raw_bytes), ("stored", &pk.stored_bytes)] {
         o.push_str(&format!("meganode_value_compressed_bytes_total{{form=\"{form}\"}} {}\n", v.load(Ordering::Relaxed)));

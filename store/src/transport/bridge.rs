@@ -212,9 +212,21 @@ pub struct Pump {
 
 impl Pump {
     pub fn start(routes: &mut Routes, stream: u32, req: http::Request<RequestBody>) -> Pump {
+        let timeout = req.headers().get("grpc-timeout").and_then(|v| v.to_str().ok()).and_then(crate::server::deadline::parse_timeout);
         // tonic's routes (an axum router) are always ready: no poll_ready needed.
         let fut = routes.call(req);
-        Pump { stream, state: State::Calling(Box::pin(fut)) }
+        let fut: ResponseFuture = match timeout {
+            None => Box::pin(fut),
+            // As tonic's server does (its GrpcTimeout layer): a call not answered by the
+            // client's deadline is dropped and answered Cancelled "Timeout expired".
+            Some(d) => Box::pin(async move {
+                match tokio::time::timeout(d, fut).await {
+                    Ok(r) => r,
+                    Err(_) => Ok(tonic::Status::cancelled("Timeout expired").into_http().map(CountedBody::uncounted)),
+                }
+            }),
+        };
+        Pump { stream, state: State::Calling(fut) }
     }
 
     /// A pump for a stream the transport answers itself; `rpc`: its counter (started).
@@ -287,7 +299,14 @@ impl Future for Next {
 
     fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<(Pump, Event)> {
         let pump = self.0.as_mut().expect("polled after completion");
-        let ev = std::task::ready!(pump.poll_event(cx));
+        // A service that panics fails its stream alone (as on a hyper stream task).
+        let ev = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| pump.poll_event(cx))) {
+            Ok(p) => std::task::ready!(p),
+            Err(_) => {
+                pump.state = State::Done;
+                Event::Failed
+            }
+        };
         Poll::Ready((self.0.take().unwrap(), ev))
     }
 }

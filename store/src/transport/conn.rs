@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use bytes::{Buf, Bytes, BytesMut};
-use futures::future::{AbortHandle, Abortable};
+use futures::future::{AbortHandle, Abortable, FutureExt};
+use std::panic::AssertUnwindSafe;
 use futures::stream::{FuturesUnordered, StreamExt};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tonic::Status;
@@ -91,6 +92,8 @@ struct Stream {
     rpc: Option<usize>,
     /// A bridged stream's pump, waiting while its queue drains.
     parked: Option<Pump>,
+    /// What the client may still send on this stream (the window we granted).
+    recv_window: i64,
     /// Stops the pump when the stream ends early (a Watch's body may never end by itself).
     pump_abort: Option<AbortHandle>,
 }
@@ -109,6 +112,7 @@ impl Stream {
             rpc: None,
             parked: None,
             pump_abort: None,
+            recv_window: STREAM_WINDOW as i64,
         }
     }
 }
@@ -161,7 +165,12 @@ pub struct Conn<T> {
     send_window: i64,
     /// Bytes received on the connection not yet given back.
     conn_credit: u32,
+    /// What the client may still send on the connection (the window we granted): a
+    /// client past it is a FLOW_CONTROL_ERROR, not memory we hold.
+    recv_window: i64,
     blocked: VecDeque<u32>,
+    /// Streams whose pump waits for the output to drain below WRITE_HIGH.
+    parked_out: Vec<u32>,
 
     calls: FuturesUnordered<Call>,
     pumps: FuturesUnordered<Abortable<bridge::Next>>,
@@ -195,7 +204,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             peer_initial_window: frame::DEFAULT_WINDOW as i64,
             send_window: frame::DEFAULT_WINDOW as i64,
             conn_credit: 0,
+            recv_window: CONN_WINDOW as i64,
             blocked: VecDeque::new(),
+            parked_out: Vec::new(),
             calls: FuturesUnordered::new(),
             pumps: FuturesUnordered::new(),
             credit: Arc::new(Credit::default()),
@@ -432,7 +443,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                 }
                 return self.end_request(cx, id);
             }
-            return conn_err(frame::STREAM_CLOSED, "HEADERS on a closed stream");
+            // A stream already closed, or reset by us: ignored (§5.4.2).
+            return Ok(());
         }
         if id % 2 == 0 {
             return conn_err(frame::PROTOCOL_ERROR, "a client stream with an even id");
@@ -494,11 +506,15 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         if head.stream > self.last_stream {
             return conn_err(frame::PROTOCOL_ERROR, "DATA on an idle stream");
         }
+        self.recv_window -= n as i64;
+        if self.recv_window < 0 {
+            return conn_err(frame::FLOW_CONTROL_ERROR, "DATA past the connection's window");
+        }
         let max = self.max_message;
         let Some(s) = self.streams.get_mut(&head.stream) else {
-            // A stream already closed: its bytes still count against the connection.
+            // A stream already closed (or reset by us: its frames in flight are ignored,
+            // §5.4.2): its bytes still count against the connection.
             self.conn_credit += n;
-            frame::put_rst_stream(&mut self.wbuf, head.stream, frame::STREAM_CLOSED);
             return Ok(());
         };
         if s.recv_end {
@@ -506,23 +522,31 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             self.reset(head.stream, frame::STREAM_CLOSED);
             return Ok(());
         }
+        s.recv_window -= n as i64;
+        if s.recv_window < 0 {
+            self.conn_credit += n;
+            self.reset(head.stream, frame::FLOW_CONTROL_ERROR);
+            return Ok(());
+        }
         let end_stream = head.has(frame::END_STREAM);
         match &mut s.recv {
             Recv::Unary { body, credit, .. } => {
                 self.conn_credit += n;
                 body.extend_from_slice(&payload[start..end]);
-                if body.len() > max + 5 {
-                    let len = body.len() - 5;
-                    let limit = max;
+                // Refused from the length the message declares, as grpc-go does, before its
+                // bytes are read: etcd's ResourceExhausted and message.
+                let declared = (body.len() >= 5).then(|| u32::from_be_bytes([body[1], body[2], body[3], body[4]]) as usize);
+                if let Some(len) = declared.filter(|&l| l > max) {
                     s.recv = Recv::Done;
                     s.recv_end = true;
-                    self.answer(head.stream, Err(crate::server::grpc_too_large(len, limit)));
+                    self.answer(head.stream, Err(crate::server::grpc_too_large(len, max)));
                     self.reset(head.stream, frame::NO_ERROR);
                     return Ok(());
                 }
                 *credit += n;
                 if !end_stream && *credit >= STREAM_WINDOW / 2 {
                     frame::put_window_update(&mut self.wbuf, head.stream, *credit);
+                    s.recv_window += *credit as i64;
                     *credit = 0;
                 }
             }
@@ -582,6 +606,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             return;
         }
         let (fut, spawn) = unary::call(&self.services, method, msg, meta);
+        // A call that panics answers Internal (its stream alone, as a hyper stream task would),
+        // whether it runs here or on a task of its own.
+        let fut = AssertUnwindSafe(fut).catch_unwind().map(|r| r.unwrap_or_else(|_| Err(Status::internal("the call panicked"))));
         let (handle, reg) = AbortHandle::new_pair();
         if let Some(s) = self.streams.get_mut(&id) {
             s.abort = Some(handle);
@@ -633,7 +660,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                 frame::put_headers(&mut self.wbuf, id, hpack::GRPC_HEADERS, false, max_frame);
                 let len = reply.encoded_len();
                 let total = len + 5;
-                if total <= max_frame && (total as i64) <= s.send_window && (total as i64) <= self.send_window && s.out.is_empty() {
+                let fits = total <= max_frame && (total as i64) <= s.send_window && (total as i64) <= self.send_window;
+                // Not ahead of answers already waiting for the connection's window.
+                if fits && s.out.is_empty() && self.blocked.is_empty() {
                     // The usual case: the whole message in one DATA frame, encoded in place.
                     frame::put_head(&mut self.wbuf, total, frame::DATA, 0, id);
                     self.wbuf.push(0);
@@ -707,9 +736,34 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                 }
             }
         }
-        if s.out_bytes < PUMP_QUEUE {
-            if let Some(p) = s.parked.take() {
+        if s.out_bytes < PUMP_QUEUE && s.parked.is_some() {
+            let unwritten = self.wq_bytes + self.wbuf.len() - self.wpos;
+            if unwritten < WRITE_HIGH {
+                let p = s.parked.take().unwrap();
                 self.run_pump(p);
+            } else {
+                self.parked_out.push(id);
+            }
+        }
+    }
+
+    /// Output queued and not yet written.
+    fn unwritten(&self) -> usize {
+        self.wq_bytes + self.wbuf.len() - self.wpos
+    }
+
+    /// Pumps parked for the output go on once it has drained.
+    fn resume_parked(&mut self) {
+        if self.parked_out.is_empty() || self.unwritten() >= WRITE_HIGH / 2 {
+            return;
+        }
+        for id in std::mem::take(&mut self.parked_out) {
+            if let Some(s) = self.streams.get_mut(&id) {
+                if s.out_bytes < PUMP_QUEUE {
+                    if let Some(p) = s.parked.take() {
+                        self.run_pump(p);
+                    }
+                }
             }
         }
     }
@@ -753,19 +807,8 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     }
 
     fn remove(&mut self, id: u32) {
-        if let Some(mut s) = self.streams.remove(&id) {
-            if let Some(a) = s.abort.take() {
-                a.abort();
-            }
-            if let Some(a) = s.pump_abort.take() {
-                a.abort();
-            }
-            if let Some(i) = s.rpc.take() {
-                GrpcMetrics::global().handled(i, CANCELED);
-            }
-            if let Recv::Bridged { tx: Some(tx), .. } = &s.recv {
-                let _ = tx.send(Err(Reset("stream reset")));
-            }
+        if let Some(s) = self.streams.remove(&id) {
+            end_stream(s);
         }
     }
 
@@ -822,9 +865,15 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             self.maybe_close(id);
             return;
         }
+        let full = self.unwritten() >= WRITE_HIGH;
         let Some(s) = self.streams.get_mut(&id) else { return };
-        if s.out_bytes >= PUMP_QUEUE {
+        // Held back by the client's window (its queue) or by the socket (the output):
+        // a stream is read only as fast as the client takes it.
+        if s.out_bytes >= PUMP_QUEUE || full {
             s.parked = Some(pump);
+            if full {
+                self.parked_out.push(id);
+            }
         } else {
             self.run_pump(pump);
         }
@@ -843,16 +892,18 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
     fn give_credit(&mut self) {
         for (id, n) in self.credit.take() {
             self.conn_credit += n as u32;
-            if let Some(Stream { recv: Recv::Bridged { credit, .. }, recv_end: false, .. }) = self.streams.get_mut(&id) {
+            if let Some(Stream { recv: Recv::Bridged { credit, .. }, recv_end: false, recv_window, .. }) = self.streams.get_mut(&id) {
                 *credit += n as u32;
                 if *credit >= CREDIT_STEP.min(STREAM_WINDOW / 2) {
                     frame::put_window_update(&mut self.wbuf, id, *credit);
+                    *recv_window += *credit as i64;
                     *credit = 0;
                 }
             }
         }
         if self.conn_credit >= CREDIT_STEP {
             frame::put_window_update(&mut self.wbuf, 0, self.conn_credit);
+            self.recv_window += self.conn_credit as i64;
             self.conn_credit = 0;
         }
     }
@@ -922,6 +973,33 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         let ids: Vec<u32> = self.streams.keys().copied().collect();
         for id in ids {
             self.remove(id);
+        }
+    }
+}
+
+/// A stream leaving the connection before its end: its call or pump is stopped, its
+/// counter counts Canceled, a bridged request body reads an error (the client reset it).
+fn end_stream(mut s: Stream) {
+    if let Some(a) = s.abort.take() {
+        a.abort();
+    }
+    if let Some(a) = s.pump_abort.take() {
+        a.abort();
+    }
+    if let Some(i) = s.rpc.take() {
+        GrpcMetrics::global().handled(i, CANCELED);
+    }
+    if let Recv::Bridged { tx: Some(tx), .. } = &s.recv {
+        let _ = tx.send(Err(Reset("stream reset")));
+    }
+}
+
+impl<T> Drop for Conn<T> {
+    /// The connection ended (closed, failed, or the task dropped): every stream ends
+    /// as a reset one does (spawned calls aborted, bridged bodies told).
+    fn drop(&mut self) {
+        for (_, s) in self.streams.drain() {
+            end_stream(s);
         }
     }
 }
@@ -1023,7 +1101,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Conn<T> {
             this.give_credit();
             this.unblock();
             let wrote = !this.wbuf.is_empty() || !this.wq.is_empty();
-            match this.poll_write(cx) {
+            let written = this.poll_write(cx);
+            this.resume_parked();
+            match written {
                 // Written: reading may go on (it stops above WRITE_HIGH).
                 Poll::Ready(Ok(())) => busy |= wrote,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),

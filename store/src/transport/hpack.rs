@@ -6,6 +6,9 @@ use std::borrow::Cow;
 
 /// The header table size we let a client's encoder use (the default).
 pub const TABLE_SIZE: usize = 4096;
+/// The largest header list a request may carry (SETTINGS_MAX_HEADER_LIST_SIZE, RFC 9113
+/// §6.5.2 counting): gRPC metadata is small; grpc-go's own default is 16 MiB.
+pub const MAX_HEADER_LIST: usize = 1 << 20;
 
 /// A connection's decoder.
 pub struct Decoder {
@@ -25,9 +28,23 @@ impl Decoder {
     /// a COMPRESSION_ERROR for the connection: its table can no longer be trusted.
     pub fn decode(&mut self, block: &[u8], fields: &mut Fields) -> Result<(), String> {
         fields.clear();
+        // The whole block is decoded even past the limit (the table must stay the
+        // client's), but nothing more is kept: a small block of references to one
+        // large table entry would otherwise decode to gigabytes.
+        let mut over = false;
         self.inner
-            .decode_with_cb(block, |n: Cow<[u8]>, v: Cow<[u8]>| fields.push(&n, &v))
-            .map_err(|e| format!("{e:?}"))
+            .decode_with_cb(block, |n: Cow<[u8]>, v: Cow<[u8]>| {
+                if !over && fields.list_size() + n.len() + v.len() + 32 <= MAX_HEADER_LIST {
+                    fields.push(&n, &v);
+                } else {
+                    over = true;
+                }
+            })
+            .map_err(|e| format!("{e:?}"))?;
+        if over {
+            return Err(format!("header list larger than {MAX_HEADER_LIST} bytes"));
+        }
+        Ok(())
     }
 }
 
@@ -164,6 +181,20 @@ mod tests {
         ];
         assert_eq!(got, want.into_iter().map(|(n, v)| (n.to_vec(), v.to_vec())).collect::<Vec<_>>());
         assert_eq!(f.get(b"grpc-status"), Some(&b"0"[..]));
+    }
+
+    /// A block of references to one large table entry stops being kept at the limit.
+    #[test]
+    fn a_decompression_bomb_is_refused() {
+        let mut d = Decoder::default();
+        let mut f = Fields::default();
+        let mut first = vec![0x40, 1, b'x'];
+        put_int(&mut first, 0, 7, 3000);
+        first.extend_from_slice(&[b'v'; 3000]);
+        d.decode(&first, &mut f).unwrap();
+        let bomb = vec![0x80 | 62; 1000];
+        assert!(d.decode(&bomb, &mut f).unwrap_err().contains("header list larger"));
+        assert!(f.list_size() <= MAX_HEADER_LIST);
     }
 
     #[test]

@@ -64,11 +64,25 @@ async fn speaks_h2(s: &TcpStream) -> std::io::Result<bool> {
 
 /// Serves a plaintext listener: HTTP/2 connections here, every other one handed
 /// to tonic's server through `others`.
-pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, routes: tonic::service::Routes, max_message: usize, others: mpsc::UnboundedSender<TcpStream>) -> std::io::Result<()> {
+pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, routes: tonic::service::Routes, others: mpsc::UnboundedSender<TcpStream>) -> std::io::Result<()> {
+    // etcd's gRPC limit: a hot call's message larger than this is refused from its
+    // declared length, as grpc-go does, before its bytes are read.
+    let max_message = ctx.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD;
     let services = unary::Services::new(ctx);
     let routes = bridge::routes(routes);
     loop {
-        let (s, remote) = listener.accept().await?;
+        let (s, remote) = match listener.accept().await {
+            Ok(c) => c,
+            // Out of descriptors, or a connection aborted before it was taken: the
+            // listener goes on (as tonic's does); a short pause lets descriptors free.
+            Err(e) => {
+                if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)) {
+                    eprintln!("meganode-store: accept: {e}; retrying in 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+                continue;
+            }
+        };
         // Nagle's algorithm would hold small answers back ~40 ms.
         let _ = s.set_nodelay(true);
         let (services, routes, others) = (services.clone(), routes.clone(), others.clone());

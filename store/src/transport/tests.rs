@@ -25,7 +25,7 @@ async fn start() -> SocketAddr {
     let routes = server::routes(&ctx, limit);
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     std::mem::forget(rx);
-    tokio::spawn(super::serve(listener, ctx, routes, limit, tx));
+    tokio::spawn(super::serve(listener, ctx, routes, tx));
     addr
 }
 
@@ -309,6 +309,31 @@ async fn large_requests_get_window_updates() {
     }
     let (_, _, trailers) = c.answer(1).await;
     assert_eq!(status(&trailers), ("0".into(), String::new()));
+}
+
+/// A message declaring more than etcd's gRPC limit (--max-request-bytes + 512 KiB) is
+/// refused from its 5-byte prefix, with grpc-go's ResourceExhausted text, before the
+/// rest of it arrives; the connection goes on.
+#[tokio::test]
+async fn oversized_messages_are_refused_from_their_length() {
+    let mut c = Raw::connect(start().await, &[]).await;
+    let mut out = Vec::new();
+    frame::put_headers(&mut out, 1, &request_block("/etcdserverpb.KV/Put"), false, 16384);
+    let mut first = vec![0];
+    first.extend_from_slice(&(3u32 << 20).to_be_bytes());
+    first.extend_from_slice(&[0u8; 1000]);
+    frame::put_frame(&mut out, frame::DATA, 0, 1, &first);
+    c.send(&out).await;
+    let f = c.frame_skipping_credit().await;
+    assert_eq!((f.head.kind, f.head.stream, f.head.flags & frame::END_STREAM), (frame::HEADERS, 1, frame::END_STREAM));
+    let fields = c.decode(&f.payload);
+    assert_eq!(status(&fields), ("8".into(), "grpc: received message larger than max (3145728 vs. 2097152)".into()));
+    // The rest of the request is not wanted: the stream is reset with NO_ERROR.
+    let f = c.frame_skipping_credit().await;
+    assert_eq!((f.head.kind, f.head.stream, u32::from_be_bytes(f.payload[..4].try_into().unwrap())), (frame::RST_STREAM, 1, frame::NO_ERROR));
+    c.send(&call(3, "/etcdserverpb.KV/Put", &put("/registry/pods/ok", b"v".to_vec()))).await;
+    let (_, _, trailers) = c.answer(3).await;
+    assert_eq!(status(&trailers).0, "0");
 }
 
 /// Streams the transport does not answer itself go to the tonic routes: a gRPC
