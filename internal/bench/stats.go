@@ -1,8 +1,10 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/HdrHistogram/hdrhistogram-go"
@@ -129,6 +131,67 @@ type Latency struct {
 	P99Us  float64 `json:"p99_us"`
 	P999Us float64 `json:"p999_us"`
 	MaxUs  float64 `json:"max_us"`
+	// Slowest is the slowest 0.1 % of the requests (those above p99.9) as a histogram:
+	// where the stalls are, beside the single maximum.
+	Slowest []TailBar `json:"slowest_0_1_pct,omitempty"`
+}
+
+// TailBar is one bar of the slowest requests: Count of them took FromUs up to ToUs.
+type TailBar struct {
+	FromUs float64 `json:"from_us"`
+	ToUs   float64 `json:"to_us"`
+	Count  int64   `json:"count"`
+}
+
+// tailEdges are the bars' bounds (µs): 1-2-5 steps from 100 µs to 100 s.
+var tailEdges = func() []float64 {
+	var e []float64
+	for d := 100.0; d <= 1e8; d *= 10 {
+		e = append(e, d, 2*d, 5*d)
+	}
+	return e
+}()
+
+// Slowest bars the observations above p99.9 on 1-2-5 bounds (the first bar starts at p99.9,
+// the last ends at the maximum); empty bars are left out.
+func (h *Histogram) Slowest() []TailBar {
+	if h.Count() == 0 {
+		return nil
+	}
+	from := float64(h.Quantile(0.999)) / 1e3
+	maxUs := float64(h.max) / 1e3
+	var bars []TailBar
+	lo := from
+	for _, e := range append(tailEdges, math.Inf(1)) {
+		if e <= lo {
+			continue
+		}
+		hi := math.Min(e, maxUs)
+		var n int64
+		for _, b := range h.h.Distribution() {
+			v := float64(b.From) / 1e3
+			if b.Count > 0 && v > lo && (v <= hi || (hi == maxUs && v <= e)) {
+				n += b.Count
+			}
+		}
+		if n > 0 {
+			bars = append(bars, TailBar{FromUs: lo, ToUs: hi, Count: n})
+		}
+		lo = hi
+		if hi >= maxUs {
+			break
+		}
+	}
+	return bars
+}
+
+// FmtSlowest prints tail bars: "13.9–20 ms: 310, 20–50 ms: 92, …".
+func FmtSlowest(bars []TailBar) string {
+	var parts []string
+	for _, b := range bars {
+		parts = append(parts, fmt.Sprintf("%s–%s: %d", FmtUs(b.FromUs), FmtUs(b.ToUs), b.Count))
+	}
+	return strings.Join(parts, ", ")
 }
 
 func us(d time.Duration) float64 { return float64(d) / 1e3 }
@@ -136,13 +199,14 @@ func us(d time.Duration) float64 { return float64(d) / 1e3 }
 // Summary of the histogram: mean, p50, p90, p99, p99.9 and max.
 func (h *Histogram) Summary() Latency {
 	return Latency{
-		Count:  h.Count(),
-		MeanUs: us(h.Mean()),
-		P50Us:  us(h.Quantile(0.50)),
-		P90Us:  us(h.Quantile(0.90)),
-		P99Us:  us(h.Quantile(0.99)),
-		P999Us: us(h.Quantile(0.999)),
-		MaxUs:  us(h.Max()),
+		Count:   h.Count(),
+		MeanUs:  us(h.Mean()),
+		P50Us:   us(h.Quantile(0.50)),
+		P90Us:   us(h.Quantile(0.90)),
+		P99Us:   us(h.Quantile(0.99)),
+		P999Us:  us(h.Quantile(0.999)),
+		MaxUs:   us(h.Max()),
+		Slowest: h.Slowest(),
 	}
 }
 

@@ -1,9 +1,11 @@
 package bench
 
 import (
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"sort"
+	"strings"
 	"testing"
 	"time"
 )
@@ -99,5 +101,41 @@ func TestMedian(t *testing.T) {
 	median(xs)
 	if xs[0] != 3 {
 		t.Fatal("median must not reorder its input")
+	}
+}
+
+// The slowest 0.1 % are barred on 1-2-5 bounds from p99.9 to the maximum.
+func TestSlowest(t *testing.T) {
+	h := NewHistogram()
+	for i := 0; i < 99_900; i++ {
+		h.Record(time.Millisecond)
+	}
+	for i := 0; i < 50; i++ {
+		h.Record(15 * time.Millisecond)
+	}
+	for i := 0; i < 40; i++ {
+		h.Record(40 * time.Millisecond)
+	}
+	for i := 0; i < 10; i++ {
+		h.Record(300 * time.Millisecond)
+	}
+	bars := h.Slowest()
+	var got []string
+	var n int64
+	for _, b := range bars {
+		got = append(got, fmt.Sprintf("%.0f-%.0f:%d", b.FromUs/1e3, b.ToUs/1e3, b.Count))
+		n += b.Count
+	}
+	want := []string{"10-20:50", "20-50:40", "200-300:10"}
+	if n != 100 || len(got) != len(want) {
+		t.Fatalf("bars %v (%d requests), want %v", got, n, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("bars %v, want %v", got, want)
+		}
+	}
+	if s := FmtSlowest(bars); !strings.Contains(s, ": 50") {
+		t.Fatalf("FmtSlowest = %q", s)
 	}
 }

@@ -146,6 +146,9 @@ func oneLine(r *Result) string {
 	if r.Errors > 0 {
 		s += fmt.Sprintf(", %d errors", r.Errors)
 	}
+	if len(r.Latency.Slowest) > 0 {
+		s += "; slowest 0.1 %: " + FmtSlowest(r.Latency.Slowest)
+	}
 	return s
 }
 
