@@ -10,9 +10,8 @@ use etcd_client::{
     Client, ConnectOptions, LockOptions, Permission, PermissionType, ProclaimOptions, ResignOptions, RoleRevokePermissionOptions, UserAddOptions,
 };
 use meganode_store::config::Config;
-use meganode_store::server::{self, Ctx};
+use meganode_store::server::Ctx;
 use meganode_store::Store;
-use tokio::net::TcpListener;
 
 type Result<T> = std::result::Result<T, etcd_client::Error>;
 
@@ -21,14 +20,7 @@ type Result<T> = std::result::Result<T, etcd_client::Error>;
 /// Watch bridged to the tonic routes.
 async fn serve() -> String {
     let ctx = Ctx::new(Arc::new(Store::new()), Config::default(), None);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limit = server::decode_limit(ctx.cfg.max_request_bytes);
-    let routes = server::routes(&ctx, limit);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    std::mem::forget(rx);
-    tokio::spawn(meganode_store::transport::serve(listener, ctx, routes, tx));
-    addr.to_string()
+    meganode_store::transport::serve_local(ctx).await.unwrap().to_string()
 }
 
 async fn client(addr: &str) -> Result<Client> {

@@ -62,6 +62,19 @@ async fn speaks_h2(s: &TcpStream) -> std::io::Result<bool> {
     }
 }
 
+/// A store served on 127.0.0.1 (a free port) by this transport alone, every
+/// connection that is not HTTP/2 closed: for tests and embedders that want the
+/// hot path without tonic's server beside it.
+pub async fn serve_local(ctx: Arc<Ctx>) -> std::io::Result<std::net::SocketAddr> {
+    let listener = TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let routes = crate::server::routes(&ctx, crate::server::decode_limit(ctx.cfg.max_request_bytes));
+    let (tx, mut rx) = mpsc::unbounded_channel::<TcpStream>();
+    tokio::spawn(async move { while rx.recv().await.is_some() {} });
+    tokio::spawn(serve(listener, ctx, routes, tx));
+    Ok(addr)
+}
+
 /// Serves a plaintext listener: HTTP/2 connections here, every other one handed
 /// to tonic's server through `others`.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, routes: tonic::service::Routes, others: mpsc::UnboundedSender<TcpStream>) -> std::io::Result<()> {

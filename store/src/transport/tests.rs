@@ -9,24 +9,16 @@ use std::time::Duration;
 use etcd_client::proto::{PbLeaseGrantRequest, PbLeaseGrantResponse, PbPutRequest, PbPutResponse, PbRangeRequest, PbRangeResponse};
 use prost::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 
 use super::frame::{self, Head};
 use super::hpack::{self, Fields};
 use crate::config::Config;
 use crate::mvcc::Store;
-use crate::server::{self, Ctx};
+use crate::server::Ctx;
 
 async fn start() -> SocketAddr {
-    let ctx = Ctx::new(Arc::new(Store::new()), Config::default(), None);
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let limit = server::decode_limit(ctx.cfg.max_request_bytes);
-    let routes = server::routes(&ctx, limit);
-    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-    std::mem::forget(rx);
-    tokio::spawn(super::serve(listener, ctx, routes, tx));
-    addr
+    super::serve_local(Ctx::new(Arc::new(Store::new()), Config::default(), None)).await.unwrap()
 }
 
 struct Raw {
