@@ -47,6 +47,19 @@ const CHECK_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 /// At most this between the retries of a failed checkpoint.
 const RETRY_MAX: std::time::Duration = std::time::Duration::from_secs(4);
 
+/// The size the prefix's next checkpoint would have: its accounted bytes (the
+/// values' written lengths) scaled by the last checkpoint's ratio of file bytes to
+/// accounted bytes — packed values make a checkpoint many times smaller than what
+/// was written. Unknown ratio (no checkpoint written by this process): the last
+/// checkpoint's size, so the first check after a start goes by the log's growth.
+fn next_checkpoint_estimate(log: &LogFile, accounted: u64) -> u64 {
+    let (last, at) = (log.last_ckpt.load(Ordering::Relaxed), log.ckpt_accounted.load(Ordering::Relaxed));
+    if at == 0 {
+        return last;
+    }
+    (accounted as u128 * last as u128 / at as u128) as u64
+}
+
 impl Wal {
     /// Writes a checkpoint of every shard whose log has grown past `min_bytes`
     /// (or whose last cut is not yet covered), then deletes the segment it
@@ -77,7 +90,7 @@ impl Wal {
                 // one that would hold every version they hold (nothing compacted or deleted
                 // since) rewrites all of it to free nothing — a fifth of the put benchmark's
                 // server CPU, every version rewritten once per checkpoint.
-                if last > 0 && last + size < 2 * shard.data.read().bytes as u64 {
+                if last > 0 && last + size < 2 * next_checkpoint_estimate(&log, shard.data.read().bytes as u64) {
                     continue;
                 }
             }
@@ -154,6 +167,7 @@ impl Wal {
         }
         *log.cut.lock() = None;
         log.last_ckpt.store(size, Ordering::Relaxed);
+        log.ckpt_accounted.store(shard.data.read().bytes as u64, Ordering::Relaxed);
         self.metrics.checkpoints.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
@@ -531,6 +545,40 @@ mod tests {
         assert_eq!(wal.checkpoint(&store, 64 << 10, false).unwrap(), 0, "every version retained: nothing to free");
         store.compact(store.current_rev()).unwrap();
         assert_eq!(wal.checkpoint(&store, 64 << 10, false).unwrap(), 1, "after the compaction");
+        recovers_the_same_state(&dir, (store, wal, lock));
+    }
+
+    /// With packed values a checkpoint is many times smaller than what was written: the
+    /// next one is due once the log has grown past about that, not past the written bytes
+    /// (which with 20× packing would let the log grow to ~40× the checkpoint before one).
+    #[test]
+    fn packed_prefixes_checkpoint_by_their_packed_size() {
+        let dir = std::env::temp_dir().join(format!("mgn-ckpt-packed-rule-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let (store, wal, lock) = reopen(&dir);
+        let put = |i: usize| {
+            let v = crate::mvcc::packer::tests::object(i);
+            store.put(&PbPutRequest { key: format!("/registry/pods/ns/p{i:05}").into_bytes(), value: v, ..Default::default() }).unwrap();
+        };
+        for i in 0..1500 {
+            put(i);
+        }
+        crate::mvcc::packer::Packer::unpaced().pass(&store);
+        assert!(wal.checkpoint(&store, 0, true).unwrap() >= 1);
+        let ckpt = dir.join("registry+pods+.ckpt");
+        let first = fs::metadata(&ckpt).unwrap().len();
+        let shard = store.all_shards().into_iter().find(|s| s.prefix.as_ref() == b"/registry/pods/").unwrap();
+        assert!(first * 3 < shard.data.read().bytes as u64, "a packed checkpoint: {first} B");
+        // New keys, no history freed: the log grows by written (unpacked) bytes. Once it
+        // holds over twice the packed state, a checkpoint of everything (packed again)
+        // halves the files and is due.
+        let mut i = 1500;
+        while fs::metadata(dir.join("registry+pods+.wal")).map(|m| m.len()).unwrap_or(0) < 3 * first {
+            put(i);
+            i += 1;
+        }
+        assert!(!shard.packed.load(Ordering::Relaxed), "no packer request: the rule alone decides");
+        assert_eq!(wal.checkpoint(&store, 1, false).unwrap(), 1, "due at {i} keys: the log is 3× the packed checkpoint");
         recovers_the_same_state(&dir, (store, wal, lock));
     }
 

@@ -44,6 +44,11 @@ pub struct LogFile {
     /// Size of this prefix's last checkpoint: the log must outgrow it before the
     /// next one, so checkpoint work stays proportional to the bytes written.
     pub(super) last_ckpt: AtomicU64,
+    /// The prefix's accounted bytes (written lengths) when its last checkpoint was
+    /// written, 0 when unknown (none written since this process started): with
+    /// `last_ckpt` it gives the ratio of checkpoint bytes to accounted bytes, which
+    /// packing makes far below 1.
+    pub(super) ckpt_accounted: AtomicU64,
     /// Some(rev) while the segment before the last cut (`<stem>.wal.old`)
     /// waits for a checkpoint at `rev` to cover it (docs/design.md,
     /// "Checkpoints"): every record in it is at or below `rev`, every record in
@@ -79,7 +84,16 @@ impl LogFile {
         let last_ckpt = AtomicU64::new(fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0));
         let cut = Mutex::new(Self::cut_left(&path, &ckpt));
         let io = Io { file: None, spare: Vec::with_capacity(1 << 16), written_rev: 0, synced_rev: 0, size: 0, dirty: false };
-        LogFile { path, mode, pending: Mutex::new((Vec::with_capacity(1 << 16), 0, 0)), io: Mutex::new(io), last_ckpt, cut, faults }
+        LogFile {
+            path,
+            mode,
+            pending: Mutex::new((Vec::with_capacity(1 << 16), 0, 0)),
+            io: Mutex::new(io),
+            last_ckpt,
+            ckpt_accounted: AtomicU64::new(0),
+            cut,
+            faults,
+        }
     }
 
     /// A cut an earlier run left unfinished (it stopped between the cut and the
