@@ -108,6 +108,14 @@ func Start(opts Options) (*Server, error) {
 		e.Close()
 		return nil, fmt.Errorf("etcd not ready after 60s")
 	}
+	// Ready is before the cluster version is applied (a raft entry of its own), and etcd 3.6's
+	// Downgrade dereferences that version unchecked: a test calling it first crashed the process.
+	for deadline := time.Now().Add(30 * time.Second); e.Server.ClusterVersion() == nil; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			e.Close()
+			return nil, fmt.Errorf("etcd has no cluster version after 30s")
+		}
+	}
 	return &Server{Etcd: e, Endpoint: cu.Host, URL: cu.String(), DataDir: opts.DataDir}, nil
 }
 
