@@ -96,6 +96,10 @@ func TestCrashRecovery(t *testing.T) {
 		}()
 		var mu sync.Mutex
 		var round_ []acked
+		var preKillErrs []error // a put refused while the store was up: a defect, not a crash
+		killing := make(chan struct{})
+		firstAck := make(chan struct{})
+		var firstAckOnce sync.Once
 		var wg sync.WaitGroup
 		for w := 0; w < 8; w++ {
 			wg.Add(1)
@@ -107,19 +111,35 @@ func TestCrashRecovery(t *testing.T) {
 					v := fmt.Sprintf("v-%d-%d-%d", round, w, i)
 					resp, err := cli.Put(ctx, k, v)
 					if err != nil {
-						return // the store was killed under us: unacknowledged
+						select {
+						case <-killing: // the store was killed under us: unacknowledged
+						default:
+							mu.Lock()
+							preKillErrs = append(preKillErrs, fmt.Errorf("writer %d put %s: %w", w, k, err))
+							mu.Unlock()
+						}
+						return
 					}
 					if prefix != nonePrefix {
 						mu.Lock()
 						round_ = append(round_, acked{k, v, resp.Header.Revision})
 						mu.Unlock()
+						firstAckOnce.Do(func() { close(firstAck) })
 					}
 				}
 			}(w)
 		}
+		// The kill lands at a random moment once writes are flowing: the first durable
+		// acknowledgement starts the clock, so a slow first dial or restart on a loaded
+		// CI machine cannot leave a round with nothing to check.
+		select {
+		case <-firstAck:
+		case <-time.After(20 * time.Second):
+		}
 		time.Sleep(time.Duration(50+rng.Intn(300)) * time.Millisecond)
-		// Snapshot what was acknowledged before the kill; writes acknowledged after
-		// this point race with the kill and are checked too (they were acknowledged).
+		// Writes acknowledged after this point race with the kill and are checked
+		// too (they were acknowledged).
+		close(killing)
 		if err := p.Kill(); err != nil {
 			t.Fatal(err)
 		}
@@ -130,8 +150,11 @@ func TestCrashRecovery(t *testing.T) {
 		seen := lastSeen
 		wmu.Unlock()
 		all = append(all, round_...)
+		if len(preKillErrs) > 0 {
+			t.Fatalf("round %d: puts refused while the store was up (%d): %v", round, len(preKillErrs), preKillErrs)
+		}
 		if len(round_) == 0 {
-			t.Fatalf("round %d: no write acknowledged before the kill", round)
+			t.Fatalf("round %d: no write acknowledged in 20 s before the kill", round)
 		}
 		if err := p.Restart(); err != nil {
 			t.Fatalf("round %d: restart: %v", round, err)
