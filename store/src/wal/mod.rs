@@ -15,6 +15,7 @@
 //! (opening a data directory and replaying it), `metrics`.
 mod checkpoint;
 pub mod fault;
+mod gather;
 pub mod health;
 mod logfile;
 mod metrics;

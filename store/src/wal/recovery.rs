@@ -192,6 +192,9 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         wake: Mutex::new(false),
         cv: parking_lot::Condvar::new(),
         appended: AtomicI64::new(0),
+        records: Default::default(),
+        wake_at: Default::default(),
+        last_append: Default::default(),
         logs: RwLock::new(Vec::new()),
     });
     let wal = Arc::new(Wal {

@@ -3,7 +3,7 @@
 //! failed writes, see `health`), the meta log.
 use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use bytes::Bytes;
 use parking_lot::{Mutex, RwLock};
 
 use super::fault::Faults;
+use super::gather;
 use super::health::{next_backoff, Health};
 use super::logfile::LogFile;
 use super::metrics::WalMetrics;
@@ -37,19 +38,20 @@ pub const FLOOR_MARGIN: i64 = 1_000;
 /// the publication (`Visibility::wait`, which wakes exactly the writers a
 /// publication covers). Every writer that arrives during an fsync joins the
 /// next one (group commit), and no thread is parked per waiting writer.
-/// A sync that took this long (a slow disk) makes the flusher wait an eighth
-/// of it, at most `GATHER_MAX`, before the next one, so that closed-loop
-/// writers answered by one sync join the next instead of arriving just after it
-/// started (with 200 ms per fsync: p50 405 ms, twice the fsync, without it).
-/// Below it (any healthy disk) the flusher never waits.
-const GATHER_AFTER: Duration = Duration::from_millis(20);
-const GATHER_MAX: Duration = Duration::from_millis(25);
-
+/// When each sync starts (at once, or after gathering more writes) is
+/// `gather`'s: one sync costs the same whatever it carries.
 pub struct SyncState {
     pub(super) wake: Mutex<bool>,
     pub(super) cv: parking_lot::Condvar,
     /// Newest revision appended to any fsync-mode log, or whose buffered write failed.
     pub(super) appended: AtomicI64,
+    /// Revisions appended to fsync-mode logs so far (a count, for the gather).
+    pub(super) records: AtomicU64,
+    /// While the flusher gathers a batch: the `records` count that wakes it
+    /// (0 otherwise: every append wakes it).
+    pub(super) wake_at: AtomicU64,
+    /// When the last of them was appended (`clock` nanoseconds).
+    pub(super) last_append: AtomicU64,
     pub(super) logs: RwLock<Vec<Arc<LogFile>>>,
 }
 
@@ -241,7 +243,16 @@ impl Wal {
     /// `BACKOFF_MIN` doubling to `BACKOFF_MAX`, until all of them succeed.
     pub(super) fn flusher(self: Arc<Self>) {
         let mut backoff = Duration::ZERO;
-        let mut last = Duration::ZERO;
+        let mut synced_records = 0u64;
+        // MEGANODE_FSYNC_GATHER_US overrides the gather window (0: never gather), for A/B runs.
+        let window = std::env::var("MEGANODE_FSYNC_GATHER_US").ok().and_then(|v| v.parse().ok()).map(Duration::from_micros);
+        let mut policy = gather::Policy::new(window);
+        // The gather's timed waits are a fraction of a millisecond: the default 50 µs timer
+        // slack would stretch each by a quarter. SAFETY: prctl on this thread only.
+        #[cfg(target_os = "linux")]
+        unsafe {
+            libc::prctl(libc::PR_SET_TIMERSLACK, 10_000u64, 0, 0, 0)
+        };
         loop {
             {
                 let mut w = self.sync.wake.lock();
@@ -254,11 +265,14 @@ impl Wal {
                 }
                 *w = false;
             }
-            if backoff.is_zero() && last >= GATHER_AFTER {
-                // A slow disk: the writers the last sync answered are sending their next
-                // writes now; let them join this sync rather than wait a whole one more.
-                std::thread::sleep((last / 8).min(GATHER_MAX));
+            if backoff.is_zero() {
+                match policy.plan() {
+                    gather::Plan::Now => {}
+                    gather::Plan::Sleep(d) => std::thread::sleep(d),
+                    gather::Plan::Gather { records, window } => self.gather(synced_records + records, window),
+                }
             }
+            let records_now = self.sync.records.load(Ordering::Acquire);
             let target = self.sync.appended.load(Ordering::Acquire);
             let (gen, failed) = self.health.snapshot();
             let started = std::time::Instant::now();
@@ -290,7 +304,8 @@ impl Wal {
                 continue;
             }
             backoff = Duration::ZERO;
-            last = started.elapsed();
+            policy.synced(started, started.elapsed(), records_now - synced_records);
+            synced_records = records_now;
             self.health.recovered(gen);
             // Publishes what this sync made durable and wakes its writers.
             self.vis.set_synced(target);
@@ -335,6 +350,36 @@ impl Wal {
             }
         }
     }
+}
+
+impl Wal {
+    /// Holds the next sync back until the count of fsync-mode writes reaches `until`,
+    /// `window` has passed, or none came for `gather::QUIET`. Writers below the
+    /// count do not wake the flusher (`wake_at`); the quiet check costs a timer
+    /// wake-up per `QUIET` while they keep coming.
+    fn gather(&self, until: u64, window: Duration) {
+        let start = clock();
+        let deadline = start + window.as_nanos() as u64;
+        let quiet = gather::QUIET.as_nanos() as u64;
+        let mut w = self.sync.wake.lock();
+        self.sync.wake_at.store(until, Ordering::Release);
+        while self.sync.records.load(Ordering::Acquire) < until {
+            let now = clock();
+            let quiet_at = self.sync.last_append.load(Ordering::Acquire).max(start) + quiet;
+            if now >= deadline || now >= quiet_at {
+                break;
+            }
+            self.sync.cv.wait_for(&mut w, Duration::from_nanos(deadline.min(quiet_at) - now));
+        }
+        self.sync.wake_at.store(0, Ordering::Release);
+        *w = false;
+    }
+}
+
+/// Nanoseconds since the first call (a monotonic clock that fits an atomic).
+fn clock() -> u64 {
+    static START: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    START.get_or_init(std::time::Instant::now).elapsed().as_nanos() as u64
 }
 
 impl CommitSink for Wal {
@@ -384,8 +429,12 @@ impl CommitSink for Wal {
         if fsync_touched {
             self.vis.mark_fsync(rev);
             self.sync.appended.fetch_max(rev, Ordering::AcqRel);
-            *self.sync.wake.lock() = true;
-            self.sync.cv.notify_one();
+            self.sync.last_append.store(clock(), Ordering::Release);
+            let n = self.sync.records.fetch_add(1, Ordering::AcqRel) + 1;
+            if n >= self.sync.wake_at.load(Ordering::Acquire) {
+                *self.sync.wake.lock() = true;
+                self.sync.cv.notify_one();
+            }
         }
         buffered
     }
