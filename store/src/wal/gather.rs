@@ -36,8 +36,8 @@ pub(super) enum Plan {
     Now,
     /// A slow disk: sleep this long first.
     Sleep(Duration),
-    /// Wait up to `window` for `records` more writes than the last sync carried
-    /// (ending early when writes stop coming, `QUIET`).
+    /// Wait up to `window` until this sync carries `records` writes (counted from
+    /// the last sync's start), ending early when writes stop coming (`QUIET`).
     Gather { records: u64, window: Duration },
 }
 
@@ -46,6 +46,7 @@ pub(super) struct Policy {
     prev_start: Option<Instant>,
     /// Writes per second over the last cycle (sync start to sync start).
     rate: f64,
+    cycle: Duration,
     last_sync: Duration,
     last_batch: u64,
     window: Option<Duration>,
@@ -60,7 +61,8 @@ impl Policy {
     /// A sync that started at `started` carrying `batch` writes took `took`.
     pub(super) fn synced(&mut self, started: Instant, took: Duration, batch: u64) {
         if let Some(prev) = self.prev_start {
-            let cycle = started.saturating_duration_since(prev).as_secs_f64();
+            self.cycle = started.saturating_duration_since(prev);
+            let cycle = self.cycle.as_secs_f64();
             self.rate = if cycle > 0.0 { batch as f64 / cycle } else { 0.0 };
         }
         self.prev_start = Some(started);
@@ -73,12 +75,18 @@ impl Policy {
         self.rate * self.last_sync.as_secs_f64()
     }
 
-    pub(super) fn plan(&self) -> Plan {
+    /// What to do before the sync about to start at `now`.
+    pub(super) fn plan(&self, now: Instant) -> Plan {
         if self.last_sync >= SLOW_SYNC {
             return Plan::Sleep((self.last_sync / 8).min(SLOW_WAIT_MAX));
         }
         let window = self.window.unwrap_or(WINDOW);
         if window.is_zero() || self.arrivals_per_sync() < MIN_ARRIVALS {
+            return Plan::Now;
+        }
+        // The flusher sat idle since: the rate is a past burst's, not today's.
+        let idle = self.prev_start.map_or(Duration::ZERO, |p| now.saturating_duration_since(p));
+        if idle > 2 * self.cycle + self.last_sync {
             return Plan::Now;
         }
         Plan::Gather { records: (GROWTH * self.last_batch).clamp(1, MAX_RECORDS), window }
@@ -89,50 +97,68 @@ impl Policy {
 mod tests {
     use super::*;
 
-    fn after(cycles: &[(u64, u64, u64)]) -> Policy {
-        // (cycle µs, sync µs, batch)
+    /// The policy after syncs of (cycle µs since the previous start, sync µs, batch);
+    /// the first only sets the start. Returns it and the instant a sync would start next
+    /// (right after the last one ended).
+    fn after(cycles: &[(u64, u64, u64)]) -> (Policy, Instant) {
         let mut p = Policy::new(None);
         let mut t = Instant::now();
+        let mut next = t;
         for &(cycle, sync, batch) in cycles {
             t += Duration::from_micros(cycle);
             p.synced(t, Duration::from_micros(sync), batch);
+            next = t + Duration::from_micros(sync);
         }
-        p
+        (p, next)
+    }
+
+    fn plan(cycles: &[(u64, u64, u64)]) -> Plan {
+        let (p, next) = after(cycles);
+        p.plan(next)
     }
 
     /// Few writers (5 per 0.35 ms sync, the 16-client shape): sync at once.
     #[test]
     fn few_writers_sync_at_once() {
-        let p = after(&[(350, 350, 5), (350, 350, 5)]);
-        assert_eq!(p.plan(), Plan::Now);
+        assert_eq!(plan(&[(350, 350, 5), (350, 350, 5)]), Plan::Now);
+        // The boundary: 7 per sync syncs at once, 8 gathers.
+        assert_eq!(plan(&[(350, 350, 7), (350, 350, 7)]), Plan::Now);
+        assert_eq!(plan(&[(350, 350, 8), (350, 350, 8)]), Plan::Gather { records: 16, window: WINDOW });
     }
 
     /// Writers arriving faster (13 per sync, the 100-client shape): gather, and keep
     /// gathering while the rate holds once batches have grown.
     #[test]
     fn many_writers_gather_and_keep_gathering() {
-        let p = after(&[(350, 350, 13), (350, 350, 13)]);
-        assert_eq!(p.plan(), Plan::Gather { records: 26, window: WINDOW });
+        assert_eq!(plan(&[(350, 350, 13), (350, 350, 13)]), Plan::Gather { records: 26, window: WINDOW });
         // With the gather: 35 per 1.35 ms cycle, still ~9 per sync.
-        let p = after(&[(1350, 350, 35), (1350, 350, 35)]);
-        assert_eq!(p.plan(), Plan::Gather { records: 70, window: WINDOW });
+        assert_eq!(plan(&[(1350, 350, 35), (1350, 350, 35)]), Plan::Gather { records: 70, window: WINDOW });
+        // The batch asked for is capped.
+        assert_eq!(plan(&[(1000, 500, 400), (1000, 500, 400)]), Plan::Gather { records: MAX_RECORDS, window: WINDOW });
     }
 
     /// A gather that starves the arrivals (the batch stays small over a long cycle) stops.
     #[test]
     fn a_gather_that_slows_arrivals_stops() {
-        let p = after(&[(1350, 350, 10), (1350, 350, 10)]);
-        assert_eq!(p.plan(), Plan::Now);
+        assert_eq!(plan(&[(1350, 350, 10), (1350, 350, 10)]), Plan::Now);
+    }
+
+    /// After the flusher sat idle, a past burst's rate does not hold the next write back.
+    #[test]
+    fn an_old_rate_does_not_delay_the_first_write_after_idle() {
+        let (p, next) = after(&[(350, 350, 13), (350, 350, 13)]);
+        assert_eq!(p.plan(next + Duration::from_millis(50)), Plan::Now);
     }
 
     #[test]
     fn slow_disks_sleep_and_zero_window_never_gathers() {
-        let p = after(&[(40_000, 40_000, 500), (40_000, 40_000, 500)]);
-        assert_eq!(p.plan(), Plan::Sleep(Duration::from_millis(5)));
+        assert_eq!(plan(&[(40_000, 40_000, 500), (40_000, 40_000, 500)]), Plan::Sleep(Duration::from_millis(5)));
+        // The sleep is capped: an eighth of a 400 ms sync would be 50 ms.
+        assert_eq!(plan(&[(400_000, 400_000, 500), (400_000, 400_000, 500)]), Plan::Sleep(SLOW_WAIT_MAX));
         let mut p = Policy::new(Some(Duration::ZERO));
         let t = Instant::now();
         p.synced(t, Duration::from_micros(350), 13);
         p.synced(t + Duration::from_micros(350), Duration::from_micros(350), 13);
-        assert_eq!(p.plan(), Plan::Now);
+        assert_eq!(p.plan(t + Duration::from_micros(700)), Plan::Now);
     }
 }
