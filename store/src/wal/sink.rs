@@ -675,16 +675,22 @@ mod tests {
         std::fs::remove_dir_all(&dir).unwrap();
     }
 
+    /// A store on a fresh fsync-mode data dir `mgn-wal-<name>-<pid>`: (dir, store, its log, the dir's lock).
+    fn fsync_store(name: &str) -> (std::path::PathBuf, Arc<Store>, Arc<Wal>, std::fs::File) {
+        let dir = std::env::temp_dir().join(format!("mgn-wal-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let store = Arc::new(Store::new());
+        let (wal, _, lock) = crate::wal::open(&dir, Durability::new(Mode::Fsync, &[]), &store, None).unwrap();
+        store.set_sink(wal.clone());
+        (dir, store, wal, lock)
+    }
+
     /// A gather never outlasts its window and ends early when nothing comes (`QUIET`)
     /// or its count is already reached. (Whether it waits its whole window while writes
     /// trickle in depends on the scheduler: not asserted.)
     #[test]
     fn a_gather_is_bounded_by_its_window_and_ends_early_when_writes_stop() {
-        let dir = std::env::temp_dir().join(format!("mgn-wal-gather-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Arc::new(Store::new());
-        let (wal, _, _lock) = crate::wal::open(&dir, Durability::new(Mode::Fsync, &[]), &store, None).unwrap();
-        store.set_sink(wal.clone());
+        let (dir, store, wal, _lock) = fsync_store("gather");
         let records = || wal.sync.records.load(Ordering::SeqCst);
         let put = |store: &Store, i: u64| {
             store.put(&PbPutRequest { key: format!("/registry/pods/g{}", i % 100).into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
@@ -725,11 +731,7 @@ mod tests {
     /// follows is still synced and published (a smoke test of the gather's wake-ups).
     #[test]
     fn a_lone_write_after_a_burst_is_published() {
-        let dir = std::env::temp_dir().join(format!("mgn-wal-lone-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        let store = Arc::new(Store::new());
-        let (wal, _, _lock) = crate::wal::open(&dir, Durability::new(Mode::Fsync, &[]), &store, None).unwrap();
-        store.set_sink(wal.clone());
+        let (dir, store, wal, _lock) = fsync_store("lone");
         let put = |store: &Store, k: String| store.put(&PbPutRequest { key: k.into(), value: vec![7; 512], ..Default::default() }).unwrap().header.unwrap().revision;
         let burst: Vec<_> = (0..8)
             .map(|t| {
