@@ -12,6 +12,9 @@ pub struct WalMetrics {
     fsync_sum_us: AtomicU64,
     pub replay_ms: AtomicU64,
     pub checkpoints: AtomicU64,
+    /// Syncs the flusher held back to gather writes (`gather.rs`), and the time it held them.
+    pub gathers: AtomicU64,
+    pub gather_us: AtomicU64,
 }
 
 const FSYNC_BOUNDS: [f64; 12] = [0.0001, 0.00025, 0.0005, 0.001, 0.002, 0.004, 0.008, 0.016, 0.032, 0.064, 0.128, 0.256];
@@ -42,6 +45,8 @@ impl WalMetrics {
         o.push_str(&format!("# TYPE meganode_wal_batch_records_total counter\nmeganode_wal_batch_records_total {}\n", self.batch_records.load(Ordering::Relaxed)));
         o.push_str(&format!("# TYPE meganode_wal_replay_seconds gauge\nmeganode_wal_replay_seconds {}\n", self.replay_ms.load(Ordering::Relaxed) as f64 / 1e3));
         o.push_str(&format!("# TYPE meganode_wal_checkpoints_total counter\nmeganode_wal_checkpoints_total {}\n", self.checkpoints.load(Ordering::Relaxed)));
+        o.push_str(&format!("# HELP meganode_wal_fsync_gathers_total Syncs the fsync flusher held back to gather more writes.\n# TYPE meganode_wal_fsync_gathers_total counter\nmeganode_wal_fsync_gathers_total {}\n", self.gathers.load(Ordering::Relaxed)));
+        o.push_str(&format!("# TYPE meganode_wal_fsync_gather_seconds_total counter\nmeganode_wal_fsync_gather_seconds_total {}\n", self.gather_us.load(Ordering::Relaxed) as f64 / 1e6));
         o
     }
 }

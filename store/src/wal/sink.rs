@@ -269,7 +269,12 @@ impl Wal {
                 match policy.plan(std::time::Instant::now()) {
                     gather::Plan::Now => {}
                     gather::Plan::Sleep(d) => std::thread::sleep(d),
-                    gather::Plan::Gather { records, window } => self.gather(synced_records + records, window),
+                    gather::Plan::Gather { records, window } => {
+                        let t = std::time::Instant::now();
+                        self.gather(synced_records + records, window);
+                        self.metrics.gathers.fetch_add(1, Ordering::Relaxed);
+                        self.metrics.gather_us.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
+                    }
                 }
             }
             let records_now = self.sync.records.load(Ordering::Acquire);
@@ -746,6 +751,7 @@ mod tests {
         for b in burst {
             b.join().unwrap();
         }
+        assert!(wal.metrics.render().contains("meganode_wal_fsync_gathers_total "), "the gather counter is exported");
         for i in 0..50 {
             let rev = put(&store, format!("/registry/pods/lone{i}"));
             wait_until("a lone write published", || store.current_rev() >= rev);
