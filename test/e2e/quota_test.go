@@ -74,19 +74,22 @@ func (tr transcripts) compare(t *testing.T) {
 	}
 }
 
-// fill puts 768 KiB values under /fill/ until a put is refused (at most 160: 120 MiB); it returns
+// fillMax bounds fill: 160 puts of 768 KiB, 120 MiB.
+const fillMax = 160
+
+// fill puts 768 KiB values under /fill/ until a put is refused (at most fillMax: 120 MiB); it returns
 // how many were acknowledged and the refusal. etcd checks its quota against its file's size, which
 // moves only when a batched commit lands (every 100 ms): right after a defragment, a fast machine
 // put all of an 80-put bound (60 MiB) into etcd before one did.
 func fill(t *testing.T, tg *target) (int, error) {
 	ctx := ctxT(t)
 	val := bytes.Repeat([]byte("x"), fillSize)
-	for i := 0; i < 160; i++ {
+	for i := 0; i < fillMax; i++ {
 		if _, err := tg.KV.Put(ctx, &pb.PutRequest{Key: b(fmt.Sprintf("/fill/%03d", i)), Value: val}); err != nil {
 			return i, err
 		}
 	}
-	return 160, nil
+	return fillMax, nil
 }
 
 func alarmsOf(ms []*pb.AlarmMember) string {

@@ -44,8 +44,7 @@ pub(super) enum Plan {
 #[derive(Default)]
 pub(super) struct Policy {
     prev_start: Option<Instant>,
-    /// Writes per second over the last cycle (sync start to sync start).
-    rate: f64,
+    /// The last cycle: from the sync before the last one's start to the last one's.
     cycle: Duration,
     last_sync: Duration,
     last_batch: u64,
@@ -62,8 +61,6 @@ impl Policy {
     pub(super) fn synced(&mut self, started: Instant, took: Duration, batch: u64) {
         if let Some(prev) = self.prev_start {
             self.cycle = started.saturating_duration_since(prev);
-            let cycle = self.cycle.as_secs_f64();
-            self.rate = if cycle > 0.0 { batch as f64 / cycle } else { 0.0 };
         }
         self.prev_start = Some(started);
         self.last_sync = took;
@@ -72,7 +69,12 @@ impl Policy {
 
     /// Writes expected to arrive while one sync runs, at the last cycle's rate.
     pub(super) fn arrivals_per_sync(&self) -> f64 {
-        self.rate * self.last_sync.as_secs_f64()
+        let cycle = self.cycle.as_secs_f64();
+        if cycle > 0.0 {
+            self.last_batch as f64 * self.last_sync.as_secs_f64() / cycle
+        } else {
+            0.0
+        }
     }
 
     /// What to do before the sync about to start at `now`.

@@ -269,12 +269,7 @@ impl Wal {
                 match policy.plan(std::time::Instant::now()) {
                     gather::Plan::Now => {}
                     gather::Plan::Sleep(d) => std::thread::sleep(d),
-                    gather::Plan::Gather { records, window } => {
-                        let t = std::time::Instant::now();
-                        self.gather(synced_records + records, window);
-                        self.metrics.gathers.fetch_add(1, Ordering::Relaxed);
-                        self.metrics.gather_us.fetch_add(t.elapsed().as_micros() as u64, Ordering::Relaxed);
-                    }
+                    gather::Plan::Gather { records, window } => self.gather(synced_records + records, window),
                 }
             }
             let records_now = self.sync.records.load(Ordering::Acquire);
@@ -381,6 +376,9 @@ impl Wal {
         // not wake us) appended before the loads that choose this sync's target.
         std::sync::atomic::fence(Ordering::SeqCst);
         *w = false;
+        drop(w);
+        self.metrics.gathers.fetch_add(1, Ordering::Relaxed);
+        self.metrics.gather_us.fetch_add((clock() - start) / 1000, Ordering::Relaxed);
     }
 }
 
