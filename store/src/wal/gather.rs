@@ -1,17 +1,23 @@
 //! When the fsync flusher starts its next sync: at once, or after gathering
 //! more writes into it. Every sync costs the same kernel work and wake-ups
-//! whatever it carries (on this project's test VM ≈ 100 µs of CPU per
-//! write + fdatasync), so with writers arriving faster than the disk syncs,
-//! syncing the moment the last one ended spends that on a dozen records each
-//! time; waiting a little lets each sync carry several times more.
+//! whatever it carries (on this project's test VM ≈ 70 µs of CPU per write +
+//! fdatasync into zeros written ahead, logfile.rs), so with writers arriving
+//! faster than the disk syncs, syncing the moment the last one ended spends
+//! that on a dozen records each time; waiting a little lets each sync carry
+//! several times more.
 //!
 //! Waiting only pays when writers keep arriving while the flusher waits — when
 //! the store is busy enough that its CPU, not the disk, bounds how fast they
 //! come back. With few writers (16 closed-loop clients here) every writer is
 //! soon waiting on the sync, and a wait only adds its length to every answer
 //! (measured: −20 % throughput, +30 % p50, no CPU saved). The signal used is
-//! how many writes arrived during the last sync at the last cycle's rate
-//! (`arrivals_per_sync`): 5 at 16 clients, 10–13 at 100 on that VM.
+//! how many writes arrive within one `QUIET` gap (the silence that ends a
+//! gather) at the last cycle's rate (`arrivals_per_quiet`): 3–4 at 16
+//! clients, 7–8 at 100 on that VM. A gather with fewer would mostly wait out
+//! its gap. (It was first the writes arriving during one sync — 5 at 16
+//! clients, 10–13 at 100 — until zeros written ahead halved the sync: then
+//! 100 clients fell under the line, gathered a third as often, and synced
+//! twice as often, which spent on syncs what the cheaper sync saved.)
 use std::time::{Duration, Instant};
 
 /// A sync that took this long (a slow disk) makes the flusher wait an eighth
@@ -22,8 +28,8 @@ pub(super) const SLOW_SYNC: Duration = Duration::from_millis(20);
 const SLOW_WAIT_MAX: Duration = Duration::from_millis(25);
 /// The longest a healthy disk's sync is held back to gather writes.
 pub(super) const WINDOW: Duration = Duration::from_millis(1);
-/// Gather only when at least this many writes arrive during one sync.
-const MIN_ARRIVALS: f64 = 8.0;
+/// Gather only when at least this many writes arrive within one `QUIET` gap.
+const MIN_ARRIVALS: f64 = 5.0;
 /// A gather ends early once no write came for this long.
 pub(super) const QUIET: Duration = Duration::from_micros(200);
 /// A gather ends early once the batch is this many times the last one (at most `MAX_RECORDS`).
@@ -67,11 +73,11 @@ impl Policy {
         self.last_batch = batch;
     }
 
-    /// Writes expected to arrive while one sync runs, at the last cycle's rate.
-    pub(super) fn arrivals_per_sync(&self) -> f64 {
+    /// Writes expected to arrive within one `QUIET` gap, at the last cycle's rate.
+    pub(super) fn arrivals_per_quiet(&self) -> f64 {
         let cycle = self.cycle.as_secs_f64();
         if cycle > 0.0 {
-            self.last_batch as f64 * self.last_sync.as_secs_f64() / cycle
+            self.last_batch as f64 * QUIET.as_secs_f64() / cycle
         } else {
             0.0
         }
@@ -83,7 +89,7 @@ impl Policy {
             return Plan::Sleep((self.last_sync / 8).min(SLOW_WAIT_MAX));
         }
         let window = self.window.unwrap_or(WINDOW);
-        if window.is_zero() || self.arrivals_per_sync() < MIN_ARRIVALS {
+        if window.is_zero() || self.arrivals_per_quiet() < MIN_ARRIVALS {
             return Plan::Now;
         }
         // The flusher sat idle since: the rate is a past burst's, not today's.
@@ -119,22 +125,22 @@ mod tests {
         p.plan(next)
     }
 
-    /// Few writers (5 per 0.35 ms sync, the 16-client shape): sync at once.
+    /// Few writers (7 per 0.41 ms cycle, the 16-client shape): sync at once.
     #[test]
     fn few_writers_sync_at_once() {
-        assert_eq!(plan(&[(350, 350, 5), (350, 350, 5)]), Plan::Now);
-        // The boundary: 7 per sync syncs at once, 8 gathers.
-        assert_eq!(plan(&[(350, 350, 7), (350, 350, 7)]), Plan::Now);
-        assert_eq!(plan(&[(350, 350, 8), (350, 350, 8)]), Plan::Gather { records: 16, window: WINDOW });
+        assert_eq!(plan(&[(410, 190, 7), (410, 190, 7)]), Plan::Now);
+        // The boundary: 9 per 400 µs (4.5 per 200 µs gap) syncs at once, 10 gathers.
+        assert_eq!(plan(&[(400, 190, 9), (400, 190, 9)]), Plan::Now);
+        assert_eq!(plan(&[(400, 190, 10), (400, 190, 10)]), Plan::Gather { records: 20, window: WINDOW });
     }
 
-    /// Writers arriving faster (13 per sync, the 100-client shape): gather, and keep
-    /// gathering while the rate holds once batches have grown.
+    /// Writers arriving faster (13 per 0.35 ms cycle, the 100-client shape before a
+    /// gather): gather, and keep gathering while the rate holds once batches have grown.
     #[test]
     fn many_writers_gather_and_keep_gathering() {
-        assert_eq!(plan(&[(350, 350, 13), (350, 350, 13)]), Plan::Gather { records: 26, window: WINDOW });
-        // With the gather: 35 per 1.35 ms cycle, still ~9 per sync.
-        assert_eq!(plan(&[(1350, 350, 35), (1350, 350, 35)]), Plan::Gather { records: 70, window: WINDOW });
+        assert_eq!(plan(&[(350, 190, 13), (350, 190, 13)]), Plan::Gather { records: 26, window: WINDOW });
+        // With the gather: 33 per 0.86 ms cycle, still ~7.7 per gap.
+        assert_eq!(plan(&[(860, 190, 33), (860, 190, 33)]), Plan::Gather { records: 66, window: WINDOW });
         // The batch asked for is capped.
         assert_eq!(plan(&[(1000, 500, 400), (1000, 500, 400)]), Plan::Gather { records: MAX_RECORDS, window: WINDOW });
     }

@@ -7,8 +7,18 @@
 //! move. A failed fsync is never retried on the same pages (after a failed
 //! writeback Linux may report the next fsync clean while the data is gone): the
 //! unsynced bytes are cut off and written again from memory.
+//!
+//! A hot fsync log writes zeros ahead of its records (`ZERO_CHUNK` at a time,
+//! synced with the records of the same cycle): a record then overwrites
+//! allocated, already-durable zeros instead of growing the file, and its
+//! fdatasync has no file size or block allocation to write. On this VM's ext4
+//! that cut the kernel time of a 16 KiB write + fdatasync from 67–85 µs to
+//! 52–55 µs and its median latency from 0.19–0.22 ms to 0.11–0.13 ms
+//! (docs/design.md §5, "Zeros written ahead"). Recovery takes a zero tail
+//! for the end of the log (record.rs).
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Write};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -34,7 +44,24 @@ pub(super) struct Io {
     pub(super) size: u64,
     /// The file may hold bytes past `size` (a write or sync failed): cut them first.
     pub(super) dirty: bool,
+    /// fsync mode: the file holds durable zeros up to here (written ahead of
+    /// the records, see the module's comment); at or below `size` when none are.
+    pub(super) zeroed: u64,
 }
+
+/// A log writes zeros ahead once it holds this much (a log that stays small,
+/// as the meta log, never does), ...
+pub(super) const ZERO_FROM: u64 = 1 << 20;
+/// ... this many bytes at a time (one write in ≈ 40 at 100 clients), ...
+pub(super) const ZERO_CHUNK: u64 = 1 << 20;
+/// ... when fewer than this many are left ahead of the records.
+const ZERO_LOW: u64 = 256 << 10;
+/// The most one write (and its sync) carries: a larger buffer is written in
+/// pieces, each synced before the next is written, so a machine that stops
+/// mid-write leaves at most this many bytes of an unfinished write — the bound
+/// recovery relies on to tell a torn write from corruption (record.rs).
+pub(super) const MAX_WRITE: usize = 4 << 20;
+static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 
 pub struct LogFile {
     pub path: PathBuf,
@@ -83,7 +110,7 @@ impl LogFile {
         let ckpt = path.with_extension("ckpt");
         let last_ckpt = AtomicU64::new(fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0));
         let cut = Mutex::new(Self::cut_left(&path, &ckpt));
-        let io = Io { file: None, spare: Vec::with_capacity(1 << 16), written_rev: 0, synced_rev: 0, size: 0, dirty: false };
+        let io = Io { file: None, spare: Vec::with_capacity(1 << 16), written_rev: 0, synced_rev: 0, size: 0, dirty: false, zeroed: 0 };
         LogFile {
             path,
             mode,
@@ -149,11 +176,15 @@ impl LogFile {
         Ok(l)
     }
 
+    /// Opens the file at its end: recovery has cut whatever followed the last
+    /// intact record (zeros written ahead included), so the length is the log's.
+    /// Writes are positional (at `size`), not appends: zeros may lie ahead.
     fn open_file<'a>(&self, io: &'a mut Io) -> std::io::Result<&'a mut File> {
         if io.file.is_none() {
             self.faults.check(FileOp::Open, &self.path, 0)?;
-            let f = OpenOptions::new().create(true).append(true).open(&self.path)?;
+            let f = OpenOptions::new().create(true).write(true).truncate(false).open(&self.path)?;
             io.size = f.metadata()?.len();
+            io.zeroed = io.size;
             io.file = Some(f);
         }
         Ok(io.file.as_mut().unwrap())
@@ -232,26 +263,57 @@ impl LogFile {
     }
 
     /// Writes `io.spare` at the end of the known-good part of the file, and
-    /// syncs in fsync mode; `size` moves only when all of it succeeded.
+    /// syncs in fsync mode, in pieces of at most `MAX_WRITE`; `size` moves by
+    /// each piece that succeeded. On an error the pieces written are gone from
+    /// `io.spare`, which holds only what is still to be written.
     fn write_out(&self, io: &mut Io, m: &WalMetrics) -> std::io::Result<()> {
         let (size, dirty) = (io.size, io.dirty);
-        let n = io.spare.len();
         let f = self.open_file(io)?;
         if dirty {
             self.faults.check(FileOp::Truncate, &self.path, 0)?;
             f.set_len(size)?;
+            io.zeroed = size;
         }
         io.dirty = false;
-        if n == 0 && self.mode != Mode::Fsync {
+        if io.spare.is_empty() && self.mode != Mode::Fsync {
             return Ok(());
         }
+        let mut done = 0;
+        let r = loop {
+            let n = (io.spare.len() - done).min(MAX_WRITE);
+            if let Err(e) = self.write_piece(io, done, n, m) {
+                break Err(e);
+            }
+            done += n;
+            if done == io.spare.len() {
+                break Ok(());
+            }
+        };
+        if r.is_err() {
+            io.spare.drain(..done);
+        }
+        r
+    }
+
+    /// One write at `size` (and its sync in fsync mode) of `io.spare[from..from + n]`.
+    fn write_piece(&self, io: &mut Io, from: usize, n: usize, m: &WalMetrics) -> std::io::Result<()> {
         io.dirty = true;
-        let f = io.file.as_mut().unwrap();
+        let f = io.file.as_ref().unwrap();
         if n > 0 {
             self.faults.check(FileOp::Write, &self.path, n)?;
-            f.write_all(&io.spare)?;
+            f.write_all_at(&io.spare[from..from + n], io.size)?;
         }
         if self.mode == Mode::Fsync {
+            let end = io.size + n as u64;
+            if end >= ZERO_FROM && io.zeroed < end + ZERO_LOW {
+                // Best effort: on a full disk the records are written all the
+                // same (as appends), and the next try waits for as many bytes
+                // as a chunk would have held. Zeros a failed write left are
+                // a zero tail like any other.
+                let from = io.zeroed.max(end);
+                let _ = write_zeros(f, from, ZERO_CHUNK);
+                io.zeroed = from + ZERO_CHUNK;
+            }
             let t = Instant::now();
             self.faults.check(FileOp::Sync, &self.path, n)?;
             f.sync_data()?;
@@ -261,6 +323,17 @@ impl LogFile {
         io.size += n as u64;
         Ok(())
     }
+}
+
+/// Writes `len` zero bytes at `at`.
+fn write_zeros(f: &File, at: u64, len: u64) -> std::io::Result<()> {
+    let mut off = 0;
+    while off < len {
+        let n = (len - off).min(ZEROS.len() as u64) as usize;
+        f.write_all_at(&ZEROS[..n], at + off)?;
+        off += n as u64;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -342,6 +415,84 @@ mod tests {
         l.flush_to(2, &m).unwrap();
         assert_eq!(fs::read(&l.path).unwrap(), b"abc");
         assert_eq!(l.io.lock().synced_rev, 2);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn record(out: &mut Vec<u8>, rev: i64, value_len: usize) -> u64 {
+        let kv = crate::mvcc::key_history::Version { mod_rev: rev, sub: 0, create_rev: rev, version: 1, value: bytes::Bytes::from(vec![b'v'; value_len]).into(), lease: 0 };
+        crate::wal::record::encode_event(out, &crate::mvcc::watch_hub::Event { key: bytes::Bytes::from_static(b"/registry/pods/a"), kv, prev: None });
+        1
+    }
+
+    /// An fsync log past `ZERO_FROM` writes zeros ahead of its records: the
+    /// file is longer than the log, the records overwrite the zeros, and the
+    /// log reads back whole, with the zeros as its end (no torn tail).
+    #[test]
+    fn a_hot_fsync_log_writes_zeros_ahead() {
+        let dir = std::env::temp_dir().join(format!("mgn-logfile-zeros-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let l = LogFile::open(dir.join("x.wal"), Mode::Fsync, Arc::new(Faults::default())).unwrap();
+        let m = WalMetrics::default();
+        let mut rev = 1;
+        while l.io.lock().size < ZERO_FROM + 3 * ZERO_CHUNK {
+            for _ in 0..20 {
+                rev += 1;
+                l.append(rev, |b| record(b, rev, 1000));
+            }
+            l.flush_to(rev, &m).unwrap();
+            let io = l.io.lock();
+            let len = fs::metadata(&l.path).unwrap().len();
+            assert_eq!(io.zeroed.max(io.size), len, "the file ends where the zeros do");
+            if io.size >= ZERO_FROM {
+                assert!(len >= io.size + ZERO_LOW, "zeros ahead: {len} B file, {} B log", io.size);
+            }
+        }
+        let r = crate::wal::read_log(&l.path).unwrap();
+        assert_eq!((r.records.len() as i64, r.torn_bytes, r.good_len as u64), (rev - 1, 0, l.io.lock().size));
+        assert!(r.zero_tail > 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A buffer larger than `MAX_WRITE` goes out in pieces, each synced: a
+    /// failure after the first keeps only the rest to write, and the retry
+    /// writes it exactly once.
+    #[test]
+    fn a_large_write_goes_out_in_synced_pieces() {
+        struct FailSecondWrite(std::sync::atomic::AtomicUsize);
+        impl crate::wal::fault::FaultHook for FailSecondWrite {
+            fn before(&self, op: FileOp, _: &std::path::Path, _: usize) -> std::io::Result<()> {
+                if op == FileOp::Write && self.0.fetch_add(1, Ordering::SeqCst) == 1 {
+                    return Err(std::io::Error::from_raw_os_error(28)); // ENOSPC
+                }
+                Ok(())
+            }
+        }
+        let dir = std::env::temp_dir().join(format!("mgn-logfile-pieces-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let faults = Arc::new(Faults::default());
+        let hook = Arc::new(FailSecondWrite(0.into()));
+        faults.set(Some(hook.clone()));
+        let l = LogFile::open(dir.join("x.wal"), Mode::Fsync, faults).unwrap();
+        let m = WalMetrics::default();
+        let n = MAX_WRITE / 100_000 * 2 + 5;
+        for i in 0..n as i64 {
+            l.append(i + 2, |b| record(b, i + 2, 100_000));
+        }
+        let whole = l.pending_bytes() as u64;
+        assert!(whole > 2 * MAX_WRITE as u64);
+        assert!(l.flush_to(n as i64 + 1, &m).is_err());
+        let at = |l: &LogFile| {
+            let io = l.io.lock();
+            (io.size, io.synced_rev)
+        };
+        assert_eq!(at(&l), (MAX_WRITE as u64, 0));
+        assert_eq!(l.pending_bytes() as u64, whole - MAX_WRITE as u64);
+        l.flush_to(n as i64 + 1, &m).unwrap();
+        assert_eq!((at(&l), l.pending_bytes()), ((whole, n as i64 + 1), 0));
+        let r = crate::wal::read_log(&l.path).unwrap();
+        assert_eq!((r.records.len(), r.torn_bytes, r.good_len as u64), (n, 0, whole));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

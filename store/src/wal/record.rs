@@ -170,14 +170,23 @@ pub(super) fn parse_at(buf: &[u8], off: usize) -> Option<(Record, usize)> {
 /// Result of reading a whole log file.
 pub struct Replayed {
     pub records: Vec<Record>,
-    /// Where the intact records end; bytes after it were a torn tail.
+    /// Where the intact records end; bytes after it were a torn tail or zeros.
     pub good_len: usize,
+    /// Bytes after `good_len` that are not all zeros: a torn tail.
     pub torn_bytes: usize,
+    /// Bytes after `good_len` when they are all zeros: written ahead of the
+    /// records (logfile.rs), the log's end, not a tear.
+    pub zero_tail: usize,
 }
 
-/// Reads every record; a bad record with no intact record after it is a torn
-/// tail (cut), one followed by intact records is corruption (an error naming
-/// the file and offset: never skipped silently).
+/// Sector size for telling an unfinished write (docs/design.md §5, "Recovery rules").
+const SECTOR: usize = 512;
+
+/// Reads every record. After the last intact one, zeros are the log's end
+/// (written ahead); a bad record with no intact record after it is a torn tail
+/// (cut); one followed by intact records is corruption (an error naming the
+/// file and offset: never skipped silently) — unless it is the mark of a write
+/// the machine stopped in the middle of (`unfinished_write`).
 pub fn read_log(path: &Path) -> Result<Replayed, String> {
     let buf = fs::read(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut off = 0;
@@ -189,17 +198,44 @@ pub fn read_log(path: &Path) -> Result<Replayed, String> {
                 off = next;
             }
             None => {
-                if let Some(at) = (off + 1..buf.len()).find(|&o| parse_at(&buf, o).is_some()) {
-                    return Err(format!(
-                        "{}: corrupt record at offset {off} (intact records follow at offset {at}); refusing to start",
-                        path.display()
-                    ));
+                // Past the last byte that is not zero, no record can parse.
+                let end = buf.iter().rposition(|&b| b != 0).map_or(0, |p| p + 1);
+                if end <= off {
+                    return Ok(Replayed { records, good_len: off, torn_bytes: 0, zero_tail: buf.len() - off });
+                }
+                if let Some(at) = (off + 1..end).find(|&o| parse_at(&buf, o).is_some()) {
+                    if !unfinished_write(&buf, off, at, end) {
+                        return Err(format!(
+                            "{}: corrupt record at offset {off} (intact records follow at offset {at}); refusing to start",
+                            path.display()
+                        ));
+                    }
                 }
                 break;
             }
         }
     }
-    Ok(Replayed { records, good_len: off, torn_bytes: buf.len() - off })
+    Ok(Replayed { records, good_len: off, torn_bytes: buf.len() - off, zero_tail: 0 })
+}
+
+/// Whether `buf[off..end]` (a bad record at `off`, the first intact one after
+/// it at `at`, only zeros after `end`) is what a machine stopped in the middle
+/// of one write leaves in a log with zeros written ahead: the write's sectors
+/// reach the disk in any order, so some of its later records may be whole
+/// while an earlier sector still holds the zeros it was to replace. Such a
+/// write was never synced (no answer waited on it), so it is cut. Told by two
+/// marks: the span fits in one write (`MAX_WRITE`: the writer syncs each piece
+/// before the next), and the bad record shows the zeros of a sector that was
+/// not written — a zero length (never written: a record's length is > 0) or a
+/// whole zero sector before `at`. A record whose CRC fails on bytes that were
+/// written (a bit flip) shows neither, and stays corruption.
+fn unfinished_write(buf: &[u8], off: usize, at: usize, end: usize) -> bool {
+    if end - off > super::logfile::MAX_WRITE {
+        return false;
+    }
+    let zero_len = buf[off..(off + 4).min(buf.len())].iter().all(|&b| b == 0);
+    let first = off.div_ceil(SECTOR) * SECTOR;
+    zero_len || (first..at).step_by(SECTOR).any(|s| s + SECTOR <= at && buf[s..s + SECTOR].iter().all(|&b| b == 0))
 }
 
 #[cfg(test)]
@@ -252,6 +288,80 @@ mod tests {
         fs::write(&p, &mid).unwrap();
         let e = read_log(&p).err().unwrap();
         assert!(e.contains("offset 0"), "{e}");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Ten records of 1,000-byte values.
+    fn log_of_ten() -> (Vec<u8>, Vec<usize>) {
+        let mut buf = Vec::new();
+        let mut starts = Vec::new();
+        for i in 0..10 {
+            starts.push(buf.len());
+            encode_event(&mut buf, &ev("/registry/pods/k", i + 2, &"v".repeat(1000)));
+        }
+        (buf, starts)
+    }
+
+    fn read(dir: &Path, bytes: &[u8]) -> Result<Replayed, String> {
+        let p = dir.join("x.wal");
+        fs::write(&p, bytes).unwrap();
+        read_log(&p)
+    }
+
+    /// Zeros after the last record are the log's end (written ahead), not a
+    /// tear; a record cut short before them is a torn tail.
+    #[test]
+    fn a_zero_tail_ends_the_log() {
+        let dir = std::env::temp_dir().join(format!("mgn-wal-zeros-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (buf, starts) = log_of_ten();
+        let mut z = buf.clone();
+        z.resize(buf.len() + 70_000, 0);
+        let r = read(&dir, &z).unwrap();
+        assert_eq!((r.records.len(), r.good_len, r.torn_bytes, r.zero_tail), (10, buf.len(), 0, 70_000));
+        // The last record half written, then the zeros it did not reach.
+        let mut t = buf[..starts[9] + 500].to_vec();
+        t.resize(buf.len() + 70_000, 0);
+        let r = read(&dir, &t).unwrap();
+        assert_eq!((r.records.len(), r.good_len, r.zero_tail), (9, starts[9], 0));
+        assert!(r.torn_bytes > 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A machine stopped in the middle of a write into zeros written ahead can
+    /// leave a later record of that write whole after an earlier sector still
+    /// zero: cut as torn. A bit flip with intact records after it is not
+    /// that, nor is a span longer than one write: both stay corruption.
+    #[test]
+    fn an_unfinished_write_is_torn_and_a_bit_flip_is_corruption() {
+        let dir = std::env::temp_dir().join(format!("mgn-wal-unfinished-{}", std::process::id()));
+        fs::create_dir_all(&dir).unwrap();
+        let (mut buf, starts) = log_of_ten();
+        buf.resize(buf.len() + 8192, 0);
+        // Records 0–5 synced; the write of 6–9 reached the disk but for one
+        // sector inside record 6 (still zeros).
+        let s = starts[6].div_ceil(SECTOR) * SECTOR;
+        assert!(s + SECTOR < starts[7]);
+        let mut lost = buf.clone();
+        lost[s..s + SECTOR].fill(0);
+        let r = read(&dir, &lost).unwrap();
+        assert_eq!((r.records.len(), r.good_len), (6, starts[6]));
+        assert!(r.torn_bytes > 0);
+        // The sector that held record 6's header lost: its length reads zero.
+        let mut head = buf.clone();
+        head[starts[6]..s].fill(0);
+        let r = read(&dir, &head).unwrap();
+        assert_eq!((r.records.len(), r.good_len), (6, starts[6]));
+        // A bit flip in record 6, intact records after it: corruption.
+        let mut flip = buf.clone();
+        flip[starts[6] + 100] ^= 0x04;
+        let e = read(&dir, &flip).err().unwrap();
+        assert!(e.contains(&format!("corrupt record at offset {}", starts[6])), "{e}");
+        // A zero sector, but intact records further than one write can reach.
+        let mut far = lost[..starts[7]].to_vec();
+        far.resize(starts[7] + crate::wal::logfile::MAX_WRITE, b'x');
+        far.extend_from_slice(&buf[starts[7]..starts[8]]);
+        assert!(read(&dir, &far).err().unwrap().contains("corrupt record"));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -280,7 +280,14 @@ fn undo_restore(dir: &Path) {
     }
 }
 
+/// Cuts what follows the last intact record: a torn tail (reported), or the
+/// zeros an fsync log wrote ahead (silently: the log's end, logfile.rs), so
+/// that the file's length is the log's when it is opened for writing.
 fn cut_tail(path: &Path, r: &Replayed, rep: &mut RecoveryReport) -> Result<(), String> {
+    if r.torn_bytes == 0 && r.zero_tail > 0 {
+        let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
+        f.set_len(r.good_len as u64).map_err(|e| format!("{}: {e}", path.display()))?;
+    }
     if r.torn_bytes > 0 {
         let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         f.set_len(r.good_len as u64).map_err(|e| format!("{}: {e}", path.display()))?;
