@@ -47,6 +47,9 @@ pub(super) struct Io {
     /// fsync mode: the file holds durable zeros up to here (written ahead of
     /// the records, see the module's comment); at or below `size` when none are.
     pub(super) zeroed: u64,
+    /// No zeros are written ahead before the log reaches this size (set when
+    /// writing them failed: a full disk).
+    pub(super) zero_paused: u64,
 }
 
 /// A log writes zeros ahead once it holds this much (a log that stays small,
@@ -58,8 +61,9 @@ pub(super) const ZERO_CHUNK: u64 = 1 << 20;
 const ZERO_LOW: u64 = 256 << 10;
 /// The most one write (and its sync) carries: a larger buffer is written in
 /// pieces, each synced before the next is written, so a machine that stops
-/// mid-write leaves at most this many bytes of an unfinished write — the bound
-/// recovery relies on to tell a torn write from corruption (record.rs).
+/// mid-write leaves at most this many bytes unfinished, a lost sector and
+/// every whole record after it among them — the bound recovery relies on to
+/// tell a torn write from corruption (record.rs, `unfinished_write`).
 pub(super) const MAX_WRITE: usize = 4 << 20;
 static ZEROS: [u8; 1 << 16] = [0; 1 << 16];
 
@@ -110,7 +114,7 @@ impl LogFile {
         let ckpt = path.with_extension("ckpt");
         let last_ckpt = AtomicU64::new(fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0));
         let cut = Mutex::new(Self::cut_left(&path, &ckpt));
-        let io = Io { file: None, spare: Vec::with_capacity(1 << 16), written_rev: 0, synced_rev: 0, size: 0, dirty: false, zeroed: 0 };
+        let io = Io { file: None, spare: Vec::with_capacity(1 << 16), written_rev: 0, synced_rev: 0, size: 0, dirty: false, zeroed: 0, zero_paused: 0 };
         LogFile {
             path,
             mode,
@@ -185,6 +189,7 @@ impl LogFile {
             let f = OpenOptions::new().create(true).write(true).truncate(false).open(&self.path)?;
             io.size = f.metadata()?.len();
             io.zeroed = io.size;
+            io.zero_paused = 0;
             io.file = Some(f);
         }
         Ok(io.file.as_mut().unwrap())
@@ -221,6 +226,12 @@ impl LogFile {
         if done >= rev {
             return Ok(());
         }
+        // Nothing appended since the last good write (and sync): nothing to
+        // do. The fsync flusher asks every fsync log each cycle; an idle one
+        // (a prefix written once an hour) would cost an fdatasync each time.
+        if !io.dirty && self.pending.lock().0.is_empty() {
+            return Ok(());
+        }
         let (last, recs) = self.take_pending(io);
         self.write_taken(io, last, recs, m)
     }
@@ -242,6 +253,8 @@ impl LogFile {
             io.spare.extend_from_slice(&p.0);
             std::mem::swap(&mut p.0, &mut io.spare);
             io.spare.clear();
+            // All the batch's records, though pieces of it may be written:
+            // only the batch-size metric counts them, once more.
             p.2 += recs;
             return Err(e);
         }
@@ -305,14 +318,17 @@ impl LogFile {
         }
         if self.mode == Mode::Fsync {
             let end = io.size + n as u64;
-            if end >= ZERO_FROM && io.zeroed < end + ZERO_LOW {
+            if end >= ZERO_FROM.max(io.zero_paused) && io.zeroed < end + ZERO_LOW {
                 // Best effort: on a full disk the records are written all the
-                // same (as appends), and the next try waits for as many bytes
-                // as a chunk would have held. Zeros a failed write left are
-                // a zero tail like any other.
+                // same (as appends), and the next try waits until the log has
+                // grown by a chunk. Zeros a failed write left are a zero tail
+                // like any other, and the next chunk follows them (no hole).
                 let from = io.zeroed.max(end);
-                let _ = write_zeros(f, from, ZERO_CHUNK);
-                io.zeroed = from + ZERO_CHUNK;
+                let (written, r) = write_zeros(f, from, ZERO_CHUNK);
+                io.zeroed = from + written;
+                if r.is_err() {
+                    io.zero_paused = end + ZERO_CHUNK;
+                }
             }
             let t = Instant::now();
             self.faults.check(FileOp::Sync, &self.path, n)?;
@@ -325,15 +341,19 @@ impl LogFile {
     }
 }
 
-/// Writes `len` zero bytes at `at`.
-fn write_zeros(f: &File, at: u64, len: u64) -> std::io::Result<()> {
+/// Writes `len` zero bytes at `at`: how many it wrote, and the error that stopped it.
+fn write_zeros(f: &File, at: u64, len: u64) -> (u64, std::io::Result<()>) {
     let mut off = 0;
     while off < len {
         let n = (len - off).min(ZEROS.len() as u64) as usize;
-        f.write_all_at(&ZEROS[..n], at + off)?;
-        off += n as u64;
+        match f.write_at(&ZEROS[..n], at + off) {
+            Ok(0) => return (off, Err(std::io::ErrorKind::WriteZero.into())),
+            Ok(w) => off += w as u64,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return (off, Err(e)),
+        }
     }
-    Ok(())
+    (off, Ok(()))
 }
 
 #[cfg(test)]
@@ -451,6 +471,25 @@ mod tests {
         let r = crate::wal::read_log(&l.path).unwrap();
         assert_eq!((r.records.len() as i64, r.torn_bytes, r.good_len as u64), (rev - 1, 0, l.io.lock().size));
         assert!(r.zero_tail > 0);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// An fsync log with nothing appended since its last sync is not synced
+    /// again (the flusher asks every fsync log each cycle).
+    #[test]
+    fn an_idle_fsync_log_is_not_synced_again() {
+        let dir = std::env::temp_dir().join(format!("mgn-logfile-idle-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let l = LogFile::open(dir.join("x.wal"), Mode::Fsync, Arc::new(Faults::default())).unwrap();
+        let m = WalMetrics::default();
+        l.append(2, |b| record(b, 2, 10));
+        l.flush_to(i64::MAX, &m).unwrap();
+        l.flush_to(i64::MAX, &m).unwrap();
+        assert_eq!(m.fsyncs.load(Ordering::Relaxed), 1);
+        l.append(3, |b| record(b, 3, 10));
+        l.flush_to(i64::MAX, &m).unwrap();
+        assert_eq!((m.fsyncs.load(Ordering::Relaxed), l.io.lock().synced_rev), (2, 3));
         fs::remove_dir_all(&dir).unwrap();
     }
 

@@ -223,19 +223,26 @@ pub fn read_log(path: &Path) -> Result<Replayed, String> {
 /// of one write leaves in a log with zeros written ahead: the write's sectors
 /// reach the disk in any order, so some of its later records may be whole
 /// while an earlier sector still holds the zeros it was to replace. Such a
-/// write was never synced (no answer waited on it), so it is cut. Told by two
-/// marks: the span fits in one write (`MAX_WRITE`: the writer syncs each piece
-/// before the next), and the bad record shows the zeros of a sector that was
-/// not written — a zero length (never written: a record's length is > 0) or a
-/// whole zero sector before `at`. A record whose CRC fails on bytes that were
-/// written (a bit flip) shows neither, and stays corruption.
+/// write was never synced (no answer waited on it), so it is cut. Told by the
+/// mark of a sector that was not written — the part of a sector between `off`
+/// and `at` all zeros (a record's length is never 0, so a lost sector holding
+/// a record's start reads as zeros from there on) — lying within one write's
+/// reach of `end` (`MAX_WRITE`: the writer syncs each piece before the next,
+/// and a lost sector is in the unfinished piece, as is every intact record
+/// after it). A record whose CRC fails on bytes that were written (a bit flip)
+/// leaves no such mark unless its own bytes hold a zero run where a sector
+/// falls (docs/design.md §5, "Recovery rules").
 fn unfinished_write(buf: &[u8], off: usize, at: usize, end: usize) -> bool {
-    if end - off > super::logfile::MAX_WRITE {
-        return false;
+    let mut mark = None;
+    let mut s = off / SECTOR * SECTOR;
+    while s < at {
+        let (from, to) = (s.max(off), (s + SECTOR).min(at));
+        if buf[from..to].iter().all(|&b| b == 0) {
+            mark = Some(from);
+        }
+        s += SECTOR;
     }
-    let zero_len = buf[off..(off + 4).min(buf.len())].iter().all(|&b| b == 0);
-    let first = off.div_ceil(SECTOR) * SECTOR;
-    zero_len || (first..at).step_by(SECTOR).any(|s| s + SECTOR <= at && buf[s..s + SECTOR].iter().all(|&b| b == 0))
+    mark.is_some_and(|z| end - z <= super::logfile::MAX_WRITE)
 }
 
 #[cfg(test)]
@@ -362,6 +369,37 @@ mod tests {
         far.resize(starts[7] + crate::wal::logfile::MAX_WRITE, b'x');
         far.extend_from_slice(&buf[starts[7]..starts[8]]);
         assert!(read(&dir, &far).err().unwrap().contains("corrupt record"));
+        // A record longer than one write (it began in a piece already synced):
+        // its lost sector is within reach of the end though its start is not.
+        let mut big = buf[..starts[6]].to_vec();
+        let big_at = big.len();
+        encode_event(&mut big, &ev("/registry/pods/big", 8, &"b".repeat(crate::wal::logfile::MAX_WRITE + 4096)));
+        let tail_at = big.len();
+        big.extend_from_slice(&buf[starts[7]..]);
+        let s = (tail_at - 2048) / SECTOR * SECTOR;
+        big[s..s + SECTOR].fill(0);
+        let r = read(&dir, &big).unwrap();
+        assert_eq!((r.records.len(), r.good_len), (6, big_at));
+        // The sector holding the start of record 6 lost where its length
+        // straddles two sectors: one byte of it in the lost sector, zero.
+        let mut shifted = buf[..starts[6]].to_vec();
+        let mut filler = Vec::new();
+        for fill in 1.. {
+            filler.clear();
+            encode_event(&mut filler, &ev("/registry/pods/f", 7, &"f".repeat(fill)));
+            if (shifted.len() + filler.len()) % SECTOR == SECTOR - 1 {
+                break;
+            }
+        }
+        shifted.extend_from_slice(&filler);
+        let six = shifted.len();
+        for i in 6..10 {
+            encode_event(&mut shifted, &ev("/registry/pods/k", 100 + i, &"w".repeat(1000)));
+        }
+        shifted.resize(shifted.len() + 4096, 0);
+        shifted[six] = 0; // the low byte of the length, alone in the lost sector
+        let r = read(&dir, &shifted).unwrap();
+        assert_eq!((r.records.len(), r.good_len), (7, six));
         fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -280,13 +280,16 @@ fn undo_restore(dir: &Path) {
     }
 }
 
-/// Cuts what follows the last intact record: a torn tail (reported), or the
-/// zeros an fsync log wrote ahead (silently: the log's end, logfile.rs), so
-/// that the file's length is the log's when it is opened for writing.
+/// Cuts what follows the last intact record: a torn tail, or the zeros an
+/// fsync log wrote ahead (the log's end, logfile.rs), so that the file's
+/// length is the log's when it is opened for writing; both reported.
 fn cut_tail(path: &Path, r: &Replayed, rep: &mut RecoveryReport) -> Result<(), String> {
     if r.torn_bytes == 0 && r.zero_tail > 0 {
         let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
         f.set_len(r.good_len as u64).map_err(|e| format!("{}: {e}", path.display()))?;
+        // Said, not warned: the usual end of an fsync log past 1 MiB. In a
+        // log that never writes zeros ahead it is what a lost tail looks like.
+        eprintln!("meganode-store: {}: {} bytes of zeros after the last record (offset {}) cut", path.display(), r.zero_tail, r.good_len);
     }
     if r.torn_bytes > 0 {
         let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
