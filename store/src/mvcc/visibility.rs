@@ -18,11 +18,13 @@
 //! fsync flusher after a sync) scans forward from it and moves it with
 //! `fetch_max`. No lock is taken on the way unless a writer is waiting for a
 //! revision to be published (its answer waits: `wait`), or to wake watchers.
-use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+use std::task::{Context, Poll, Waker};
 
 use parking_lot::Mutex;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
 /// Revisions the rings cover. A revision's `done` mark waits until the one
 /// `RING` revisions before it is marked (a mark must never hide that an
@@ -48,10 +50,14 @@ pub struct Visibility {
     fsync: Box<[AtomicI64]>,
     /// Every revision up to this that has an fsync mark is on disk.
     synced: AtomicI64,
-    /// Writers waiting for their revision to be published, by revision; the
-    /// count lets a publish skip the lock when nobody waits.
+    /// Writers waiting for their revision to be published: (revision, id,
+    /// waker), in no order; the count lets a publish skip the lock when nobody
+    /// waits. A plain list: the waiters of one fsync cycle (tens) are woken
+    /// together, and a per-waiter channel and map node cost more than the scan
+    /// (an allocation or three per put).
     waiting: AtomicUsize,
-    waiters: Mutex<BTreeMap<i64, Vec<oneshot::Sender<()>>>>,
+    waiters: Mutex<Vec<(i64, u64, Waker)>>,
+    next_id: AtomicU64,
     /// The published revision, for watch streams (woken when it moves).
     tx: watch::Sender<i64>,
 }
@@ -65,7 +71,8 @@ impl Visibility {
             fsync: (0..RING).map(|_| AtomicI64::new(0)).collect(),
             synced: AtomicI64::new(0),
             waiting: AtomicUsize::new(0),
-            waiters: Mutex::new(BTreeMap::new()),
+            waiters: Mutex::new(Vec::new()),
+            next_id: AtomicU64::new(0),
             tx: watch::channel(rev).0,
         };
         v.reset(rev);
@@ -171,39 +178,91 @@ impl Visibility {
             newer
         });
         if self.waiting.load(Ordering::SeqCst) > 0 {
-            let ready = {
-                let mut w = self.waiters.lock();
-                let later = w.split_off(&(p + 1));
-                std::mem::replace(&mut *w, later)
-            };
-            for tx in ready.into_values().flatten() {
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                let _ = tx.send(());
-            }
+            let mut w = self.waiters.lock();
+            let before = w.len();
+            // Woken under the lock: a wake only queues the task, and a task
+            // woken here finds its revision published without taking it.
+            w.retain(|(rev, _, waker)| {
+                if *rev <= p {
+                    waker.wake_by_ref();
+                    false
+                } else {
+                    true
+                }
+            });
+            self.waiting.fetch_sub(before - w.len(), Ordering::SeqCst);
         }
     }
 
     /// Resolves once `rev` is published (at once when it is).
-    pub async fn wait(&self, rev: i64) {
-        if self.published.load(Ordering::Acquire) >= rev {
-            return;
-        }
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut w = self.waiters.lock();
-            self.waiting.fetch_add(1, Ordering::SeqCst);
-            if self.published.load(Ordering::SeqCst) >= rev {
-                self.waiting.fetch_sub(1, Ordering::SeqCst);
-                return;
-            }
-            w.entry(rev).or_default().push(tx);
-        }
-        let _ = rx.await;
+    pub fn wait(&self, rev: i64) -> Published<'_> {
+        Published { vis: self, rev, id: None }
     }
 
     /// The published revision as it moves (watch streams).
     pub fn subscribe(&self) -> watch::Receiver<i64> {
         self.tx.subscribe()
+    }
+}
+
+/// The future `Visibility::wait` returns: registered in the waiter list at
+/// its first pending poll, removed by the publish that wakes it or when
+/// dropped (a cancelled request).
+pub struct Published<'a> {
+    vis: &'a Visibility,
+    rev: i64,
+    /// Its entry's id while it has one in the list.
+    id: Option<u64>,
+}
+
+impl Future for Published<'_> {
+    type Output = ();
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let vis = self.vis;
+        if vis.published.load(Ordering::Acquire) >= self.rev {
+            return Poll::Ready(());
+        }
+        let mut w = vis.waiters.lock();
+        if let Some(id) = self.id {
+            match w.iter_mut().find(|e| e.1 == id) {
+                // Polled again before its publish (a timer beside it in a select).
+                Some(e) => {
+                    if !e.2.will_wake(cx.waker()) {
+                        e.2 = cx.waker().clone();
+                    }
+                    return Poll::Pending;
+                }
+                // Its entry is gone: a publish took it, having published its
+                // revision first.
+                None => {
+                    self.id = None;
+                    return Poll::Ready(());
+                }
+            }
+        }
+        // SeqCst with `publish` (Dekker): either it sees this count, or this
+        // load sees its revision.
+        vis.waiting.fetch_add(1, Ordering::SeqCst);
+        if vis.published.load(Ordering::SeqCst) >= self.rev {
+            vis.waiting.fetch_sub(1, Ordering::SeqCst);
+            return Poll::Ready(());
+        }
+        let id = vis.next_id.fetch_add(1, Ordering::Relaxed);
+        w.push((self.rev, id, cx.waker().clone()));
+        self.id = Some(id);
+        Poll::Pending
+    }
+}
+
+impl Drop for Published<'_> {
+    fn drop(&mut self) {
+        let Some(id) = self.id else { return };
+        let mut w = self.vis.waiters.lock();
+        if let Some(i) = w.iter().position(|e| e.1 == id) {
+            w.swap_remove(i);
+            self.vis.waiting.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -326,6 +385,30 @@ mod tests {
         flusher.join().unwrap();
         checker.join().unwrap();
         assert_eq!(last, 5 + 4 * PER_THREAD);
+    }
+
+    /// A waiter dropped before its revision is published (a cancelled request)
+    /// leaves nothing behind; one polled again keeps a single entry.
+    #[test]
+    fn dropped_and_repolled_waiters_leave_no_entries() {
+        let v = Visibility::new(10);
+        let r = commit(&v, true);
+        v.mark_done(r);
+        let waker = std::task::Waker::noop();
+        let mut cx = Context::from_waker(waker);
+        let mut a = v.wait(r);
+        let mut b = v.wait(r);
+        assert!(Pin::new(&mut a).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut a).poll(&mut cx).is_pending());
+        assert!(Pin::new(&mut b).poll(&mut cx).is_pending());
+        assert_eq!((v.waiters.lock().len(), v.waiting.load(Ordering::SeqCst)), (2, 2));
+        drop(b);
+        assert_eq!((v.waiters.lock().len(), v.waiting.load(Ordering::SeqCst)), (1, 1));
+        v.set_synced(r);
+        assert_eq!((v.waiters.lock().len(), v.waiting.load(Ordering::SeqCst)), (0, 0));
+        assert!(Pin::new(&mut a).poll(&mut cx).is_ready());
+        drop(a);
+        assert_eq!(v.waiting.load(Ordering::SeqCst), 0);
     }
 
     #[test]
