@@ -361,6 +361,14 @@ mod tests {
     use super::*;
     use crate::wal::fault::DiskFull;
 
+    /// An empty directory of its own for a test.
+    fn fresh_dir(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("{name}{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
     /// A write that fails leaves the file at its last good size and keeps the
     /// bytes; once the disk has room the retry writes them exactly once.
     #[test]
@@ -416,9 +424,7 @@ mod tests {
                 Ok(())
             }
         }
-        let dir = std::env::temp_dir().join(format!("mgn-logfile-eio-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("mgn-logfile-eio-");
         let faults = Arc::new(Faults::default());
         let hook = Arc::new(FailSync(true.into()));
         faults.set(Some(hook.clone()));
@@ -449,9 +455,7 @@ mod tests {
     /// log reads back whole, with the zeros as its end (no torn tail).
     #[test]
     fn a_hot_fsync_log_writes_zeros_ahead() {
-        let dir = std::env::temp_dir().join(format!("mgn-logfile-zeros-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("mgn-logfile-zeros-");
         let l = LogFile::open(dir.join("x.wal"), Mode::Fsync, Arc::new(Faults::default())).unwrap();
         let m = WalMetrics::default();
         let mut rev = 1;
@@ -478,9 +482,7 @@ mod tests {
     /// again (the flusher asks every fsync log each cycle).
     #[test]
     fn an_idle_fsync_log_is_not_synced_again() {
-        let dir = std::env::temp_dir().join(format!("mgn-logfile-idle-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("mgn-logfile-idle-");
         let l = LogFile::open(dir.join("x.wal"), Mode::Fsync, Arc::new(Faults::default())).unwrap();
         let m = WalMetrics::default();
         l.append(2, |b| record(b, 2, 10));
@@ -507,9 +509,7 @@ mod tests {
                 Ok(())
             }
         }
-        let dir = std::env::temp_dir().join(format!("mgn-logfile-pieces-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
-        fs::create_dir_all(&dir).unwrap();
+        let dir = fresh_dir("mgn-logfile-pieces-");
         let faults = Arc::new(Faults::default());
         let hook = Arc::new(FailSecondWrite(0.into()));
         faults.set(Some(hook.clone()));
