@@ -284,25 +284,26 @@ fn undo_restore(dir: &Path) {
 /// fsync log wrote ahead (the log's end, logfile.rs), so that the file's
 /// length is the log's when it is opened for writing; both reported.
 fn cut_tail(path: &Path, r: &Replayed, rep: &mut RecoveryReport) -> Result<(), String> {
-    if r.torn_bytes == 0 && r.zero_tail > 0 {
-        let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        f.set_len(r.good_len as u64).map_err(|e| format!("{}: {e}", path.display()))?;
+    if r.torn_bytes == 0 && r.zero_tail == 0 {
+        return Ok(());
+    }
+    let err = |e: std::io::Error| format!("{}: {e}", path.display());
+    let f = OpenOptions::new().write(true).open(path).map_err(err)?;
+    f.set_len(r.good_len as u64).map_err(err)?;
+    if r.torn_bytes == 0 {
         // Said, not warned: the usual end of an fsync log past 1 MiB. In a
         // log that never writes zeros ahead it is what a lost tail looks like.
         eprintln!("meganode-store: {}: {} bytes of zeros after the last record (offset {}) cut", path.display(), r.zero_tail, r.good_len);
+        return Ok(());
     }
-    if r.torn_bytes > 0 {
-        let f = OpenOptions::new().write(true).open(path).map_err(|e| format!("{}: {e}", path.display()))?;
-        f.set_len(r.good_len as u64).map_err(|e| format!("{}: {e}", path.display()))?;
-        f.sync_all().map_err(|e| e.to_string())?;
-        eprintln!(
-            "meganode-store: {}: torn tail of {} bytes at offset {} (failed checksum or incomplete record) cut",
-            path.display(),
-            r.torn_bytes,
-            r.good_len
-        );
-        rep.torn.push((path.to_path_buf(), r.good_len, r.torn_bytes));
-    }
+    f.sync_all().map_err(|e| e.to_string())?;
+    eprintln!(
+        "meganode-store: {}: torn tail of {} bytes at offset {} (failed checksum or incomplete record) cut",
+        path.display(),
+        r.torn_bytes,
+        r.good_len
+    );
+    rep.torn.push((path.to_path_buf(), r.good_len, r.torn_bytes));
     Ok(())
 }
 
