@@ -50,6 +50,10 @@ pub struct Config {
     /// --history-spill: values replaced by newer versions are kept in unlinked spill
     /// files in --data-dir instead of memory until compaction (mvcc/spill.rs).
     pub history_spill: bool,
+    /// --runtime-workers: the tokio worker threads that serve connections; `auto`
+    /// (None) is one fewer than the CPUs this process may use, at least one
+    /// (`runtime_workers`; docs/design.md §8 rule 10).
+    pub runtime_workers: Option<usize>,
     pub ignored: Vec<String>,
 }
 
@@ -82,6 +86,7 @@ impl Default for Config {
             value_compression_cpu: 0.5,
             lean_transport: true,
             history_spill: true,
+            runtime_workers: None,
             ignored: Vec::new(),
         }
     }
@@ -102,6 +107,7 @@ const KNOWN: &[&str] = &[
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
     "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport", "history-spill",
+    "runtime-workers",
 ];
 
 const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -217,6 +223,12 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                     _ => return Err(format!("invalid value {value:?} for --grpc-transport: want lean or tonic")),
                 }
             }
+            "runtime-workers" => {
+                c.runtime_workers = match value.as_str() {
+                    "auto" => None,
+                    v => Some(v.parse().ok().filter(|n: &usize| *n > 0).ok_or_else(|| format!("invalid value {value:?} for --runtime-workers: want auto or a number ≥ 1"))?),
+                }
+            }
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }
@@ -237,6 +249,15 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
         return Err("--cert-file and --key-file go together".into());
     }
     Ok(c)
+}
+
+/// The runtime's worker threads: the flag's number, or one fewer than the CPUs
+/// this process may use (affinity and cgroup quota count), at least one. The
+/// store's own threads (wal-fsync, wal-write, checkpoint, bulk reads, compaction)
+/// and the kernel's network work need a CPU too; a worker for every CPU competed
+/// with them and parked and woke more often than it served (§8 rule 10).
+pub fn runtime_workers(c: &Config, cpus: usize) -> usize {
+    c.runtime_workers.unwrap_or(cpus.saturating_sub(1)).max(1)
 }
 
 #[cfg(test)]
@@ -272,6 +293,20 @@ mod tests {
         let e = parse(&a(&["--no-such-flag"])).unwrap_err();
         assert!(e.contains("--no-such-flag"), "{e}");
         assert!(parse(&a(&["--durability=sometimes"])).is_err());
+    }
+
+    #[test]
+    fn runtime_workers_leave_a_cpu_to_the_store_s_own_threads() {
+        let auto = parse(&a(&[])).unwrap();
+        assert_eq!(runtime_workers(&auto, 2), 1);
+        assert_eq!(runtime_workers(&auto, 1), 1);
+        assert_eq!(runtime_workers(&auto, 16), 15);
+        assert_eq!(runtime_workers(&parse(&a(&["--runtime-workers=auto"])).unwrap(), 8), 7);
+        assert_eq!(runtime_workers(&parse(&a(&["--runtime-workers", "3"])).unwrap(), 2), 3);
+        for bad in ["0", "-1", "two"] {
+            let e = parse(&a(&["--runtime-workers", bad])).unwrap_err();
+            assert!(e.contains("--runtime-workers"), "{e}");
+        }
     }
 
     #[test]

@@ -83,7 +83,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  [--runtime-workers N|auto (auto: CPUs - 1, at least 1)]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
         return;
     }
     let cfg = match config::parse(&args) {
@@ -93,7 +93,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let rt = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let workers = config::runtime_workers(&cfg, cpus);
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(workers).enable_all().build().expect("tokio runtime");
     if let Err(e) = rt.block_on(run(cfg)) {
         eprintln!("meganode-store: {e}");
         std::process::exit(1);
