@@ -143,10 +143,9 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                 PbTxnOpResponse::ResponseRange(resp)
             }
             Some(PbTxnOpRequest::RequestPut(p)) => {
-                let key = Bytes::copy_from_slice(&p.key);
                 let data = locked.data_mut(&p.key);
                 let (value, lease) = resolve_put(data, p, Bytes::copy_from_slice(&p.value));
-                let prev = b.put(data, &key, value, lease);
+                let prev = b.put(data, &p.key, value, lease);
                 PbTxnOpResponse::ResponsePut(PbPutResponse {
                     header: header(b.rev),
                     prev_kv: if p.prev_kv { prev.map(|v| to_kv(&p.key, &v, false)) } else { None },
