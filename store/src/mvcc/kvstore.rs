@@ -690,14 +690,19 @@ impl Store {
     }
 
     pub fn put(&self, req: &PbPutRequest) -> Result<PbPutResponse> {
+        self.put_value(req, Bytes::copy_from_slice(&req.value))
+    }
+
+    /// `put` writing `value`, already taken out of the request (its `value` field is
+    /// not read): the gRPC path moves the decoded bytes in instead of copying them.
+    pub fn put_value(&self, req: &PbPutRequest, value: Bytes) -> Result<PbPutResponse> {
         if req.key.is_empty() {
             return Err(StoreError::EmptyKey);
         }
-        check_put_flags(req)?;
+        check_value_flags(req, &value)?;
         let shard = self.shard_for(&req.key);
         let mut locked = self.lock_write(vec![shard]);
         self.check_put_against_state(&locked, req, false)?;
-        let value = Bytes::copy_from_slice(&req.value);
         let data = &mut *locked.shards[0].1;
         let leases = &self.leases;
         let (prev, batch) = self.commit(|b| {
@@ -1061,7 +1066,11 @@ pub(crate) fn release_free_memory() {
 }
 
 fn check_put_flags(req: &PbPutRequest) -> Result<()> {
-    if req.ignore_value && !req.value.is_empty() {
+    check_value_flags(req, &req.value)
+}
+
+fn check_value_flags(req: &PbPutRequest, value: &[u8]) -> Result<()> {
+    if req.ignore_value && !value.is_empty() {
         return Err(StoreError::ValueProvided);
     }
     if req.ignore_lease && req.lease != 0 {
@@ -1107,6 +1116,22 @@ mod tests {
 
     fn put(s: &Store, k: &str) {
         s.put(&PbPutRequest { key: k.into(), value: b"v".to_vec(), ..Default::default() }).unwrap();
+    }
+
+    /// `put_value` writes the value it is given and checks the flags against it,
+    /// not against the request's (emptied) value field.
+    #[test]
+    fn put_value_writes_and_checks_the_value_given() {
+        let s = Store::new();
+        let req = PbPutRequest { key: b"k".to_vec(), ..Default::default() };
+        s.put_value(&req, Bytes::from_static(b"moved")).unwrap();
+        let got = s.range(&etcd_client::proto::PbRangeRequest { key: b"k".to_vec(), ..Default::default() }).unwrap();
+        assert_eq!(got.kvs[0].value, b"moved");
+        let ignore = PbPutRequest { key: b"k".to_vec(), ignore_value: true, ..Default::default() };
+        assert!(matches!(s.put_value(&ignore, Bytes::from_static(b"x")), Err(StoreError::ValueProvided)));
+        s.put_value(&ignore, Bytes::new()).unwrap();
+        let got = s.range(&etcd_client::proto::PbRangeRequest { key: b"k".to_vec(), ..Default::default() }).unwrap();
+        assert_eq!((got.kvs[0].value.as_slice(), got.kvs[0].version), (&b"moved"[..], 2));
     }
 
     /// The accounted size is kept by deltas on the write path; it must equal a

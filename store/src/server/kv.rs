@@ -117,7 +117,7 @@ impl KvService {
     }
 
     /// A Put in etcd's order of checks, answered once its revision is published.
-    pub async fn put_call(&self, req: PbPutRequest, caller: Caller, dl: Deadline) -> Result<PbPutResponse, Status> {
+    pub async fn put_call(&self, mut req: PbPutRequest, caller: Caller, dl: Deadline) -> Result<PbPutResponse, Status> {
         let _timed = self.0.metrics.request(metrics::PUT);
         let n = req.encoded_len();
         self.grpc_too_large(n)?;
@@ -131,9 +131,13 @@ impl KvService {
         if let Some(ai) = &auth {
             authz::check_put(&self.0, ai.as_ref(), &req)?;
         }
-        let mut resp = self.0.store.put(&req)?;
-        // The store holds its own copy of the value: the request is not kept for the
-        // wait on the log, where a slow disk keeps every writer's call pending.
+        // The decoded value becomes the store's without a copy when its vector is
+        // exactly sized (prost sizes it so for all but values under 8 bytes).
+        let value = std::mem::take(&mut req.value);
+        let value = if value.len() == value.capacity() { bytes::Bytes::from(value) } else { bytes::Bytes::copy_from_slice(&value) };
+        let mut resp = self.0.store.put_value(&req, value)?;
+        // The rest of the request is not kept for the wait on the log, where a slow
+        // disk keeps every writer's call pending.
         drop(req);
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
