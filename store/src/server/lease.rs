@@ -118,8 +118,20 @@ pub async fn expiry_loop(ctx: Arc<Ctx>) {
         if ctx.wal.as_ref().map_or(false, |w| w.health.down()) {
             continue;
         }
-        for id in ctx.store.leases.expired(Instant::now()) {
-            let _ = ctx.store.revoke_lease(id);
+        let expired = ctx.store.leases.expired(Instant::now());
+        if expired.is_empty() {
+            continue;
         }
+        // Off the runtime's workers: each revocation writes the lease log (and a
+        // buffered prefix's log) on the calling thread, and thousands of leases may
+        // expire at once (a zone's kubelets gone); on a worker that held every
+        // connection it serves — all of them with one worker (§8 rule 10).
+        let c = ctx.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            for id in expired {
+                let _ = c.store.revoke_lease(id);
+            }
+        })
+        .await;
     }
 }

@@ -20,7 +20,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -86,7 +86,18 @@ pub struct LogFile {
     /// the live file above.
     pub(super) cut: Mutex<Option<i64>>,
     pub(super) faults: Arc<Faults>,
+    /// The last write of this log took `SLOW_WRITE` or more (a throttled or
+    /// saturated disk): writers on the runtime's workers hand their revisions to
+    /// the `wal-write` thread instead of writing (`try_flush`), until a write is
+    /// fast again. A worker in a slow write holds every connection it serves —
+    /// all of them with one worker (docs/design.md §8 rules 4 and 10).
+    slow: AtomicBool,
 }
+
+/// A write of a log's buffer this slow marks the disk slow (`LogFile::slow`):
+/// page-cache writes of a batch take microseconds, the 4 MiB pieces of a burst
+/// about a millisecond.
+pub(super) const SLOW_WRITE: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// The segment a cut left behind: `<stem>.wal` → `<stem>.wal.old`.
 pub(super) fn old_segment(path: &Path) -> PathBuf {
@@ -124,6 +135,7 @@ impl LogFile {
             ckpt_accounted: AtomicU64::new(0),
             cut,
             faults,
+            slow: AtomicBool::new(false),
         }
     }
 
@@ -213,10 +225,14 @@ impl LogFile {
         self.flush_locked(&mut self.io.lock(), rev, m)
     }
 
-    /// `flush_to` if no one else is at the file: None when another writer is
-    /// (a slow write: a throttled disk, dirty-page writeback). The caller then
-    /// hands its revision to the `wal-write` thread rather than wait (sink.rs).
+    /// `flush_to` if no one else is at the file and its last write was not slow:
+    /// None when another writer is (a slow write: a throttled disk, dirty-page
+    /// writeback) or may well be. The caller then hands its revision to the
+    /// `wal-write` thread rather than wait or write slowly itself (sink.rs).
     pub(super) fn try_flush(&self, rev: i64, m: &WalMetrics) -> Option<std::io::Result<()>> {
+        if self.slow.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut io = self.io.try_lock()?;
         Some(self.flush_locked(&mut io, rev, m))
     }
@@ -247,7 +263,10 @@ impl LogFile {
     /// front of whatever was appended meanwhile.
     fn write_taken(&self, io: &mut Io, last: i64, recs: u64, m: &WalMetrics) -> std::io::Result<()> {
         let n = io.spare.len() as u64;
-        if let Err(e) = self.write_out(io, m) {
+        let start = Instant::now();
+        let written = self.write_out(io, m);
+        self.slow.store(start.elapsed() >= SLOW_WRITE, Ordering::Relaxed);
+        if let Err(e) = written {
             // Put the bytes back in front of whatever was appended meanwhile.
             let mut p = self.pending.lock();
             io.spare.extend_from_slice(&p.0);
@@ -367,6 +386,40 @@ mod tests {
         let _ = fs::remove_dir_all(&dir);
         fs::create_dir_all(&dir).unwrap();
         dir
+    }
+
+    /// After a write that took `SLOW_WRITE` or more, writers on the runtime's
+    /// workers are turned away (`try_flush` None: they hand off to `wal-write`);
+    /// the first fast write — the thread's — lets them write again.
+    #[test]
+    fn a_slow_write_turns_workers_away_until_a_write_is_fast() {
+        use crate::wal::fault::Latency;
+        let dir = fresh_dir("mgn-logfile-slow");
+        let faults = Arc::new(Faults::default());
+        let l = LogFile::open(dir.join("x.wal"), Mode::Buffered, faults.clone()).unwrap();
+        let m = WalMetrics::default();
+        let put = |rev: i64| {
+            l.append(rev, |b| {
+                b.extend_from_slice(b"rec");
+                1
+            })
+        };
+        put(1);
+        assert!(matches!(l.try_flush(1, &m), Some(Ok(()))), "a fast disk: the worker writes");
+        faults.set(Some(Arc::new(Latency { fsync: std::time::Duration::ZERO, write: SLOW_WRITE * 2 })));
+        put(2);
+        assert!(matches!(l.try_flush(2, &m), Some(Ok(()))), "nothing known yet: the worker writes, slowly");
+        put(3);
+        assert!(l.try_flush(3, &m).is_none(), "after a slow write the worker is turned away");
+        l.flush_to(3, &m).unwrap(); // the wal-write thread's write, slow again
+        put(4);
+        assert!(l.try_flush(4, &m).is_none());
+        faults.set(None);
+        l.flush_to(4, &m).unwrap(); // the thread's next write is fast
+        put(5);
+        assert!(matches!(l.try_flush(5, &m), Some(Ok(()))), "a fast write lets the workers write again");
+        assert_eq!(fs::read(dir.join("x.wal")).unwrap(), b"recrecrecrecrec");
+        fs::remove_dir_all(&dir).unwrap();
     }
 
     /// A write that fails leaves the file at its last good size and keeps the
