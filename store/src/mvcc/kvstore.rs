@@ -696,10 +696,7 @@ impl Store {
     /// `put` writing `value`, already taken out of the request (its `value` field is
     /// not read): the gRPC path moves the decoded bytes in instead of copying them.
     pub fn put_value(&self, req: &PbPutRequest, value: Bytes) -> Result<PbPutResponse> {
-        if req.key.is_empty() {
-            return Err(StoreError::EmptyKey);
-        }
-        check_value_flags(req, &value)?;
+        check_put_value(req, &value)?;
         let shard = self.shard_for(&req.key);
         let mut locked = self.lock_write(vec![shard]);
         self.check_put_against_state(&locked, req, false)?;
@@ -1065,11 +1062,11 @@ pub(crate) fn release_free_memory() {
     }
 }
 
-fn check_put_flags(req: &PbPutRequest) -> Result<()> {
-    check_value_flags(req, &req.value)
-}
-
-fn check_value_flags(req: &PbPutRequest, value: &[u8]) -> Result<()> {
+/// `check_put` with the value taken out of the request (`Store::put_value`).
+fn check_put_value(req: &PbPutRequest, value: &[u8]) -> Result<()> {
+    if req.key.is_empty() {
+        return Err(StoreError::EmptyKey);
+    }
     if req.ignore_value && !value.is_empty() {
         return Err(StoreError::ValueProvided);
     }
@@ -1091,10 +1088,7 @@ pub fn check_range(req: &etcd_client::proto::PbRangeRequest) -> Result<()> {
 }
 
 pub fn check_put(req: &PbPutRequest) -> Result<()> {
-    if req.key.is_empty() {
-        return Err(StoreError::EmptyKey);
-    }
-    check_put_flags(req)
+    check_put_value(req, &req.value)
 }
 
 /// The value and lease a put writes once ignore_value / ignore_lease are applied.
