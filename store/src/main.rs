@@ -8,7 +8,7 @@ use meganode_store::config::{self, Config};
 use meganode_store::server::{self, grpc_metrics, lease, metrics, Ctx};
 use meganode_store::{wal, Store};
 use tokio::net::TcpListener;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
+use tonic::transport::Server;
 
 #[cfg(feature = "jemalloc")]
 #[global_allocator]
@@ -32,48 +32,66 @@ fn host_port(url: &str) -> Result<(bool, SocketAddr), String> {
 async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
     let (tls, addr) = host_port(&url)?;
     let cfg = &ctx.cfg;
-    let mut builder = Server::builder().tcp_nodelay(true);
-    if tls {
-        let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) else {
-            return Err(format!("{url} is https but --cert-file/--key-file are not set"));
-        };
-        let cert = std::fs::read(cert).map_err(|e| format!("--cert-file {cert}: {e}"))?;
-        let key = std::fs::read(key).map_err(|e| format!("--key-file {key}: {e}"))?;
-        let mut t = ServerTlsConfig::new().identity(Identity::from_pem(cert, key));
-        if cfg.client_cert_auth {
-            let Some(ca) = &cfg.trusted_ca_file else {
-                return Err("--client-cert-auth needs --trusted-ca-file".into());
-            };
-            let ca = std::fs::read(ca).map_err(|e| format!("--trusted-ca-file {ca}: {e}"))?;
-            t = t.client_ca_root(Certificate::from_pem(ca));
-        }
-        builder = builder.tls_config(t).map_err(|e| format!("TLS: {e}"))?;
-    }
+    let tls = if tls { Some(tls_config(cfg)?) } else { None };
     let limit = server::decode_limit(cfg.max_request_bytes);
     let listener = TcpListener::bind(addr).await.map_err(|e| format!("listen {addr}: {e}"))?;
     let routes = server::routes(&ctx, limit);
     // HTTP/1 too: etcd answers its HTTP endpoints on the client port (http_endpoints).
-    let mut builder = builder.accept_http1(true).layer(grpc_metrics::CountRpcs);
-    if tls || !cfg.lean_transport {
+    let mut builder = Server::builder().tcp_nodelay(true).accept_http1(true).layer(grpc_metrics::CountRpcs);
+    let tonic_routes = routes.clone();
+    let serve_err = |e: &dyn std::fmt::Display| format!("serve {url}: {e}");
+    // HTTP/2 connections by the lean transport (meganode_store::transport), the
+    // others (HTTP/1.1, and every connection with --grpc-transport=tonic) handed to
+    // tonic's server.
+    let lean = cfg.lean_transport.then(|| (ctx.clone(), routes));
+    if let Some(config) = tls {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        let others = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), Ok::<_, std::io::Error>);
+        let tonic = builder.add_routes(tonic_routes).serve_with_incoming(others);
+        let ours = meganode_store::transport::tls::serve(listener, config, lean, tx);
+        return tokio::select! {
+            r = tonic => r.map_err(|e| serve_err(&e)),
+            r = ours => r.map_err(|e| serve_err(&e)),
+        };
+    }
+    let Some((ctx, routes)) = lean else {
         // Our own listener, so tonic's tcp_nodelay does not apply: set it per
         // connection, or Nagle's algorithm holds small responses back ~40 ms.
         let incoming = futures::StreamExt::map(tokio_stream::wrappers::TcpListenerStream::new(listener), |s| {
             s.inspect(|s| {
+                meganode_store::transport::count_connection(false, false);
                 let _ = s.set_nodelay(true);
             })
         });
-        return builder.add_routes(routes).serve_with_incoming(incoming).await.map_err(|e| format!("serve {url}: {e}"));
-    }
-    // HTTP/2 connections by the lean transport (meganode_store::transport), the others
-    // (HTTP/1.1) handed to tonic's server.
+        return builder.add_routes(tonic_routes).serve_with_incoming(incoming).await.map_err(|e| serve_err(&e));
+    };
     let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
     let others = futures::StreamExt::map(tokio_stream::wrappers::UnboundedReceiverStream::new(rx), Ok::<_, std::io::Error>);
-    let tonic = builder.add_routes(routes.clone()).serve_with_incoming(others);
-    let lean = meganode_store::transport::serve(listener, ctx.clone(), routes, tx);
+    let tonic = builder.add_routes(tonic_routes).serve_with_incoming(others);
+    let lean = meganode_store::transport::serve(listener, ctx, routes, tx);
     tokio::select! {
-        r = tonic => r.map_err(|e| format!("serve {url}: {e}")),
-        r = lean => r.map_err(|e| format!("serve {url}: {e}")),
+        r = tonic => r.map_err(|e| serve_err(&e)),
+        r = lean => r.map_err(|e| serve_err(&e)),
     }
+}
+
+/// An https:// listener's TLS from --cert-file/--key-file, and with
+/// --client-cert-auth the CA its clients' certificates must chain to.
+fn tls_config(cfg: &Config) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, String> {
+    let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) else {
+        return Err("an https:// URL needs --cert-file and --key-file".into());
+    };
+    let cert = std::fs::read(cert).map_err(|e| format!("--cert-file {cert}: {e}"))?;
+    let key = std::fs::read(key).map_err(|e| format!("--key-file {key}: {e}"))?;
+    let ca = if cfg.client_cert_auth {
+        let Some(ca) = &cfg.trusted_ca_file else {
+            return Err("--client-cert-auth needs --trusted-ca-file".into());
+        };
+        Some(std::fs::read(ca).map_err(|e| format!("--trusted-ca-file {ca}: {e}"))?)
+    } else {
+        None
+    };
+    meganode_store::transport::tls::server_config(&cert, &key, ca.as_deref())
 }
 
 fn main() {

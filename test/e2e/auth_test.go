@@ -517,6 +517,7 @@ func TestAuthCommonName(t *testing.T) {
 		s.get("", "certificate of a deleted user get /a/1", "/a/1", "")
 		_, err = s.auth.AuthDisable(s.as(root), &pb.AuthDisableRequest{})
 		s.rec("disable", err)
+		requireLeanTLS(t, tg)
 	})
 	tr.compare(t)
 }

@@ -30,6 +30,7 @@ func TestTLS(t *testing.T) {
 		if len(ml.Members) != 1 || len(ml.Members[0].ClientURLs) == 0 || ml.Members[0].ClientURLs[0] != "https://"+tg.Endpoint {
 			t.Errorf("member list over TLS: %v (want client url https://%s)", ml, tg.Endpoint)
 		}
+		requireLeanTLS(t, tg)
 		// a plaintext client gets nowhere
 		plain, err := newClient(tg.Endpoint, nil)
 		must(t, "plain client", err)
@@ -90,5 +91,20 @@ func TestMutualTLS(t *testing.T) {
 		// and the server still serves the good client
 		_, err = tg.KV.Range(ctx, &pb.RangeRequest{Key: b("/mtls/k")})
 		must(t, "get after refused clients", err)
+		requireLeanTLS(t, tg)
 	})
+}
+
+// requireLeanTLS: the store served the client's HTTP/2 over TLS with its lean transport (the
+// path the hot calls are fast on), not by handing the connection to tonic. No-op for etcd.
+func requireLeanTLS(t *testing.T, tg *target) {
+	t.Helper()
+	if tg.Proc == nil {
+		return
+	}
+	m := storeMetrics(t, tg)
+	if m[`meganode_client_connections_total{transport="lean",tls="true"}`] < 1 {
+		t.Errorf("no TLS connection was served by the lean transport: lean %v, tonic %v",
+			m[`meganode_client_connections_total{transport="lean",tls="true"}`], m[`meganode_client_connections_total{transport="tonic",tls="true"}`])
+	}
 }

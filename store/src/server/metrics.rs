@@ -146,6 +146,12 @@ pub fn render(ctx: &Ctx) -> String {
     for (name, h) in METHODS.iter().zip(&m.latency) {
         h.render("meganode_request_duration_seconds", &format!("method=\"{name}\""), &mut o);
     }
+    o.push_str("# HELP meganode_client_connections_total Client connections taken, by the server that serves them (lean: the store's own HTTP/2 transport; tonic: HTTP/1.1, and everything with --grpc-transport=tonic) and whether the listener is TLS.\n# TYPE meganode_client_connections_total counter\n");
+    for (transport, counts) in ["lean", "tonic"].iter().zip(crate::transport::connections()) {
+        for (tls, n) in ["false", "true"].iter().zip(counts) {
+            o.push_str(&format!("meganode_client_connections_total{{transport=\"{transport}\",tls=\"{tls}\"}} {n}\n"));
+        }
+    }
     o.push_str(&format!("# HELP process_resident_memory_bytes Resident memory size in bytes.\n# TYPE process_resident_memory_bytes gauge\nprocess_resident_memory_bytes {}\n", rss_bytes()));
     super::grpc_metrics::GrpcMetrics::global().render(&mut o);
     if let Some(extra) = crate::server::metrics::EXTRA.get() {

@@ -130,7 +130,7 @@ impl Ctx {
             .and_then(|v| v.to_str().ok())
             .map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
         let cn = if self.cfg.client_cert_auth {
-            r.peer_certs().and_then(|c| c.first().and_then(|c| crate::auth::cn::common_name(c.as_ref())))
+            r.extensions().get::<crate::transport::tls::ClientCert>().and_then(|c| c.common_name.as_deref().map(str::to_string))
         } else {
             None
         };

@@ -119,6 +119,7 @@ pub fn request(
     credit: Arc<Credit>,
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
+    client_cn: Option<&Arc<str>>,
 ) -> Result<(http::Request<RequestBody>, BodySender), String> {
     let (tx, rx) = mpsc::unbounded_channel();
     let mut b = http::Request::builder().version(http::Version::HTTP_2);
@@ -146,6 +147,7 @@ pub fn request(
     let req = b
         .uri(uri)
         .extension(tonic::transport::server::TcpConnectInfo { local_addr: local, remote_addr: remote })
+        .extension(super::tls::ClientCert { common_name: client_cn.cloned() })
         .body(RequestBody { rx, stream, credit })
         .map_err(|e| e.to_string())?;
     Ok((req, tx))

@@ -133,6 +133,8 @@ pub struct Conn<T> {
     routes: Routes,
     local: Option<SocketAddr>,
     remote: Option<SocketAddr>,
+    /// The common name of the client's verified certificate (TLS listeners).
+    client_cn: Option<Arc<str>>,
     /// The message size a hot call may carry (tonic's decode limit for the others).
     max_message: usize,
 
@@ -185,6 +187,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             routes,
             local,
             remote,
+            client_cn: None,
             max_message,
             rbuf: BytesMut::with_capacity(64 << 10),
             read_closed: false,
@@ -218,6 +221,12 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
         );
         frame::put_window_update(&mut c.wbuf, 0, CONN_WINDOW - frame::DEFAULT_WINDOW);
         c
+    }
+
+    /// The connection's client, as its TLS handshake verified it.
+    pub fn with_client_cn(mut self, cn: Option<Arc<str>>) -> Self {
+        self.client_cn = cn;
+        self
     }
 
     // ---- reading ----
@@ -462,6 +471,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                     token: fields.get(b"token").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string),
                     authorization: fields.get(b"authorization").and_then(|v| std::str::from_utf8(v).ok()).map(str::to_string),
                     timeout: fields.get(b"grpc-timeout").and_then(|v| std::str::from_utf8(v).ok()).and_then(crate::server::deadline::parse_timeout),
+                    client_cn: self.client_cn.clone(),
                 };
                 let mut s = Stream::new(Recv::Unary { method, meta, body: BytesMut::new(), credit: 0 }, self.peer_initial_window);
                 s.rpc = rpc;
@@ -474,7 +484,7 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
                 }
             }
             None => {
-                let (req, tx) = match bridge::request(fields, id, self.credit.clone(), self.local, self.remote) {
+                let (req, tx) = match bridge::request(fields, id, self.credit.clone(), self.local, self.remote, self.client_cn.as_ref()) {
                     Ok(r) => r,
                     Err(_) => {
                         frame::put_rst_stream(&mut self.wbuf, id, frame::PROTOCOL_ERROR);

@@ -20,15 +20,18 @@
 //!
 //! Modules: `frame` (the wire format), `hpack` (header blocks), `conn` (a
 //! connection: streams, flow control, the loop), `unary` (the hot calls; a Range
-//! answer is encoded from the store's buffers by `server::range_wire`), `bridge`.
+//! answer is encoded from the store's buffers by `server::range_wire`), `bridge`,
+//! `tls` (the handshake and the client's certificate).
 pub mod bridge;
 pub mod conn;
 pub mod frame;
 pub mod hpack;
 #[cfg(test)]
 mod tests;
+pub mod tls;
 pub mod unary;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -37,9 +40,24 @@ use tokio::sync::mpsc;
 
 use crate::server::Ctx;
 
+/// Client connections taken, by the server that serves them ([lean, tonic]) and
+/// the listener ([plaintext, TLS]): `meganode_client_connections_total`, so an
+/// operator can see whether the clients' calls take the lean path.
+static CONNECTIONS: [[AtomicU64; 2]; 2] = [[AtomicU64::new(0), AtomicU64::new(0)], [AtomicU64::new(0), AtomicU64::new(0)]];
+
+/// Counts a connection handed to the lean transport (`lean`) or to tonic's server.
+pub fn count_connection(lean: bool, tls: bool) {
+    CONNECTIONS[usize::from(!lean)][usize::from(tls)].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The counts, as `count_connection` keeps them: [transport][tls].
+pub fn connections() -> [[u64; 2]; 2] {
+    CONNECTIONS.each_ref().map(|r| r.each_ref().map(|c| c.load(Ordering::Relaxed)))
+}
+
 /// How long a connection may take to send the 24 bytes of the HTTP/2 preface
 /// once it has sent the first of them.
-const PREFACE_WAIT: Duration = Duration::from_secs(10);
+pub(crate) const PREFACE_WAIT: Duration = Duration::from_secs(10);
 
 /// Whether a new connection speaks HTTP/2 with prior knowledge (its first bytes
 /// are the preface), without taking any byte from it.
@@ -75,6 +93,26 @@ pub async fn serve_local(ctx: Arc<Ctx>) -> std::io::Result<std::net::SocketAddr>
     Ok(addr)
 }
 
+/// The next connection, Nagle's algorithm off (it would hold small answers back
+/// ~40 ms). Out of descriptors, or a connection aborted before it was taken: the
+/// listener goes on (as tonic's does); a short pause lets descriptors free.
+async fn accept(listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
+    loop {
+        match listener.accept().await {
+            Ok((s, remote)) => {
+                let _ = s.set_nodelay(true);
+                return (s, remote);
+            }
+            Err(e) => {
+                if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)) {
+                    eprintln!("meganode-store: accept: {e}; retrying in 100 ms");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            }
+        }
+    }
+}
+
 /// Serves a plaintext listener: HTTP/2 connections here, every other one handed
 /// to tonic's server through `others`.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, routes: tonic::service::Routes, others: mpsc::UnboundedSender<TcpStream>) -> std::io::Result<()> {
@@ -84,28 +122,17 @@ pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, routes: tonic::service:
     let services = unary::Services::new(ctx);
     let routes = bridge::routes(routes);
     loop {
-        let (s, remote) = match listener.accept().await {
-            Ok(c) => c,
-            // Out of descriptors, or a connection aborted before it was taken: the
-            // listener goes on (as tonic's does); a short pause lets descriptors free.
-            Err(e) => {
-                if matches!(e.raw_os_error(), Some(libc::EMFILE) | Some(libc::ENFILE) | Some(libc::ENOBUFS) | Some(libc::ENOMEM)) {
-                    eprintln!("meganode-store: accept: {e}; retrying in 100 ms");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                continue;
-            }
-        };
-        // Nagle's algorithm would hold small answers back ~40 ms.
-        let _ = s.set_nodelay(true);
+        let (s, remote) = accept(&listener).await;
         let (services, routes, others) = (services.clone(), routes.clone(), others.clone());
         tokio::spawn(async move {
             match speaks_h2(&s).await {
                 Ok(true) => {
+                    count_connection(true, false);
                     let local = s.local_addr().ok();
                     let _ = conn::Conn::new(s, services, routes, max_message, local, Some(remote)).await;
                 }
                 Ok(false) => {
+                    count_connection(false, false);
                     let _ = others.send(s);
                 }
                 Err(_) => {}

@@ -66,14 +66,17 @@ pub struct Meta {
     pub token: Option<String>,
     pub authorization: Option<String>,
     pub timeout: Option<Duration>,
+    /// The connection's verified client certificate's common name (TLS).
+    pub client_cn: Option<std::sync::Arc<str>>,
 }
 
 impl Meta {
     /// etcd's reading of the credentials (`Ctx::creds`): `token`, else
-    /// `authorization` with "Bearer " trimmed. No certificate on a plaintext connection.
+    /// `authorization` with "Bearer " trimmed, and the connection's certificate's
+    /// common name (a listener asks for certificates only under --client-cert-auth).
     fn creds(&self) -> Creds {
         let token = self.token.as_deref().or(self.authorization.as_deref()).map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
-        Creds { token, cn: None }
+        Creds { token, cn: self.client_cn.as_deref().map(str::to_string) }
     }
 }
 

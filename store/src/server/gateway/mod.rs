@@ -60,14 +60,11 @@ pub fn add(routes: &mut Routes, ctx: &Arc<Ctx>, grpc: Routes, limit: usize) {
 /// the name would be silently ignored. (The in-process call here carries no
 /// certificate either, so the name could never be used.)
 fn named_client(ctx: &Ctx, req: &http::Request<Body>) -> bool {
-    use tonic::transport::server::{TcpConnectInfo, TlsConnectInfo};
     if !ctx.cfg.client_cert_auth || !ctx.auth.enabled() {
         return false;
     }
-    let Some(certs) = req.extensions().get::<TlsConnectInfo<TcpConnectInfo>>().and_then(|i| i.peer_certs()) else {
-        return false;
-    };
-    certs.first().and_then(|c| crate::auth::cn::common_name(c.as_ref())).is_some_and(|cn| !cn.is_empty())
+    let cert = req.extensions().get::<crate::transport::tls::ClientCert>();
+    cert.and_then(|c| c.common_name.as_deref()).is_some_and(|cn| !cn.is_empty())
 }
 
 /// etcd's refusal (http.Error: plain text, a newline, no CORS headers).
