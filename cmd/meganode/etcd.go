@@ -17,6 +17,8 @@ type etcdFlags struct {
 	dataDir, listen, logLevel string
 	quota                     int64
 	maxReq, authTTL           uint
+	certFile, keyFile, caFile string
+	clientCertAuth            bool
 }
 
 // newEtcdCmd: `meganode etcd` runs real etcd (v3.6, embedded from its Go modules) as a
@@ -29,7 +31,7 @@ func newEtcdCmd() *cobra.Command {
 		Short:  "run the reference etcd (v3.6, embedded) in its own process (used by bench and up --store etcd)",
 		Hidden: true,
 		Long: `etcd runs real etcd v3.6, embedded from its Go modules, as a process of its own on
---listen-client-urls (http://127.0.0.1:PORT only), so that 'meganode bench' and 'meganode up
+--listen-client-urls (http://127.0.0.1:PORT, or https:// with --cert-file and --key-file), so that 'meganode bench' and 'meganode up
 --store etcd' can measure its CPU time and memory from /proc as they do for meganode-store.
 SIGTERM or SIGINT stops it and keeps the data directory.`,
 		Example: `  meganode etcd --data-dir /dev/shm/etcd --listen-client-urls http://127.0.0.1:2379`,
@@ -38,11 +40,15 @@ SIGTERM or SIGINT stops it and keeps the data directory.`,
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.dataDir, "data-dir", "", "data directory (required; tmpfs for etcd's best case)")
-	fs.StringVar(&f.listen, "listen-client-urls", "", "client URL, http://127.0.0.1:PORT (required)")
+	fs.StringVar(&f.listen, "listen-client-urls", "", "client URL, http://127.0.0.1:PORT or https:// with --cert-file (required)")
 	fs.Int64Var(&f.quota, "quota-backend-bytes", 8<<30, "backend quota in bytes (etcd's default is 2 GiB)")
 	fs.StringVar(&f.logLevel, "log-level", "error", "etcd log level")
 	fs.UintVar(&f.maxReq, "max-request-bytes", 0, "max request size; 0 keeps etcd's 1.5 MiB")
 	fs.UintVar(&f.authTTL, "auth-token-ttl", 0, "simple token TTL in seconds; 0 keeps etcd's 300")
+	fs.StringVar(&f.certFile, "cert-file", "", "server certificate (PEM) for an https:// URL")
+	fs.StringVar(&f.keyFile, "key-file", "", "server key (PEM) for an https:// URL")
+	fs.StringVar(&f.caFile, "trusted-ca-file", "", "CA (PEM) that client certificates must chain to")
+	fs.BoolVar(&f.clientCertAuth, "client-cert-auth", false, "require a client certificate signed by --trusted-ca-file")
 	return cmd
 }
 
@@ -54,8 +60,18 @@ func runEtcd(ctx context.Context, cmd *cobra.Command, f *etcdFlags) error {
 	if err != nil {
 		return usagef("--listen-client-urls: %v", err)
 	}
-	if u.Scheme != "http" || u.Hostname() != "127.0.0.1" {
-		return usagef("--listen-client-urls: want http://127.0.0.1:PORT, got %s", f.listen)
+	scheme := "http"
+	if f.certFile != "" || f.keyFile != "" {
+		scheme = "https"
+	}
+	if u.Scheme != scheme || u.Hostname() != "127.0.0.1" {
+		return usagef("--listen-client-urls: want %s://127.0.0.1:PORT (https with --cert-file and --key-file), got %s", scheme, f.listen)
+	}
+	if scheme == "https" && (f.certFile == "" || f.keyFile == "") {
+		return usagef("--cert-file and --key-file go together")
+	}
+	if f.clientCertAuth && f.caFile == "" {
+		return usagef("--client-cert-auth needs --trusted-ca-file")
 	}
 	port, err := strconv.Atoi(u.Port())
 	if err != nil || port <= 0 {
@@ -67,6 +83,7 @@ func runEtcd(ctx context.Context, cmd *cobra.Command, f *etcdFlags) error {
 	srv, err := etcdref.Start(etcdref.Options{
 		DataDir: f.dataDir, ClientPort: port, LogLevel: f.logLevel,
 		QuotaBackendBytes: f.quota, MaxRequestBytes: f.maxReq, AuthTokenTTL: f.authTTL,
+		CertFile: f.certFile, KeyFile: f.keyFile, TrustedCAFile: f.caFile, ClientCertAuth: f.clientCertAuth,
 	})
 	if err != nil {
 		return err
