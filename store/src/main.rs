@@ -76,20 +76,21 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
 }
 
 /// An https:// listener's TLS from --cert-file/--key-file, and with
-/// --client-cert-auth the CA its clients' certificates must chain to.
+/// --trusted-ca-file the CA its clients' certificates must chain to: as etcd's,
+/// a trusted CA makes a client certificate required, --client-cert-auth (which
+/// needs the CA) makes its common name the caller.
 fn tls_config(cfg: &Config) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, String> {
     let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) else {
         return Err("an https:// URL needs --cert-file and --key-file".into());
     };
     let cert = std::fs::read(cert).map_err(|e| format!("--cert-file {cert}: {e}"))?;
     let key = std::fs::read(key).map_err(|e| format!("--key-file {key}: {e}"))?;
-    let ca = if cfg.client_cert_auth {
-        let Some(ca) = &cfg.trusted_ca_file else {
-            return Err("--client-cert-auth needs --trusted-ca-file".into());
-        };
-        Some(std::fs::read(ca).map_err(|e| format!("--trusted-ca-file {ca}: {e}"))?)
-    } else {
-        None
+    if cfg.client_cert_auth && cfg.trusted_ca_file.is_none() {
+        return Err("--client-cert-auth needs --trusted-ca-file".into());
+    }
+    let ca = match &cfg.trusted_ca_file {
+        Some(ca) => Some(std::fs::read(ca).map_err(|e| format!("--trusted-ca-file {ca}: {e}"))?),
+        None => None,
     };
     meganode_store::transport::tls::server_config(&cert, &key, ca.as_deref())
 }

@@ -956,6 +956,11 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             }
             written += n;
         }
+        // A TLS stream takes what we write into its own buffer of encrypted records
+        // and only tries to send them when written to or flushed: flushed here, a
+        // record left over when the socket was full goes out once it is writable
+        // again, not when the client next sends something. Nothing on TCP.
+        std::task::ready!(Pin::new(&mut self.io).poll_flush(cx))?;
         self.wbuf.clear();
         self.wpos = 0;
         if self.wbuf.capacity() > (8 << 20) {
@@ -1119,10 +1124,9 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Future for Conn<T> {
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
                 Poll::Pending => return Poll::Pending,
             }
-            if this.closing {
-                return Poll::Ready(Ok(()));
-            }
-            if this.read_closed && this.streams.is_empty() {
+            if this.closing || (this.read_closed && this.streams.is_empty()) {
+                // Ends our side cleanly (TLS: close_notify after the last records).
+                let _ = std::task::ready!(Pin::new(&mut this.io).poll_shutdown(cx));
                 return Poll::Ready(Ok(()));
             }
             if reads >= READS_PER_POLL {

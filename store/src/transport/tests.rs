@@ -411,3 +411,59 @@ async fn resets_goaway_and_protocol_errors() {
     let f = c.frame_skipping_credit().await;
     assert_eq!(f.head.kind, frame::GOAWAY);
 }
+
+/// A stream that, like a TLS stream, takes every write into a buffer of its own and
+/// sends it on only when flushed.
+struct HeldUntilFlushed {
+    io: TcpStream,
+    held: Vec<u8>,
+}
+
+impl tokio::io::AsyncRead for HeldUntilFlushed {
+    fn poll_read(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>, buf: &mut tokio::io::ReadBuf<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.io).poll_read(cx, buf)
+    }
+}
+
+impl tokio::io::AsyncWrite for HeldUntilFlushed {
+    fn poll_write(mut self: std::pin::Pin<&mut Self>, _: &mut std::task::Context<'_>, buf: &[u8]) -> std::task::Poll<std::io::Result<usize>> {
+        self.held.extend_from_slice(buf);
+        std::task::Poll::Ready(Ok(buf.len()))
+    }
+    fn poll_flush(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        while !this.held.is_empty() {
+            let n = std::task::ready!(std::pin::Pin::new(&mut this.io).poll_write(cx, &this.held))?;
+            this.held.drain(..n);
+        }
+        std::pin::Pin::new(&mut this.io).poll_flush(cx)
+    }
+    fn poll_shutdown(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<std::io::Result<()>> {
+        std::task::ready!(self.as_mut().poll_flush(cx))?;
+        std::pin::Pin::new(&mut self.io).poll_shutdown(cx)
+    }
+}
+
+/// A connection over a stream that holds its writes until flushed (a TLS stream
+/// does) gets its answers: the connection flushes what it writes.
+#[tokio::test]
+async fn answers_are_flushed_through_a_buffering_stream() {
+    let ctx = Ctx::new(Arc::new(Store::new()), Config::default(), None);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let routes = super::bridge::routes(crate::server::routes(&ctx, crate::server::decode_limit(ctx.cfg.max_request_bytes)));
+    let services = super::unary::Services::new(ctx.clone());
+    tokio::spawn(async move {
+        let (s, _) = listener.accept().await.unwrap();
+        let io = HeldUntilFlushed { io: s, held: Vec::new() };
+        let _ = super::conn::Conn::new(io, services, routes, 2 << 20, None, None).await;
+    });
+    let mut c = Raw::connect(addr, &[]).await;
+    c.send(&call(1, "/etcdserverpb.KV/Put", &put("/registry/pods/a", vec![7; 30 << 10]))).await;
+    let (_, _, trailers) = c.answer(1).await;
+    assert_eq!(status(&trailers).0, "0");
+    c.send(&call(3, "/etcdserverpb.KV/Range", &PbRangeRequest { key: b"/registry/pods/a".to_vec(), ..Default::default() })).await;
+    let (_, msg, trailers) = c.answer(3).await;
+    assert_eq!(status(&trailers).0, "0");
+    assert_eq!(PbRangeResponse::decode(msg.as_slice()).unwrap().kvs[0].value.len(), 30 << 10);
+}

@@ -42,8 +42,10 @@ pub struct ClientCert {
 }
 
 /// The listener's TLS: our certificate, and with a client CA every client must
-/// present a certificate it signed (etcd's --client-cert-auth). ALPN offers h2
-/// and http/1.1, as etcd does on a port that serves gRPC and HTTP.
+/// present a certificate it signed (etcd: --trusted-ca-file makes client
+/// certificates required; --client-cert-auth makes their names the users).
+/// ALPN offers h2 and http/1.1: etcd offers h2 and serves a client that offers
+/// only http/1.1 without ALPN, which comes to the same.
 pub fn server_config(cert_pem: &[u8], key_pem: &[u8], client_ca_pem: Option<&[u8]>) -> Result<Arc<ServerConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> =
@@ -129,13 +131,21 @@ fn client_cert(s: &TlsStream<TcpStream>) -> ClientCert {
 }
 
 /// Reads up to the 24 bytes of the HTTP/2 preface, stopping at the first byte
-/// that differs: what was read, and whether it is the preface.
+/// that differs: what was read, and whether it is the preface. The first byte
+/// may take as long as the client likes (a connection opened ahead of its use,
+/// as on a plaintext listener); the rest of the preface must follow within
+/// PREFACE_WAIT.
 async fn read_head(io: &mut TlsStream<TcpStream>) -> io::Result<(Bytes, bool)> {
     let mut head = Vec::with_capacity(frame::PREFACE.len());
     let mut buf = [0u8; 24];
+    let mut deadline = None;
     while head.len() < frame::PREFACE.len() {
         let want = frame::PREFACE.len() - head.len();
-        let n = io.read(&mut buf[..want]).await?;
+        let n = match deadline {
+            None => io.read(&mut buf[..want]).await?,
+            Some(d) => tokio::time::timeout_at(d, io.read(&mut buf[..want])).await.map_err(|_| io::Error::from(io::ErrorKind::TimedOut))??,
+        };
+        deadline.get_or_insert_with(|| tokio::time::Instant::now() + PREFACE_WAIT);
         if n == 0 {
             break;
         }
@@ -177,13 +187,15 @@ pub async fn serve(
                 let _ = others.send(TlsConn { head: Bytes::new(), io, client });
                 return;
             };
-            let Ok(Ok((head, h2))) = tokio::time::timeout(PREFACE_WAIT, read_head(&mut io)).await else {
+            let Ok((head, h2)) = read_head(&mut io).await else {
                 return;
             };
             let tc = TlsConn { head, io, client };
             super::count_connection(h2, true);
             if h2 {
-                let cn = tc.client.common_name.clone();
+                // The name is the caller only under --client-cert-auth (as `Ctx::creds`);
+                // with --trusted-ca-file alone the certificate is checked, not used.
+                let cn = tc.client.common_name.clone().filter(|_| services.ctx.cfg.client_cert_auth);
                 let _ = conn::Conn::new(tc, services, routes, max_message, local, Some(remote)).with_client_cn(cn).await;
             } else {
                 let _ = others.send(tc);
