@@ -22,6 +22,7 @@ type upFlags struct {
 	storeArgs []string
 	apiArgs   []string
 	record    string
+	storeTLS  bool
 	nodeLease int
 	sched     schedulerUpFlags // --scheduler, --shards, --intake, --scheduler-arg (scheduler.go)
 }
@@ -35,6 +36,7 @@ func (f *upFlags) register(cmd *cobra.Command) {
 	fs.StringVar(&f.stateDir, "state-dir", cluster.DefaultStateDir(), "where pids, certificates, kubeconfig, logs and store data go")
 	fs.StringArrayVar(&f.storeArgs, "store-arg", nil, "extra flag for every store process (repeatable), e.g. --store-arg=--durability=fsync")
 	fs.StringArrayVar(&f.apiArgs, "apiserver-arg", nil, "extra kube-apiserver flag (repeatable)")
+	fs.BoolVar(&f.storeTLS, "store-tls", false, "mutual TLS between kube-apiserver and the stores (https, client certificates of the cluster CA), as kubeadm runs etcd")
 	fs.IntVar(&f.nodeLease, "node-lease-seconds", cluster.NodeLeaseDurationSeconds, "KWOK node lease duration (renewed every quarter of it); longer cuts lease writes when benchmarking other things at large node counts")
 	f.sched.register(fs)
 	fs.StringVar(&f.record, "record", "", "put 'meganode etcd-proxy' between kube-apiserver and the (default) store and record its traffic to this `file` as JSON lines")
@@ -55,7 +57,7 @@ func (f *upFlags) validate() error {
 
 func (f *upFlags) options(prog *bench.Progress) cluster.UpOptions {
 	o := cluster.UpOptions{StateDir: f.stateDir, Store: f.store, StoreShards: f.shards, Nodes: f.nodes, Pods: f.pods,
-		StoreArgs: f.storeArgs, APIServerArgs: f.apiArgs, Record: f.record, NodeLeaseSeconds: f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
+		StoreArgs: f.storeArgs, StoreTLS: f.storeTLS, APIServerArgs: f.apiArgs, Record: f.record, NodeLeaseSeconds: f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
 	o.SchedulerIntake = f.sched.intakeMode()
 	return o
 }
@@ -75,6 +77,7 @@ go to --state-dir; 'meganode down' stops exactly these processes.`,
   meganode up --nodes 10000 --pods 20000 --scheduler meganode --shards 4
   meganode up --store etcd --nodes 1000
   meganode up --nodes 100 --record /tmp/apiserver.jsonl
+  meganode up --nodes 100 --store-tls
   meganode up --nodes 100 --store-arg=--durability=fsync --state-dir /var/tmp/mc`,
 		Args: noArgs,
 		RunE: action(f, runUp),

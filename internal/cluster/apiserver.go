@@ -49,6 +49,9 @@ func apiServerComponent(st *State, o *UpOptions, pki *PKI, plan doctor.PlanOutpu
 	if len(overrides) > 0 {
 		args = append(args, "--etcd-servers-overrides="+strings.Join(overrides, ","))
 	}
+	if o.StoreTLS {
+		args = append(args, "--etcd-cafile="+pki.CACert, "--etcd-certfile="+pki.StoreClientCert, "--etcd-keyfile="+pki.StoreClientKey)
+	}
 	// Large-cluster flags from the plan, minus the store endpoints (ours are on free ports).
 	for _, f := range plan.APIServer.Flags {
 		if strings.HasPrefix(f, "--etcd-servers") {

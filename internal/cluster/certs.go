@@ -4,6 +4,7 @@ import (
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
@@ -30,18 +31,19 @@ type PKI struct {
 	CMCert, CMKey            string
 	SchedCert, SchedKey      string
 	SAKey, SAPub             string
+	// The stores' serving certificate and kube-apiserver's client certificate for them
+	// (`up --store-tls`: mutual TLS between kube-apiserver and its stores, as in kubeadm).
+	StoreCert, StoreKey             string
+	StoreClientCert, StoreClientKey string
 }
 
 // FrontProxyClientName is the CN the apiserver accepts on requestheader (aggregation) requests.
 const FrontProxyClientName = "front-proxy-client"
 
-// GeneratePKI writes a fresh PKI into dir (valid for a year).
-func GeneratePKI(dir string) (*PKI, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
+// PKIIn names the files of the PKI GeneratePKI writes into dir.
+func PKIIn(dir string) *PKI {
 	f := func(n string) string { return filepath.Join(dir, n) }
-	p := &PKI{Dir: dir,
+	return &PKI{Dir: dir,
 		CACert: f("ca.crt"), CAKey: f("ca.key"),
 		FrontProxyCA:   f("front-proxy-ca.crt"),
 		FrontProxyCert: f("front-proxy-client.crt"), ProxyKey: f("front-proxy-client.key"),
@@ -50,12 +52,22 @@ func GeneratePKI(dir string) (*PKI, error) {
 		CMCert: f("controller-manager.crt"), CMKey: f("controller-manager.key"),
 		SchedCert: f("scheduler.crt"), SchedKey: f("scheduler.key"),
 		SAKey: f("sa.key"), SAPub: f("sa.pub"),
+		StoreCert: f("store.crt"), StoreKey: f("store.key"),
+		StoreClientCert: f("apiserver-store-client.crt"), StoreClientKey: f("apiserver-store-client.key"),
 	}
+}
+
+// GeneratePKI writes a fresh PKI into dir (valid for a year).
+func GeneratePKI(dir string) (*PKI, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	p := PKIIn(dir)
 	clusterCA, err := pki.NewCA("meganode-ca", p.CACert, p.CAKey)
 	if err != nil {
 		return nil, err
 	}
-	fpCA, err := pki.NewCA("meganode-front-proxy-ca", p.FrontProxyCA, f("front-proxy-ca.key"))
+	fpCA, err := pki.NewCA("meganode-front-proxy-ca", p.FrontProxyCA, filepath.Join(dir, "front-proxy-ca.key"))
 	if err != nil {
 		return nil, err
 	}
@@ -68,6 +80,15 @@ func GeneratePKI(dir string) (*PKI, error) {
 	if err := clusterCA.Issue(server, p.ServerCert, p.ServerKey); err != nil {
 		return nil, err
 	}
+	store := &x509.Certificate{
+		Subject:     pkix.Name{CommonName: "meganode-store"},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1"), net.ParseIP("::1")},
+		DNSNames:    []string{"localhost"},
+	}
+	if err := clusterCA.Issue(store, p.StoreCert, p.StoreKey); err != nil {
+		return nil, err
+	}
 	clients := []struct {
 		cn, org  string
 		crt, key string
@@ -77,6 +98,7 @@ func GeneratePKI(dir string) (*PKI, error) {
 		{"system:kube-controller-manager", "", p.CMCert, p.CMKey, clusterCA},
 		{"system:kube-scheduler", "", p.SchedCert, p.SchedKey, clusterCA},
 		{FrontProxyClientName, "", p.FrontProxyCert, p.ProxyKey, fpCA},
+		{"kube-apiserver-store-client", "", p.StoreClientCert, p.StoreClientKey, clusterCA},
 	}
 	for _, c := range clients {
 		t := &x509.Certificate{Subject: pkix.Name{CommonName: c.cn}, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
@@ -127,4 +149,22 @@ contexts:
 current-context: meganode
 `, server, caFile, user, certFile, keyFile, user)
 	return os.WriteFile(path, []byte(s), 0o600)
+}
+
+// StoreClientTLS is the TLS a client of `up --store-tls` stores uses: the cluster CA as root,
+// kube-apiserver's store client certificate.
+func (p *PKI) StoreClientTLS() (*tls.Config, error) {
+	cert, err := tls.LoadX509KeyPair(p.StoreClientCert, p.StoreClientKey)
+	if err != nil {
+		return nil, err
+	}
+	ca, err := os.ReadFile(p.CACert)
+	if err != nil {
+		return nil, err
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(ca) {
+		return nil, fmt.Errorf("no certificate in %s", p.CACert)
+	}
+	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
 }

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -38,7 +39,12 @@ var MaxStoreShards = len(shardResources)
 // (later flags win).
 const KWOKLeaseDurability = "--durability-prefix=/registry/leases/=buffered"
 
-func storeComponents(st *State, o *UpOptions) ([]Component, error) {
+func storeComponents(st *State, o *UpOptions, pki *PKI) ([]Component, error) {
+	scheme, tlsArgs := "http", []string(nil)
+	if o.StoreTLS {
+		scheme = "https"
+		tlsArgs = []string{"--cert-file", pki.StoreCert, "--key-file", pki.StoreKey, "--trusted-ca-file", pki.CACert, "--client-cert-auth"}
+	}
 	var comps []Component
 	for i := 0; i < o.StoreShards; i++ {
 		res := shardResources[i]
@@ -50,7 +56,7 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 		if err != nil {
 			return nil, err
 		}
-		url := fmt.Sprintf("http://127.0.0.1:%d", port)
+		url := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 		root := o.DataDir
 		if root == "" {
 			root = filepath.Join(st.Dir, "data")
@@ -71,11 +77,12 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 			c.Args = append([]string{filepath.Join(o.BinDir, BinStore),
 				"--name", name, "--data-dir", data,
 				"--listen-client-urls", url, "--advertise-client-urls", url,
-				"--listen-metrics-urls", c.MetricsURL, KWOKLeaseDurability}, o.StoreArgs...)
+				"--listen-metrics-urls", c.MetricsURL, KWOKLeaseDurability}, tlsArgs...)
+			c.Args = append(c.Args, o.StoreArgs...)
 		case StoreEtcd:
 			c.MetricsURL = url // etcd serves /metrics on its client URL
 			c.Args = append(append([]string{}, o.EtcdCmd...), "--data-dir", data, "--listen-client-urls", url)
-			c.Args = append(c.Args, o.StoreArgs...)
+			c.Args = append(append(c.Args, tlsArgs...), o.StoreArgs...)
 		default:
 			return nil, fmt.Errorf("--store: want meganode or etcd, got %q", o.Store)
 		}
@@ -89,14 +96,14 @@ func storeComponents(st *State, o *UpOptions) ([]Component, error) {
 	return comps, nil
 }
 
-// waitStore waits until the store answers a Status call.
-func waitStore(ctx context.Context, c *Component) error {
+// waitStore waits until the store answers a Status call (over TLS with tlsCfg).
+func waitStore(ctx context.Context, c *Component, tlsCfg *tls.Config) error {
 	deadline := time.Now().Add(60 * time.Second)
 	for {
 		if !c.Alive() {
 			return fmt.Errorf("%s exited; see %s:\n%s", c.Name, c.Log, tail(c.Log, 15))
 		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.URL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.URL}, DialTimeout: time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
 			_, err = cli.Status(cctx, c.URL)

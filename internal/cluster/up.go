@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"os"
@@ -23,6 +24,10 @@ type UpOptions struct {
 	BinDir      string   // default: BinDir()
 	EtcdCmd     []string // how to run real etcd; default: <bin>/meganode etcd
 	StoreArgs   []string // extra flags for every store process
+	// StoreTLS: the stores serve https with client-certificate auth (--trusted-ca-file,
+	// --client-cert-auth) and kube-apiserver connects with a certificate of the cluster CA
+	// (--etcd-cafile, --etcd-certfile, --etcd-keyfile), as a kubeadm control plane runs etcd.
+	StoreTLS bool
 	// DataDir holds the stores' data (one directory per store); default <state-dir>/data. The
 	// demo's comparison puts it on tmpfs for both stacks, etcd's best case as in `make bench`.
 	DataDir       string
@@ -146,7 +151,16 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		return st, err
 	}
 
-	stores, err := storeComponents(st, &o)
+	if o.StoreTLS && o.Record != "" {
+		return st, fmt.Errorf("--record does not proxy TLS: use it without --store-tls")
+	}
+	var storeTLS *tls.Config
+	if o.StoreTLS {
+		if storeTLS, err = pki.StoreClientTLS(); err != nil {
+			return st, err
+		}
+	}
+	stores, err := storeComponents(st, &o, pki)
 	if err != nil {
 		return st, err
 	}
@@ -156,7 +170,7 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		if err != nil {
 			return st, err
 		}
-		if err := waitStore(ctx, p); err != nil {
+		if err := waitStore(ctx, p, storeTLS); err != nil {
 			return st, err
 		}
 		prog.Printf("  %-24s pid %-7d %s", p.Name, p.Pid, p.URL)
@@ -172,7 +186,7 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		if err != nil {
 			return st, err
 		}
-		if err := waitStore(ctx, p); err != nil {
+		if err := waitStore(ctx, p, nil); err != nil {
 			return st, err
 		}
 		st.EtcdProxyURL, st.RecordFile = p.URL, p.Args[len(p.Args)-1]
