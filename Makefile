@@ -97,6 +97,8 @@ bench: build
 	@rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT) $(BENCH_DISK_DIR)
 	-$(MEGANODE_BIN) bench put $(BENCH_FLAGS) --label buffered --clients 1,16,100,1000 --conns 10 \
 	  --key-size 48 --val-size 1024 --key-space-size 100000 --store-args=--durability=buffered --out $(BENCH_OUT)/put-buffered
+	-$(MEGANODE_BIN) bench put $(BENCH_FLAGS) --tls --label buffered --clients 100,1000 --conns 10 \
+	  --key-size 48 --val-size 1024 --key-space-size 100000 --store-args=--durability=buffered --out $(BENCH_OUT)/put-buffered-tls
 	-$(MEGANODE_BIN) bench get-missing $(BENCH_FLAGS) --clients 100,1000 --conns 10 --out $(BENCH_OUT)/get-missing
 	-$(MEGANODE_BIN) bench status $(BENCH_FLAGS) --clients 100,1000 --conns 10 --out $(BENCH_OUT)/status
 	-$(MEGANODE_BIN) bench lease-flood $(BENCH_FLAGS) --clients 100,1000 --conns 10 --leases 10000 --out $(BENCH_OUT)/lease-flood

@@ -14,6 +14,7 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/storeproc"
+	"github.com/meganode/meganode/internal/testcerts"
 )
 
 func newBenchCmd() *cobra.Command {
@@ -86,6 +87,7 @@ type benchFlags struct {
 	serverPid                         int
 	storeBin, storeArgs, storeDataDir string
 	etcdDataDir, label, out           string
+	tls                               bool
 	quiet, serverLog                  bool
 	counts                            []int    // parsed --clients
 	kinds                             []string // parsed --target
@@ -132,6 +134,7 @@ fixed number of operations instead of --duration.`,
 	fs.StringVar(&f.storeDataDir, "store-data-dir", "", "parent of the store's data directories (default: same as --etcd-data-dir)")
 	fs.StringVar(&f.etcdDataDir, "etcd-data-dir", bench.DefaultDataRoot, "parent of etcd's data directories (tmpfs = etcd's best case; a disk path when comparing fsync)")
 	fs.StringVar(&f.label, "label", "", "names a variant in the results, e.g. buffered or fsync")
+	fs.BoolVar(&f.tls, "tls", false, "mutual TLS: both servers serve https with client-certificate auth (fresh certificates), as kube-apiserver talks to etcd in production")
 	fs.StringVar(&f.out, "out", "", "directory for results.json, summary.txt, PNG charts and report.html")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
 	fs.BoolVar(&f.serverLog, "server-log", false, "show the servers' own log on stderr")
@@ -165,6 +168,9 @@ func (f *benchFlags) validate() error {
 	if f.endpoints != "" && len(f.kinds) != 1 {
 		return usagef("--endpoints names one server: say which with --target meganode or --target etcd")
 	}
+	if f.tls && f.endpoints != "" {
+		return usagef("--tls makes its own certificates for the servers it starts: not with --endpoints")
+	}
 	return nil
 }
 
@@ -188,12 +194,29 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 	if err != nil {
 		return err
 	}
+	var certs *testcerts.Paths
+	if f.tls {
+		dir, err := os.MkdirTemp("", "meganode-bench-certs-")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		p, err := testcerts.Generate(dir)
+		if err != nil {
+			return err
+		}
+		certs = &p
+	}
+	label := f.label
+	if f.tls {
+		label = strings.TrimPrefix(label+" mTLS", " ")
+	}
 	var specs []bench.TargetSpec
 	for _, k := range kinds {
 		spec := bench.TargetSpec{
 			Kind: k, Pid: f.serverPid,
 			StoreBin: f.storeBin, StoreArgs: strings.Fields(f.storeArgs), StoreDataRoot: storeDataDir,
-			EtcdCmd: []string{self, "etcd"}, EtcdDataRoot: f.etcdDataDir,
+			EtcdCmd: []string{self, "etcd"}, EtcdDataRoot: f.etcdDataDir, TLS: certs,
 		}
 		if f.endpoints != "" {
 			spec.Endpoints = strings.Split(f.endpoints, ",")
@@ -217,7 +240,7 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		Cfg: bench.Config{
 			Conns: f.conns, Total: f.total, Duration: duration, Rate: f.rate,
 			KeySize: f.keySize, ValSize: f.valSize, KeySpaceSize: f.keySpace, SequentialKeys: f.seqKeys,
-			Leases: f.leases, Watchers: f.watchers, Keys: f.keys, PageLimit: f.pageLimit, Label: f.label,
+			Leases: f.leases, Watchers: f.watchers, Keys: f.keys, PageLimit: f.pageLimit, Label: label,
 		},
 		ClientCounts: f.counts,
 		Targets:      specs,

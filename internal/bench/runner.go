@@ -5,6 +5,7 @@ package bench
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -154,6 +155,11 @@ func displayName(w, label string) string {
 
 // Connect opens n client connections to the endpoints and checks each answers.
 func Connect(ctx context.Context, endpoints []string, n int) ([]*clientv3.Client, error) {
+	return ConnectTLS(ctx, endpoints, n, nil)
+}
+
+// ConnectTLS is Connect over TLS with tlsCfg (nil: plaintext).
+func ConnectTLS(ctx context.Context, endpoints []string, n int, tlsCfg *tls.Config) ([]*clientv3.Client, error) {
 	var out []*clientv3.Client
 	for i := 0; i < n; i++ {
 		c, err := clientv3.New(clientv3.Config{
@@ -161,6 +167,7 @@ func Connect(ctx context.Context, endpoints []string, n int) ([]*clientv3.Client
 			DialTimeout:        5 * time.Second,
 			Logger:             zap.NewNop(),
 			MaxCallSendMsgSize: 8 << 20,
+			TLS:                tlsCfg,
 		})
 		if err != nil {
 			CloseAll(out)
@@ -188,7 +195,7 @@ func CloseAll(cs []*clientv3.Client) {
 // Execute runs workload wl against target t with cfg, as round `round`.
 func Execute(ctx context.Context, wl Workload, t *Target, cfg Config, round int) (*Result, error) {
 	cfg.Normalize()
-	conns, err := Connect(ctx, t.Endpoints, cfg.Conns)
+	conns, err := ConnectTLS(ctx, t.Endpoints, cfg.Conns, t.TLS)
 	if err != nil {
 		return nil, err
 	}

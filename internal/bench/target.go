@@ -2,6 +2,7 @@ package bench
 
 import (
 	"bufio"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/meganode/meganode/internal/storeproc"
+	"github.com/meganode/meganode/internal/testcerts"
 )
 
 // Target kinds.
@@ -46,6 +48,11 @@ type TargetSpec struct {
 	EtcdDataRoot string // parent of etcd's fresh data directory; default DefaultDataRoot
 
 	Log io.Writer // where the server's own log goes; nil keeps only a tail for errors
+
+	// TLS: with certificates, the server serves https with client-certificate auth (the
+	// same etcd-style flags for both: --cert-file, --key-file, --trusted-ca-file,
+	// --client-cert-auth) and the load's clients present the client certificate.
+	TLS *testcerts.Paths
 }
 
 // Target is a server under load.
@@ -54,6 +61,7 @@ type Target struct {
 	Endpoints []string
 	Pid       int
 	DataDir   string
+	TLS       *tls.Config // the clients' TLS (nil: plaintext)
 	close     func() error
 	crash     func() error // SIGKILL, then start again on DataDir (sets Endpoints and Pid)
 }
@@ -83,16 +91,38 @@ func (t *Target) Close() error {
 
 // Start brings the target up (or just wraps --endpoints).
 func (s TargetSpec) Start() (*Target, error) {
-	if len(s.Endpoints) > 0 {
-		return &Target{Name: s.Kind, Endpoints: s.Endpoints, Pid: s.Pid}, nil
+	var clientTLS *tls.Config
+	if s.TLS != nil {
+		var err error
+		if clientTLS, err = s.TLS.ClientTLS(true); err != nil {
+			return nil, err
+		}
 	}
+	if len(s.Endpoints) > 0 {
+		return &Target{Name: s.Kind, Endpoints: s.Endpoints, Pid: s.Pid, TLS: clientTLS}, nil
+	}
+	var t *Target
+	var err error
 	switch s.Kind {
 	case TargetMeganode:
-		return s.startStore()
+		t, err = s.startStore()
 	case TargetEtcd:
-		return s.startEtcd()
+		t, err = s.startEtcd()
+	default:
+		return nil, fmt.Errorf("unknown target %q (want %s or %s)", s.Kind, TargetMeganode, TargetEtcd)
 	}
-	return nil, fmt.Errorf("unknown target %q (want %s or %s)", s.Kind, TargetMeganode, TargetEtcd)
+	if t != nil {
+		t.TLS = clientTLS
+	}
+	return t, err
+}
+
+// tlsArgs are the server flags for s.TLS (none without it).
+func (s TargetSpec) tlsArgs() []string {
+	if s.TLS == nil {
+		return nil
+	}
+	return s.TLS.StoreArgs(true)
 }
 
 func dataDir(root, prefix string) (string, error) {
@@ -113,7 +143,12 @@ func (s TargetSpec) startStore() (*Target, error) {
 	if err != nil {
 		return nil, err
 	}
-	p, err := storeproc.Start(storeproc.Options{Bin: s.StoreBin, DataDir: dir, ExtraArgs: s.StoreArgs, Stderr: s.Log, ReadyTimeout: ReadyTimeout})
+	scheme := "http"
+	if s.TLS != nil {
+		scheme = "https"
+	}
+	args := append(s.tlsArgs(), s.StoreArgs...)
+	p, err := storeproc.Start(storeproc.Options{Bin: s.StoreBin, DataDir: dir, ExtraArgs: args, Stderr: s.Log, ReadyTimeout: ReadyTimeout, Scheme: scheme})
 	if err != nil {
 		os.RemoveAll(dir)
 		return nil, err
@@ -209,8 +244,12 @@ func (s TargetSpec) launchEtcd(dir string, timeout time.Duration) (*etcdProc, er
 	}
 	ep := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{}, s.EtcdCmd[1:]...)
-	args = append(args, "--data-dir", dir, "--listen-client-urls", "http://"+ep)
-	args = append(args, s.EtcdArgs...)
+	scheme := "http"
+	if s.TLS != nil {
+		scheme = "https"
+	}
+	args = append(args, "--data-dir", dir, "--listen-client-urls", scheme+"://"+ep)
+	args = append(append(args, s.tlsArgs()...), s.EtcdArgs...)
 	cmd := exec.Command(s.EtcdCmd[0], args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StderrPipe()

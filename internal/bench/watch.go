@@ -42,7 +42,7 @@ func NewWatch(cfg Config) *Watch {
 func (wt *Watch) Name() string { return "watch" }
 
 func (wt *Watch) Setup(ctx context.Context, r *Run) error {
-	conns, err := Connect(ctx, r.Target.Endpoints, r.Cfg.Watchers)
+	conns, err := ConnectTLS(ctx, r.Target.Endpoints, r.Cfg.Watchers, r.Target.TLS)
 	if err != nil {
 		return err
 	}
