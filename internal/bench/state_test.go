@@ -3,7 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -12,8 +11,6 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-
-	"github.com/meganode/meganode/internal/storeproc"
 )
 
 func TestStateObjects(t *testing.T) {
@@ -76,14 +73,7 @@ func TestBenchState(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts meganode-store and etcd")
 	}
-	storeBin, err := storeproc.FindBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	meganode := filepath.Join(filepath.Dir(storeBin), "meganode")
-	if _, err := os.Stat(meganode); err != nil {
-		t.Fatalf("bench state runs etcd as `meganode etcd`: build bin/meganode (make build): %v", err)
-	}
+	storeBin, meganode := serverBins(t)
 	const n = 2000
 	cfg := StateConfig{Nodes: n, Clients: 16, Conns: 4, Watchers: 2, WatchDuration: 2 * time.Second, IdleDuration: time.Second}
 	rep := &StateReport{Nodes: n, PageLimit: 500, Watchers: 2}
@@ -192,11 +182,7 @@ func TestBenchStateReportsFailure(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts etcd")
 	}
-	storeBin, err := storeproc.FindBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	meganode := filepath.Join(filepath.Dir(storeBin), "meganode")
+	_, meganode := serverBins(t)
 	spec := TargetSpec{Kind: TargetEtcd, EtcdCmd: []string{meganode, "etcd"}, EtcdArgs: []string{"--quota-backend-bytes", "4194304"}}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()

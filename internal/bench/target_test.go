@@ -18,14 +18,7 @@ func TestTargetsOverMutualTLS(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts meganode-store and etcd")
 	}
-	storeBin, err := storeproc.FindBin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	meganode := filepath.Join(filepath.Dir(storeBin), "meganode")
-	if _, err := os.Stat(meganode); err != nil {
-		t.Fatalf("etcd runs as `meganode etcd`: build bin/meganode (make build): %v", err)
-	}
+	storeBin, meganode := serverBins(t)
 	certs, err := testcerts.Generate(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
@@ -64,4 +57,18 @@ func TestTargetsOverMutualTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// serverBins are the store binary and the meganode binary that runs etcd (`meganode etcd`).
+func serverBins(t *testing.T) (storeBin, meganode string) {
+	t.Helper()
+	storeBin, err := storeproc.FindBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	meganode = filepath.Join(filepath.Dir(storeBin), "meganode")
+	if _, err := os.Stat(meganode); err != nil {
+		t.Fatalf("etcd runs as `meganode etcd`: build bin/meganode (make build): %v", err)
+	}
+	return storeBin, meganode
 }

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 
 	"github.com/meganode/meganode/internal/pki"
+	"github.com/meganode/meganode/internal/testcerts"
 )
 
 // PKI is every certificate and key the control plane uses, as files in one directory:
@@ -154,17 +155,5 @@ current-context: meganode
 // StoreClientTLS is the TLS a client of `up --store-tls` stores uses: the cluster CA as root,
 // kube-apiserver's store client certificate.
 func (p *PKI) StoreClientTLS() (*tls.Config, error) {
-	cert, err := tls.LoadX509KeyPair(p.StoreClientCert, p.StoreClientKey)
-	if err != nil {
-		return nil, err
-	}
-	ca, err := os.ReadFile(p.CACert)
-	if err != nil {
-		return nil, err
-	}
-	pool := x509.NewCertPool()
-	if !pool.AppendCertsFromPEM(ca) {
-		return nil, fmt.Errorf("no certificate in %s", p.CACert)
-	}
-	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS12}, nil
+	return testcerts.Paths{CAFile: p.CACert, ClientCert: p.StoreClientCert, ClientKey: p.StoreClientKey}.ClientTLS(true)
 }
