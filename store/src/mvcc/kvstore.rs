@@ -91,6 +91,12 @@ pub trait CommitSink: Send + Sync {
     fn wait_durable(&self, rev: i64, events: &[Event]) -> bool;
     fn lease_granted(&self, id: i64, ttl: i64);
     fn lease_revoked(&self, id: i64);
+    /// Whether `lease_granted`/`lease_revoked` may wait on the disk (the lease log
+    /// is synced on each, or its last write was slow): the caller then runs them
+    /// off the async workers.
+    fn lease_log_may_block(&self) -> bool {
+        false
+    }
     /// Called when history is compacted at `rev`, after the sequencer is released;
     /// compactions call it one at a time, in order (`Store::compact`).
     fn compacted(&self, rev: i64);
@@ -812,6 +818,11 @@ impl Store {
     }
 
     /// Grants a lease and records it with the sink.
+    /// Whether granting or revoking a lease may wait on the disk (`CommitSink::lease_log_may_block`).
+    pub fn lease_log_may_block(&self) -> bool {
+        self.sink.read().as_ref().is_some_and(|s| s.lease_log_may_block())
+    }
+
     pub fn grant_lease(&self, id: i64, ttl: i64) -> Result<(i64, i64)> {
         let (id, ttl) = self.leases.grant(id, ttl)?;
         if let Some(s) = self.sink.read().as_ref() {

@@ -25,7 +25,15 @@ impl PbLeaseService for LeaseService {
         let r = r.get_ref();
         self.0.check_alarms(Write::LeaseGrant)?;
         self.0.check_disk(|_| true)?;
-        let (id, ttl) = self.0.store.grant_lease(r.id, r.ttl)?;
+        // A grant writes the lease log; when that may wait on the disk (fsync mode, a
+        // slow disk) it runs on the blocking pool, not on a worker that every
+        // connection it serves would wait behind (docs/design.md §8).
+        let (id, ttl) = if self.0.store.lease_log_may_block() {
+            let (store, (id, ttl)) = (self.0.store.clone(), (r.id, r.ttl));
+            tokio::task::spawn_blocking(move || store.grant_lease(id, ttl)).await.map_err(|e| Status::internal(e.to_string()))??
+        } else {
+            self.0.store.grant_lease(r.id, r.ttl)?
+        };
         self.0.settled(dl).await?;
         Ok(Response::new(PbLeaseGrantResponse { header: self.0.header(self.0.store.current_rev()), id, ttl, error: String::new() }))
     }
@@ -38,7 +46,13 @@ impl PbLeaseService for LeaseService {
         self.0.check_disk(|_| true)?;
         // Write on every key attached to the lease (etcd's checkLeasePuts).
         authz::check_lease_puts(&self.0, ai.as_ref(), r.get_ref().id)?;
-        let rev = self.0.store.revoke_lease(r.get_ref().id)?;
+        let id = r.get_ref().id;
+        let rev = if self.0.store.lease_log_may_block() {
+            let store = self.0.store.clone();
+            tokio::task::spawn_blocking(move || store.revoke_lease(id)).await.map_err(|e| Status::internal(e.to_string()))??
+        } else {
+            self.0.store.revoke_lease(id)?
+        };
         self.0.synced_by(rev, dl).await?;
         self.0.settled(dl).await?;
         Ok(Response::new(PbLeaseRevokeResponse { header: self.0.header(rev) }))

@@ -121,6 +121,11 @@ pub(super) fn checkpoint_rev(path: &Path) -> std::io::Result<Option<i64>> {
 
 impl LogFile {
     /// A log whose file is opened at its first write.
+    /// Whether its last write took SLOW_WRITE or more (and none has been fast since).
+    pub(super) fn is_slow(&self) -> bool {
+        self.slow.load(Ordering::Relaxed)
+    }
+
     pub(super) fn new(path: PathBuf, mode: Mode, faults: Arc<Faults>) -> Self {
         let ckpt = path.with_extension("ckpt");
         let last_ckpt = AtomicU64::new(fs::metadata(&ckpt).map(|m| m.len()).unwrap_or(0));

@@ -502,6 +502,10 @@ impl CommitSink for Wal {
         }
     }
 
+    fn lease_log_may_block(&self) -> bool {
+        self.leases.mode == Mode::Fsync || self.leases.is_slow()
+    }
+
     fn compacted(&self, rev: i64) {
         let _ = self.write_meta(REC_COMPACT, rev);
     }
@@ -803,6 +807,25 @@ mod tests {
         assert_eq!(hook.1.load(Ordering::SeqCst), 2, "the handed writes were not batched");
         drop((store, wal));
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A grant or revoke waits on the disk when the lease log syncs each record, not
+    /// when it is buffered (then only after a slow write): the lease service then
+    /// runs them on the blocking pool (docs/bench/lease-grant-2026-11-28).
+    #[test]
+    fn lease_records_may_block_in_fsync_mode() {
+        for (mode, want) in [(Mode::Fsync, true), (Mode::Buffered, false)] {
+            let dir = std::env::temp_dir().join(format!("mgn-wal-lease-block-{}-{want}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&dir);
+            let store = Store::new();
+            assert!(!store.lease_log_may_block(), "no log, nothing to wait for");
+            let (wal, _, _lock) = crate::wal::open(&dir, Durability::new(mode, &[]), &store, None).unwrap();
+            store.set_sink(wal.clone());
+            store.grant_lease(7, 30).unwrap();
+            assert_eq!(store.lease_log_may_block(), want, "{mode:?}");
+            drop((store, wal));
+            std::fs::remove_dir_all(&dir).unwrap();
+        }
     }
 
     /// A lease record that fails is retried too, and `settled` waits for it.
