@@ -1102,6 +1102,18 @@ pub fn check_put(req: &PbPutRequest) -> Result<()> {
     check_put_value(req, &req.value)
 }
 
+/// A decoded request's value as the store's `Bytes`, taken out of the request:
+/// without a copy when the vector is exactly sized (prost sizes it so for all
+/// but values under 8 bytes), else copied so no spare capacity is kept.
+pub fn take_value(v: &mut Vec<u8>) -> Bytes {
+    let v = std::mem::take(v);
+    if v.len() == v.capacity() {
+        Bytes::from(v)
+    } else {
+        Bytes::copy_from_slice(&v)
+    }
+}
+
 /// The value and lease a put writes once ignore_value / ignore_lease are applied.
 pub fn resolve_put(data: &ShardData, req: &PbPutRequest, value: Bytes) -> (Value, i64) {
     // Most puts carry their own value and lease: no lookup of the key for them

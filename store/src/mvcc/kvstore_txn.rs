@@ -12,7 +12,7 @@ use etcd_client::proto::{
 };
 
 use super::key_history::Version;
-use super::kvstore::{check_put, header, resolve_put, to_kv, Locked, Store, WriteBatch, WriteGuard};
+use super::kvstore::{check_put, header, resolve_put, take_value, to_kv, Locked, Store, WriteBatch, WriteGuard};
 use super::shard::{KeyRange, ShardData};
 use crate::errors::{Result, StoreError};
 
@@ -24,11 +24,12 @@ impl Store {
         check_txn(req)?;
         check_intervals(&req.success)?;
         check_intervals(&req.failure)?;
-        self.txn_checked(req)
+        self.txn_checked(&mut req.clone())
     }
 
-    /// Runs a txn that passed `check_txn` and `check_txn_intervals`.
-    pub fn txn_checked(&self, req: &PbTxnRequest) -> Result<PbTxnResponse> {
+    /// Runs a txn that passed `check_txn` and `check_txn_intervals`. The values of
+    /// the puts it executes are taken out of `req` into the store.
+    pub fn txn_checked(&self, req: &mut PbTxnRequest) -> Result<PbTxnResponse> {
         let mut ranges = Vec::new();
         collect_ranges(req, &mut ranges);
         if !txn_writes(req) {
@@ -47,8 +48,8 @@ impl Store {
         // that depends on an unpublished write waits for it (`wait_visible`).
         let cur = self.committed_rev();
         let succeeded = eval_compares(&locked, &req.compare, i64::MAX);
-        let ops = if succeeded { &req.success } else { &req.failure };
-        self.check_ops(&locked, ops, cur)?;
+        self.check_ops(&locked, if succeeded { &req.success } else { &req.failure }, cur)?;
+        let ops = if succeeded { &mut req.success } else { &mut req.failure };
         let leases = &self.leases;
         let (responses, batch) = self.commit(|b| {
             // Re-checked under the sequencer: revocation happens under it too.
@@ -131,10 +132,10 @@ fn check_leases(leases: &crate::lease::LeaseTable, locked: &Locked<WriteGuard>, 
 
 /// Executes a branch that may write. Reads inside it see the branch's own
 /// earlier writes, like etcd's write transactions.
-fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut WriteBatch) -> Vec<PbResponseOp> {
+fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &mut [PbTxnRequestOp], b: &mut WriteBatch) -> Vec<PbResponseOp> {
     let mut out = Vec::with_capacity(ops.len());
     for op in ops {
-        let resp = match &op.request {
+        let resp = match &mut op.request {
             Some(PbTxnOpRequest::RequestRange(r)) => {
                 let read_rev = if b.events.is_empty() { b.rev - 1 } else { b.rev };
                 let at = if r.revision > 0 { r.revision } else { read_rev };
@@ -144,7 +145,8 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
             }
             Some(PbTxnOpRequest::RequestPut(p)) => {
                 let data = locked.data_mut(&p.key);
-                let (value, lease) = resolve_put(data, p, Bytes::copy_from_slice(&p.value));
+                let value = take_value(&mut p.value);
+                let (value, lease) = resolve_put(data, p, value);
                 let prev = b.put(data, &p.key, value, lease);
                 PbTxnOpResponse::ResponsePut(PbPutResponse {
                     header: header(b.rev),
@@ -175,7 +177,7 @@ fn exec_writes(locked: &mut Locked<WriteGuard>, ops: &[PbTxnRequestOp], b: &mut 
                 // etcd decides every nested branch against the state before the
                 // txn, not after the writes that precede it.
                 let ok = eval_compares(locked, &t.compare, b.rev - 1);
-                let responses = exec_writes(locked, if ok { &t.success } else { &t.failure }, b);
+                let responses = exec_writes(locked, if ok { &mut t.success } else { &mut t.failure }, b);
                 PbTxnOpResponse::ResponseTxn(PbTxnResponse { header: nested_header(), succeeded: ok, responses })
             }
             None => PbTxnOpResponse::ResponseRange(PbRangeResponse::default()),
@@ -392,6 +394,32 @@ mod tests {
     }
     fn nested(ops: Vec<PbTxnRequestOp>) -> PbTxnRequestOp {
         PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestTxn(PbTxnRequest { success: ops, ..Default::default() })) }
+    }
+
+    /// The executed branch's put values (nested ones too) move into the store: the
+    /// request is left without them, the store holds them whole; the branch not
+    /// taken keeps its own.
+    #[test]
+    fn txn_put_values_move_into_the_store() {
+        let s = Store::new();
+        let big = |k: &str| {
+            PbTxnRequestOp { request: Some(PbTxnOpRequest::RequestPut(PbPutRequest { key: k.into(), value: vec![7; 4096], ..Default::default() })) }
+        };
+        let mut req = PbTxnRequest { success: vec![big("/a"), nested(vec![big("/b")])], failure: vec![big("/c")], ..Default::default() };
+        s.txn_checked(&mut req).unwrap();
+        let value_of = |op: &PbTxnRequestOp| match &op.request {
+            Some(PbTxnOpRequest::RequestPut(p)) => p.value.len(),
+            Some(PbTxnOpRequest::RequestTxn(t)) => match &t.success[0].request {
+                Some(PbTxnOpRequest::RequestPut(p)) => p.value.len(),
+                _ => unreachable!(),
+            },
+            _ => unreachable!(),
+        };
+        assert_eq!((value_of(&req.success[0]), value_of(&req.success[1]), value_of(&req.failure[0])), (0, 0, 4096));
+        for k in ["/a", "/b"] {
+            let r = s.range(&PbRangeRequest { key: k.into(), ..Default::default() }).unwrap();
+            assert_eq!(r.kvs[0].value, vec![7; 4096], "{k}");
+        }
     }
 
     /// The header revision of each response, in order; nested txns flattened

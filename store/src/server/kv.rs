@@ -75,7 +75,9 @@ impl KvService {
         if let Some(ai) = &auth {
             authz::check_txn(&self.0, ai.as_ref(), req)?;
         }
-        let mut resp = self.0.store.txn_checked(req)?;
+        // The txn's put values move into the store (`take_value`); nothing reads them after.
+        let mut call = call;
+        let mut resp = self.0.store.txn_checked(&mut call.req)?;
         if let (true, Some(ai)) = (read_only, &auth) {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
@@ -131,10 +133,7 @@ impl KvService {
         if let Some(ai) = &auth {
             authz::check_put(&self.0, ai.as_ref(), &req)?;
         }
-        // The decoded value becomes the store's without a copy when its vector is
-        // exactly sized (prost sizes it so for all but values under 8 bytes).
-        let value = std::mem::take(&mut req.value);
-        let value = if value.len() == value.capacity() { bytes::Bytes::from(value) } else { bytes::Bytes::copy_from_slice(&value) };
+        let value = crate::mvcc::kvstore::take_value(&mut req.value);
         let mut resp = self.0.store.put_value(&req, value)?;
         // The rest of the request is not kept for the wait on the log, where a slow
         // disk keeps every writer's call pending.
