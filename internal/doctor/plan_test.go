@@ -202,7 +202,7 @@ func TestPlanOutputs(t *testing.T) {
 	}
 	y := p.YAMLText()
 	for _, w := range []string{
-		"store:\n  capacity_writes_per_sec: 59224\n",
+		"store:\n  capacity_writes_per_sec: 51563\n",
 		"  flags:\n    - \"--etcd-servers=http://127.0.0.1:2379\"\n",
 		"    - name: \"leases\"\n      resources:\n        - \"leases\"\n",
 		"kind: KubeletConfiguration\nmaxPods: 110\n",
@@ -217,7 +217,7 @@ func TestPlanOutputs(t *testing.T) {
 	var sb strings.Builder
 	p.WriteTable(&sb)
 	for _, w := range []string{"15 for pods", "--etcd-servers-overrides=/events#http://127.0.0.1:2380", "PROBLEMS", "375", "FIGURES USED",
-		"59224 writes/s per store", "default: meganode-store lease-flood", "default: docs/bench/scheduler-sim/run-100k.json"} {
+		"51563 writes/s per store", "default: meganode-store lease-flood", "default: docs/bench/scheduler-sim/run-100k.json"} {
 		if !strings.Contains(sb.String(), w) {
 			t.Errorf("table lacks %q", w)
 		}

@@ -23,7 +23,7 @@ var Sources = map[string]Source{
 	"tuning-guide": {"tuning-guide", "large-cluster tuning guide (大规模 Kubernetes 集群调优设置)",
 		"shared/seeds/004_*.txt: masters 200→3, 1000→5, 2500→7, 4000→9, 5000→11; inflight 3000/1000; watch-cache-sizes; --goaway-chance=0.001; etcd split pods/leases/events/rest with --etcd-servers-overrides; controller-manager concurrency and QPS; conntrack-max-per-core; per-client qps ≈ apiserver qps / nodes"},
 	"meganode-bench": {"meganode-bench", "meganode's own store benchmark (`meganode bench`, docs/benchmarks.md)",
-		"docs/bench/results.json (2026-11-28, 2 CPUs): meganode-store lease-flood 59,224 writes/s at 1000 clients (median of 3 rounds), 5.5 µs server CPU per write; or --bench-json from the target machine"},
+		"docs/bench/results.json (2026-11-28, 2 CPUs): meganode-store lease-flood 51,563 writes/s at 1000 clients (median of 3 rounds), 6.1 µs server CPU per write; or --bench-json from the target machine"},
 	"scheduler-simulate": {"scheduler-simulate", "meganode's own scheduler measurement (`meganode scheduler simulate --json`)",
 		"docs/bench/scheduler-sim/run-100k.json (2026-11-25, 2 cores): per-pod costs measured on this code, projected by the model to 1M pods on 1M nodes per shape (S, d, K, batch) with the cores used; or --simulate-json"},
 	"k8s-1m": {"k8s-1m", "k8s-1m article (one million nodes; Russian translation)",
