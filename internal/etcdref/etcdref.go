@@ -31,6 +31,8 @@ type Options struct {
 	AuthToken  string // etcd's --auth-token ("" keeps etcd's default, simple)
 	// AuthTokenTTL is etcd's --auth-token-ttl in seconds (0 keeps etcd's 300).
 	AuthTokenTTL uint
+	// AutoTLS is etcd's --auto-tls: an https client URL with a self-signed certificate.
+	AutoTLS bool
 }
 
 // Server is a running embedded etcd.
@@ -75,6 +77,10 @@ func Start(opts Options) (*Server, error) {
 		cfg.ClientTLSInfo.KeyFile = opts.KeyFile
 		cfg.ClientTLSInfo.TrustedCAFile = opts.TrustedCAFile
 		cfg.ClientTLSInfo.ClientCertAuth = opts.ClientCertAuth
+	}
+	if opts.AutoTLS {
+		scheme = "https"
+		cfg.ClientAutoTLS = true
 	}
 	if opts.WatchProgressNotifyInterval > 0 {
 		cfg.WatchProgressNotifyInterval = opts.WatchProgressNotifyInterval

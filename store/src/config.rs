@@ -54,6 +54,18 @@ pub struct Config {
     /// (None) is one fewer than the CPUs this process may use, at least one
     /// (`runtime_workers`; docs/design.md §8 rule 10).
     pub runtime_workers: Option<usize>,
+    /// etcd's --initial-cluster (NAME=PEER_URL,...) and --initial-cluster-state. A
+    /// member cannot join a replicated group yet (issue 36), so `check_single_member`
+    /// refuses a list naming other members and the `existing` state: started as one
+    /// of three, each member would serve alone and diverge without an error.
+    pub initial_cluster: Vec<(String, String)>,
+    pub initial_cluster_state: String,
+    /// etcd's --auto-tls: https:// client listeners without --cert-file serve a
+    /// self-signed certificate made at start-up (crate::auto_tls). --peer-auto-tls is
+    /// accepted and, with no peer listener, has nothing to serve.
+    pub auto_tls: bool,
+    /// etcd's --self-signed-cert-validity: the auto-TLS certificate's years.
+    pub self_signed_cert_validity: u32,
     pub ignored: Vec<String>,
 }
 
@@ -87,6 +99,10 @@ impl Default for Config {
             lean_transport: true,
             history_spill: true,
             runtime_workers: None,
+            initial_cluster: Vec::new(),
+            initial_cluster_state: "new".into(),
+            auto_tls: false,
+            self_signed_cert_validity: 1,
             ignored: Vec::new(),
         }
     }
@@ -94,8 +110,7 @@ impl Default for Config {
 
 /// etcd flags with no meaning for a single in-memory member.
 const IGNORED: &[&str] = &[
-    "listen-peer-urls", "initial-cluster", "initial-cluster-state",
-    "initial-cluster-token", "snapshot-count", "heartbeat-interval", "election-timeout",
+    "listen-peer-urls", "initial-cluster-token", "peer-auto-tls", "snapshot-count", "heartbeat-interval", "election-timeout",
     "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
     "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
     "experimental-initial-corrupt-check", "experimental-watch-progress-notify-interval", "unsafe-no-fsync",
@@ -107,10 +122,10 @@ const KNOWN: &[&str] = &[
     "cert-file", "key-file", "trusted-ca-file", "client-cert-auth", "watch-progress-notify-interval", "durability",
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
     "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport", "history-spill",
-    "runtime-workers",
+    "runtime-workers", "initial-cluster", "initial-cluster-state", "auto-tls", "self-signed-cert-validity",
 ];
 
-const BOOL_FLAGS: &[&str] = &["client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
+const BOOL_FLAGS: &[&str] = &["auto-tls", "peer-auto-tls", "client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
 
 pub fn parse_duration(s: &str) -> Result<Duration, String> {
     let s = s.trim();
@@ -229,6 +244,25 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                     v => Some(v.parse().ok().filter(|n: &usize| *n > 0).ok_or_else(|| format!("invalid value {value:?} for --runtime-workers: want auto or a number ≥ 1"))?),
                 }
             }
+            "initial-cluster" => {
+                c.initial_cluster.clear();
+                for item in list(&value) {
+                    let (n, u) = item.split_once('=').ok_or_else(|| format!("invalid value {value:?} for --initial-cluster: want NAME=PEER_URL,..."))?;
+                    c.initial_cluster.push((n.to_string(), u.to_string()));
+                }
+            }
+            "initial-cluster-state" => match value.as_str() {
+                "new" | "existing" => c.initial_cluster_state = value,
+                _ => return Err(format!("invalid value {value:?} for --initial-cluster-state: want new or existing")),
+            },
+            "auto-tls" => c.auto_tls = parse_bool(&flag, &value)?,
+            "self-signed-cert-validity" => {
+                c.self_signed_cert_validity = value
+                    .parse()
+                    .ok()
+                    .filter(|n: &u32| *n > 0)
+                    .ok_or_else(|| format!("invalid value {value:?} for --self-signed-cert-validity: want a number of years ≥ 1"))?
+            }
             f if IGNORED.contains(&f) => c.ignored.push(format!("--{f}")),
             _ => return Err(format!("unknown flag: --{flag}")),
         }
@@ -248,7 +282,31 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
     if c.cert_file.is_some() != c.key_file.is_some() {
         return Err("--cert-file and --key-file go together".into());
     }
+    check_single_member(&c)?;
     Ok(c)
+}
+
+/// A member cannot join a replicated group yet: flags that ask for one are refused
+/// in one line rather than served by a member that would diverge from the others
+/// without an error. etcd's own check comes first: this member's name must be in
+/// --initial-cluster (with etcd's default, `NAME=first advertised peer URL`).
+fn check_single_member(c: &Config) -> Result<(), String> {
+    if !c.initial_cluster.is_empty() && !c.initial_cluster.iter().any(|(n, _)| *n == c.name) {
+        return Err(format!("couldn't find local name {:?} in the initial cluster configuration", c.name));
+    }
+    let mut others: Vec<&str> = c.initial_cluster.iter().map(|(n, _)| n.as_str()).filter(|n| *n != c.name).collect();
+    others.sort_unstable();
+    others.dedup();
+    if !others.is_empty() {
+        return Err(format!(
+            "--initial-cluster names other members ({}): this meganode-store serves one member alone and cannot replicate yet; start a single member",
+            others.join(", ")
+        ));
+    }
+    if c.initial_cluster_state == "existing" {
+        return Err("--initial-cluster-state=existing: this meganode-store cannot join an existing cluster; start a single member with the state new".into());
+    }
+    Ok(())
 }
 
 /// The runtime's worker threads: the flag's number, or one fewer than the CPUs
@@ -286,6 +344,33 @@ mod tests {
         let c = parse(&a(&["--initial-advertise-peer-urls", "http://10.0.0.1:2380,http://10.0.0.2:2380"])).unwrap();
         assert_eq!(c.advertise_peer_urls, vec!["http://10.0.0.1:2380", "http://10.0.0.2:2380"]);
         assert!(c.ignored.is_empty());
+    }
+
+    #[test]
+    fn a_member_that_cannot_replicate_refuses_to_be_one_of_several() {
+        // One member named in the list, as etcd's default: served.
+        let c = parse(&a(&["--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380", "--initial-cluster-state", "new"])).unwrap();
+        assert_eq!(c.initial_cluster, vec![("m0".to_string(), "http://127.0.0.1:2380".to_string())]);
+        // Two peer URLs of the same member are still one member.
+        parse(&a(&["--name=m0", "--initial-cluster=m0=http://127.0.0.1:2380,m0=http://127.0.0.2:2380"])).unwrap();
+        let e = parse(&a(&["--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2381,m2=http://127.0.0.1:2382"])).unwrap_err();
+        assert!(e.contains("(m1, m2)") && e.contains("cannot replicate") && !e.contains('\n'), "{e}");
+        let e = parse(&a(&["--name", "mx", "--initial-cluster", "m0=http://127.0.0.1:2380"])).unwrap_err();
+        assert_eq!(e, "couldn't find local name \"mx\" in the initial cluster configuration");
+        let e = parse(&a(&["--initial-cluster-state=existing"])).unwrap_err();
+        assert!(e.contains("existing"), "{e}");
+        assert!(parse(&a(&["--initial-cluster-state=sometimes"])).is_err());
+        assert!(parse(&a(&["--initial-cluster=m0"])).is_err());
+    }
+
+    #[test]
+    fn auto_tls_flags() {
+        let c = parse(&a(&["--auto-tls", "--peer-auto-tls", "--self-signed-cert-validity=2"])).unwrap();
+        assert!(c.auto_tls);
+        assert_eq!(c.self_signed_cert_validity, 2);
+        assert_eq!(c.ignored, vec!["--peer-auto-tls"]);
+        assert!(!parse(&a(&["--auto-tls=false"])).unwrap().auto_tls);
+        assert!(parse(&a(&["--self-signed-cert-validity=0"])).is_err());
     }
 
     #[test]

@@ -3,6 +3,7 @@
 //! Public nouns first: [`Store`] (the engine), [`config::Config`] (flags),
 //! [`server`] (the gRPC services); internals live below them in `mvcc/`.
 pub mod auth;
+pub mod auto_tls;
 pub mod background;
 pub mod config;
 pub mod errors;

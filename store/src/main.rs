@@ -75,16 +75,25 @@ async fn serve_client(ctx: Arc<Ctx>, url: String) -> Result<(), String> {
     }
 }
 
-/// An https:// listener's TLS from --cert-file/--key-file, and with
+/// An https:// listener's TLS from --cert-file/--key-file (or --auto-tls's
+/// self-signed certificate), and with
 /// --trusted-ca-file the CA its clients' certificates must chain to: as etcd's,
 /// a trusted CA makes a client certificate required, --client-cert-auth (which
 /// needs the CA) makes its common name the caller.
 fn tls_config(cfg: &Config) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, String> {
-    let (Some(cert), Some(key)) = (&cfg.cert_file, &cfg.key_file) else {
-        return Err("an https:// URL needs --cert-file and --key-file".into());
+    let (cert, key) = match (&cfg.cert_file, &cfg.key_file) {
+        (Some(cert), Some(key)) => (
+            std::fs::read(cert).map_err(|e| format!("--cert-file {cert}: {e}"))?,
+            std::fs::read(key).map_err(|e| format!("--key-file {key}: {e}"))?,
+        ),
+        // As etcd's: given certificates win over --auto-tls.
+        _ if cfg.auto_tls => {
+            let dir = meganode_store::auto_tls::client_dir(&cfg.data_dir);
+            let hosts = meganode_store::auto_tls::hosts_of(&cfg.listen_client_urls);
+            meganode_store::auto_tls::self_cert(&dir, &hosts, cfg.self_signed_cert_validity)?
+        }
+        _ => return Err("an https:// URL needs --cert-file and --key-file, or --auto-tls".into()),
     };
-    let cert = std::fs::read(cert).map_err(|e| format!("--cert-file {cert}: {e}"))?;
-    let key = std::fs::read(key).map_err(|e| format!("--key-file {key}: {e}"))?;
     if cfg.client_cert_auth && cfg.trusted_ca_file.is_none() {
         return Err("--client-cert-auth needs --trusted-ca-file".into());
     }
@@ -102,7 +111,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  [--runtime-workers N|auto (auto: CPUs - 1, at least 1)]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F | --auto-tls] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  [--runtime-workers N|auto (auto: CPUs - 1, at least 1)]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
         return;
     }
     let cfg = match config::parse(&args) {

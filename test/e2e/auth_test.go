@@ -356,6 +356,12 @@ func TestAuth(t *testing.T) {
 		s.rec("alice alarm disarm", err)
 		_, err = s.tg.KV.Compact(s.as("bad.1"), &pb.CompactionRequest{Revision: 1})
 		s.rec("compact with a bad token", err)
+		_, err = s.tg.KV.Compact(s.as(alice), &pb.CompactionRequest{Revision: 1})
+		s.rec("alice compacts", err)
+		_, err = s.tg.KV.Compact(s.as(""), &pb.CompactionRequest{Revision: 1})
+		s.rec("compact without token", err)
+		_, err = s.tg.KV.Compact(s.as(root), &pb.CompactionRequest{Revision: 1})
+		s.rec("root compacts", err)
 
 		// Who may manage auth.
 		_, err = a.UserAdd(s.as(alice), &pb.AuthUserAddRequest{Name: "eve", Password: "x"})

@@ -2,12 +2,21 @@ package e2e
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
+	"github.com/meganode/meganode/internal/etcdref"
+	"github.com/meganode/meganode/internal/storeproc"
 	"github.com/meganode/meganode/internal/testcerts"
 )
 
@@ -106,5 +115,117 @@ func requireLeanTLS(t *testing.T, tg *target) {
 	if m[`meganode_client_connections_total{transport="lean",tls="true"}`] < 1 {
 		t.Errorf("no TLS connection was served by the lean transport: lean %v, tonic %v",
 			m[`meganode_client_connections_total{transport="lean",tls="true"}`], m[`meganode_client_connections_total{transport="tonic",tls="true"}`])
+	}
+}
+
+// etcd's --auto-tls: an https:// listener without --cert-file serves a self-signed certificate
+// (kept in <data-dir>/fixtures/client and reused by the next start); clients skip verification,
+// as etcdctl --insecure-skip-tls-verify does with etcd's. Both servers run with the flag.
+func TestAutoTLS(t *testing.T) {
+	skipVerify := &tls.Config{InsecureSkipVerify: true}
+	for _, kind := range kinds() {
+		t.Run(kind, func(t *testing.T) {
+			var tg *target
+			var err error
+			if kind == kindEtcd || useEtcdForMeganode() {
+				tg, err = startAutoTLSEtcd(t, skipVerify)
+			} else {
+				tg, err = startAutoTLSStore(skipVerify)
+			}
+			must(t, "start with --auto-tls", err)
+			defer tg.Close()
+			ctx := ctxT(t)
+			_, err = tg.KV.Put(ctx, &pb.PutRequest{Key: b("/autotls/k"), Value: b("v")})
+			must(t, "put over auto TLS", err)
+			g, err := tg.KV.Range(ctx, &pb.RangeRequest{Key: b("/autotls/k")})
+			must(t, "get over auto TLS", err)
+			if len(g.Kvs) != 1 {
+				t.Errorf("get over auto TLS: %v", g)
+			}
+			// A client that verifies the certificate against the system roots is refused.
+			strict, err := newClient(tg.Endpoint, &tls.Config{})
+			must(t, "verifying client", err)
+			defer strict.Close()
+			c2, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+			defer cancel()
+			if _, err := strict.Get(c2, "/autotls/k"); err == nil {
+				t.Errorf("a client verifying the self-signed certificate was served")
+			}
+		})
+	}
+}
+
+func startAutoTLSStore(client *tls.Config) (*target, error) {
+	bin, err := storeproc.FindBin()
+	if err != nil {
+		return nil, err
+	}
+	dir, err := os.MkdirTemp(shmDir(), "e2e-store-")
+	if err != nil {
+		return nil, err
+	}
+	p, err := storeproc.Start(storeproc.Options{Bin: bin, Scheme: "https", DataDir: dir, ExtraArgs: []string{"--auto-tls"}})
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []string{"cert.pem", "key.pem"} {
+		if _, err := os.Stat(filepath.Join(dir, "fixtures", "client", f)); err != nil {
+			p.Stop()
+			return nil, fmt.Errorf("auto-tls left no %s in the data dir: %v", f, err)
+		}
+	}
+	tg := &target{Kind: kindMeganode, Real: "meganode-store", Proc: p, Endpoint: p.Endpoint}
+	cli, err := newClient(tg.Endpoint, client)
+	if err != nil {
+		tg.Close()
+		return nil, err
+	}
+	tg.setClient(cli)
+	return tg, nil
+}
+
+func startAutoTLSEtcd(t *testing.T, client *tls.Config) (*target, error) {
+	s, err := etcdref.Start(etcdref.Options{LogLevel: "fatal", DataDir: t.TempDir(), AutoTLS: true})
+	if err != nil {
+		return nil, err
+	}
+	tg := &target{Kind: kindEtcd, Real: "etcd", Etcd: s, Endpoint: s.Endpoint}
+	cli, err := newClient(tg.Endpoint, client)
+	if err != nil {
+		tg.Close()
+		return nil, err
+	}
+	tg.setClient(cli)
+	return tg, nil
+}
+
+// Until a member can join a replicated group (issue 36), flags that make it one of several are
+// refused in one line: started as one of three, each member would serve alone and diverge.
+func TestClusterFlagsRefusedWhileSingleMember(t *testing.T) {
+	bin, err := storeproc.FindBin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{
+		{"--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2381,m2=http://127.0.0.1:2382"},
+		{"--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380", "--initial-cluster-state", "existing"},
+		{"--name", "m9", "--initial-cluster", "m0=http://127.0.0.1:2380"},
+	} {
+		dir := t.TempDir()
+		// A member that did start would serve until killed: the deadline ends it (and the check fails).
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		cmd := exec.CommandContext(ctx, bin, append([]string{"--data-dir", dir, "--listen-client-urls", "http://127.0.0.1:0"}, args...)...)
+		out, err := cmd.CombinedOutput()
+		cancel()
+		var exit *exec.ExitError
+		if !errors.As(err, &exit) || exit.ExitCode() != 2 {
+			t.Errorf("%v: want exit 2, got %v\n%s", args, err, out)
+		}
+		if lines := strings.Split(strings.TrimSpace(string(out)), "\n"); len(lines) != 1 || !strings.HasPrefix(lines[0], "meganode-store: ") {
+			t.Errorf("%v: want one line of error, got %q", args, out)
+		}
+		if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+			t.Errorf("%v: the refused member wrote to its data dir: %v", args, entries)
+		}
 	}
 }
