@@ -10,6 +10,7 @@ pub mod errors;
 pub mod lease;
 pub mod mvcc;
 pub mod quota;
+pub mod replication;
 pub mod server;
 pub mod snapshot;
 pub mod state_file;

@@ -4,6 +4,7 @@ pub mod hash;
 pub mod key_history;
 pub mod kvstore;
 pub mod kvstore_range;
+pub mod kvstore_replica;
 pub mod kvstore_stream;
 pub mod kvstore_txn;
 pub mod packer;

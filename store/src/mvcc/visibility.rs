@@ -50,6 +50,10 @@ pub struct Visibility {
     fsync: Box<[AtomicI64]>,
     /// Every revision up to this that has an fsync mark is on disk.
     synced: AtomicI64,
+    /// In a replicated group (crate::replication), every revision up to this is
+    /// committed by a quorum; none after it is published. i64::MAX for a store
+    /// that does not replicate: one more load in `advance`, nothing else.
+    replicated: AtomicI64,
     /// Writers waiting for their revision to be published: (revision, id,
     /// waker), in no order; the count lets a publish skip the lock when nobody
     /// waits. A plain list: the waiters of one fsync cycle (tens) are woken
@@ -70,6 +74,7 @@ impl Visibility {
             done: (0..RING).map(|_| AtomicI64::new(0)).collect(),
             fsync: (0..RING).map(|_| AtomicI64::new(0)).collect(),
             synced: AtomicI64::new(0),
+            replicated: AtomicI64::new(i64::MAX),
             waiting: AtomicUsize::new(0),
             waiters: Mutex::new(Vec::new()),
             next_id: AtomicU64::new(0),
@@ -125,6 +130,19 @@ impl Visibility {
         self.advance();
     }
 
+    /// From now on no revision after the committed one is published before
+    /// `set_replicated` covers it (a member joining its replicated group).
+    pub fn hold_for_replication(&self) {
+        self.replicated.store(self.committed(), Ordering::SeqCst);
+    }
+
+    /// The replication driver: every revision up to `rev` is committed by a
+    /// quorum (raft log order is revision order, so one watermark serves).
+    pub fn set_replicated(&self, rev: i64) {
+        self.replicated.fetch_max(rev, Ordering::AcqRel);
+        self.advance();
+    }
+
     /// Revision `rev` needs no buffered write any more; publishes what it can.
     pub fn mark_done(&self, rev: i64) {
         let d = &self.done[slot(rev)];
@@ -150,6 +168,7 @@ impl Visibility {
             return;
         }
         let synced = self.synced.load(Ordering::Acquire);
+        let committed = committed.min(self.replicated.load(Ordering::Acquire));
         let mut p = start;
         while p < committed {
             let r = p + 1;
@@ -297,6 +316,32 @@ mod tests {
         assert_eq!(v.published(), 13);
         let rt = tokio::runtime::Builder::new_current_thread().build().unwrap();
         rt.block_on(v.wait(13));
+    }
+
+    /// In a replicated group a durable revision waits for its quorum too, and
+    /// the quorum's watermark alone does not publish what is not durable.
+    #[test]
+    fn a_replicated_group_publishes_only_what_a_quorum_holds() {
+        let v = Visibility::new(10);
+        let a = commit(&v, false); // 11: before the group, published as before
+        v.mark_done(a);
+        assert_eq!(v.published(), 11);
+        v.hold_for_replication();
+        let b = commit(&v, false); // 12
+        let c = commit(&v, true); // 13, fsync
+        v.mark_done(b);
+        v.mark_done(c);
+        assert_eq!(v.published(), 11, "done, not replicated");
+        v.set_replicated(13);
+        assert_eq!(v.published(), 12, "13 is replicated, not synced");
+        v.set_synced(13);
+        assert_eq!(v.published(), 13);
+        v.set_replicated(12);
+        let d = commit(&v, false); // 14
+        v.mark_done(d);
+        assert_eq!(v.published(), 13, "the watermark never goes back");
+        v.set_replicated(14);
+        assert_eq!(v.published(), 14);
     }
 
     /// Writers completing revisions out of order on several threads, a flusher

@@ -167,6 +167,19 @@ pub(super) fn parse_at(buf: &[u8], off: usize) -> Option<(Record, usize)> {
     decode_payload(payload).map(|r| (r, end))
 }
 
+/// Every record of `buf`, which holds whole records only (a replicated log
+/// entry's): None if any is torn, fails its CRC or is followed by stray bytes.
+pub fn decode_records(buf: &[u8]) -> Option<Vec<Record>> {
+    let mut out = Vec::new();
+    let mut off = 0;
+    while off < buf.len() {
+        let (r, next) = parse_at(buf, off)?;
+        out.push(r);
+        off = next;
+    }
+    Some(out)
+}
+
 /// Result of reading a whole log file.
 pub struct Replayed {
     pub records: Vec<Record>,

@@ -1,0 +1,15 @@
+//! Replication: a member of a Raft group (docs/design.md §10). Consensus is
+//! raft-rs's (`raft`, TiKV's port of etcd's raft), kept apart from the store
+//! and the wire: `node` drives a `RawNode` on a thread of its own, `entry` is
+//! the log entry format (the store's WAL records of one revision), `transport`
+//! the trait messages leave through. The store side (applying a committed
+//! revision, the publication watermark) is `mvcc::kvstore_replica`.
+pub mod entry;
+pub mod node;
+pub mod transport;
+
+#[cfg(test)]
+mod tests;
+
+pub use node::{Input, Replica, ReplicaConfig, Status};
+pub use transport::{MemNetwork, Transport};

@@ -1,0 +1,356 @@
+//! One member's raft driver: a thread owning a raft-rs `RawNode`, fed by an
+//! inbox (peer messages, the store's proposals, stop) and a tick, handling each
+//! Ready in raft-rs's order — send, persist, apply, advance.
+//!
+//! The leader executes a write once, as a single store does, and proposes its
+//! records (`ReplicationSink::committed`, under the store's sequencer, so log
+//! order is revision order); the revision is published — its answer sent, its
+//! watch events delivered — when the entry commits (`Store::replicated_to`).
+//! Other members apply each committed entry through the store's write batch
+//! (`Store::apply_replicated`). A committed entry that is neither this
+//! member's own proposal nor the next revision it lacks means its state left
+//! the group's: the driver stops applying and reports it (`Status::error`);
+//! rolling such writes back is planned (§10).
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use parking_lot::Mutex;
+use raft::prelude::{ConfState, Entry, EntryType, Message};
+use raft::storage::MemStorage;
+use raft::{RawNode, StateRole};
+
+use super::entry;
+use super::transport::Transport;
+use crate::mvcc::kvstore::CommitSink;
+use crate::mvcc::watch_hub::Event;
+use crate::mvcc::Store;
+
+/// What reaches a member's driver.
+pub enum Input {
+    /// A revision the store committed here, as its log entry.
+    Propose { rev: i64, data: Vec<u8> },
+    /// A message from a peer.
+    Raft(Message),
+    Stop,
+}
+
+#[derive(Clone, Debug)]
+pub struct ReplicaConfig {
+    /// This member's raft ID (non-zero).
+    pub id: u64,
+    /// The voting members of a new group, this one included.
+    pub voters: Vec<u64>,
+    /// One raft tick; etcd's --heartbeat-interval is one tick, its
+    /// --election-timeout `election_ticks` of them (defaults 100 ms and 10).
+    pub tick: Duration,
+    pub election_ticks: usize,
+}
+
+impl ReplicaConfig {
+    pub fn new(id: u64, voters: Vec<u64>) -> Self {
+        ReplicaConfig { id, voters, tick: Duration::from_millis(100), election_ticks: 10 }
+    }
+}
+
+/// What a member reports of itself (etcd's Status: leader, raftTerm, raftIndex,
+/// raftAppliedIndex).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Status {
+    pub id: u64,
+    /// 0 while it knows no leader.
+    pub leader: u64,
+    pub term: u64,
+    pub commit_index: u64,
+    pub applied_index: u64,
+    /// Why it stopped applying, if it did.
+    pub error: Option<String>,
+}
+
+#[derive(Default)]
+struct Shared {
+    leader: AtomicU64,
+    term: AtomicU64,
+    commit: AtomicU64,
+    applied: AtomicU64,
+    error: Mutex<Option<String>>,
+    stopped: AtomicBool,
+}
+
+/// A running member: its driver thread and the inbox that feeds it.
+pub struct Replica {
+    id: u64,
+    inbox: Sender<Input>,
+    shared: Arc<Shared>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Replica {
+    /// Joins `store` to a new group as member `cfg.id`: from now on its
+    /// revisions are published only once the group commits them, and the writes
+    /// it commits are proposed. Messages leave through `transport`; peers'
+    /// messages come in through `inbox()`.
+    pub fn start(cfg: ReplicaConfig, store: Arc<Store>, transport: Arc<dyn Transport>) -> Result<Replica, String> {
+        let raft_cfg = raft::Config {
+            id: cfg.id,
+            election_tick: cfg.election_ticks,
+            heartbeat_tick: 1,
+            // etcd's: a member that rejoins does not disrupt a working leader, and a
+            // leader cut off from its quorum steps down.
+            pre_vote: true,
+            check_quorum: true,
+            max_size_per_msg: 1 << 20,
+            max_inflight_msgs: 256,
+            ..Default::default()
+        };
+        raft_cfg.validate().map_err(|e| format!("raft config: {e}"))?;
+        let storage = MemStorage::new_with_conf_state(ConfState::from((cfg.voters.clone(), Vec::<u64>::new())));
+        let logger = slog::Logger::root(slog::Discard, slog::o!());
+        let node = RawNode::new(&raft_cfg, storage, &logger).map_err(|e| format!("raft: {e}"))?;
+        let (inbox, rx) = mpsc::channel();
+        let shared = Arc::new(Shared::default());
+        store.hold_for_replication();
+        store.set_sink(Arc::new(ReplicationSink { inbox: inbox.clone() }));
+        let mut driver = Driver { node, store, transport, shared: shared.clone(), proposed: HashMap::new(), tick: cfg.tick };
+        let thread = std::thread::Builder::new()
+            .name(format!("raft-{}", cfg.id))
+            .spawn(move || driver.run(rx))
+            .map_err(|e| format!("raft thread: {e}"))?;
+        Ok(Replica { id: cfg.id, inbox, shared, thread: Some(thread) })
+    }
+
+    /// Where this member's peer messages go (a transport's receiving end).
+    pub fn inbox(&self) -> Sender<Input> {
+        self.inbox.clone()
+    }
+
+    pub fn status(&self) -> Status {
+        let s = &self.shared;
+        Status {
+            id: self.id,
+            leader: s.leader.load(Ordering::Acquire),
+            term: s.term.load(Ordering::Acquire),
+            commit_index: s.commit.load(Ordering::Acquire),
+            applied_index: s.applied.load(Ordering::Acquire),
+            error: s.error.lock().clone(),
+        }
+    }
+
+    pub fn is_leader(&self) -> bool {
+        self.status().leader == self.id
+    }
+
+    /// Stops the driver (a member that dies: its store stays as it was).
+    pub fn stop(mut self) {
+        self.halt();
+    }
+
+    fn halt(&mut self) {
+        let _ = self.inbox.send(Input::Stop);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Replica {
+    fn drop(&mut self) {
+        self.halt();
+    }
+}
+
+thread_local! {
+    /// Set while the driver applies a committed entry: the store's commit then
+    /// calls the sink for a revision the group already holds.
+    static APPLYING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The store's commit sink in a replicated member: each revision committed
+/// here becomes a proposal (the channel send is the only work under the
+/// sequencer). Nothing is written to a local log yet (the `replicated` mode).
+struct ReplicationSink {
+    inbox: Sender<Input>,
+}
+
+impl CommitSink for ReplicationSink {
+    fn committed(&self, rev: i64, events: &[Event]) -> bool {
+        if !APPLYING.with(|a| a.get()) {
+            let _ = self.inbox.send(Input::Propose { rev, data: entry::encode(rev, events) });
+        }
+        false
+    }
+
+    fn wait_durable(&self, _rev: i64, _events: &[Event]) -> bool {
+        true
+    }
+
+    fn lease_granted(&self, _id: i64, _ttl: i64) {}
+
+    fn lease_revoked(&self, _id: i64) {}
+
+    fn compacted(&self, _rev: i64) {}
+}
+
+struct Driver {
+    node: RawNode<MemStorage>,
+    store: Arc<Store>,
+    transport: Arc<dyn Transport>,
+    shared: Arc<Shared>,
+    /// This member's proposals not yet applied: revision → the term it was proposed in.
+    proposed: HashMap<i64, u64>,
+    tick: Duration,
+}
+
+impl Driver {
+    fn run(&mut self, rx: Receiver<Input>) {
+        let mut next_tick = Instant::now() + self.tick;
+        loop {
+            let wait = next_tick.saturating_duration_since(Instant::now());
+            match rx.recv_timeout(wait) {
+                Ok(input) => {
+                    if !self.take(input) {
+                        break;
+                    }
+                    // Everything already queued joins this Ready.
+                    while let Ok(input) = rx.try_recv() {
+                        if !self.take(input) {
+                            self.shared.stopped.store(true, Ordering::Release);
+                            return;
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => break,
+            }
+            if Instant::now() >= next_tick {
+                self.node.tick();
+                next_tick += self.tick;
+            }
+            if let Err(e) = self.on_ready() {
+                self.fail(e);
+            }
+            self.report();
+        }
+        self.shared.stopped.store(true, Ordering::Release);
+    }
+
+    /// Takes one input; false on Stop.
+    fn take(&mut self, input: Input) -> bool {
+        match input {
+            Input::Stop => return false,
+            Input::Raft(m) => {
+                // A message from a stale or unknown peer is raft's to ignore.
+                let _ = self.node.step(m);
+            }
+            Input::Propose { rev, data } => {
+                // The store applied this revision already: if it cannot be proposed,
+                // this member's state has left the group's.
+                if self.node.raft.state != StateRole::Leader {
+                    self.fail(format!("revision {rev} was written on a member that is not the leader"));
+                } else if let Err(e) = self.node.propose(Vec::new(), data) {
+                    self.fail(format!("revision {rev} could not be proposed: {e}"));
+                } else {
+                    self.proposed.insert(rev, self.node.raft.term);
+                }
+            }
+        }
+        true
+    }
+
+    fn fail(&self, why: String) {
+        let mut e = self.shared.error.lock();
+        if e.is_none() {
+            eprintln!("meganode-store: replication stopped on member {:x}: {why}", self.node.raft.id);
+            *e = Some(why);
+        }
+    }
+
+    fn failed(&self) -> bool {
+        self.shared.error.lock().is_some()
+    }
+
+    /// raft-rs's Ready order: messages a leader may send before persisting,
+    /// the snapshot, committed entries, the log and hard state, the messages
+    /// that needed them; then what advancing releases.
+    fn on_ready(&mut self) -> Result<(), String> {
+        if !self.node.has_ready() {
+            return Ok(());
+        }
+        let mut rd = self.node.ready();
+        if !rd.messages().is_empty() {
+            self.transport.send(rd.take_messages());
+        }
+        if !rd.snapshot().is_empty() {
+            // Nothing sends one yet (the log is never compacted); a state transfer
+            // is planned (§10).
+            return Err("a snapshot arrived and snapshots are not applied yet".into());
+        }
+        self.apply(rd.take_committed_entries())?;
+        let storage = self.node.raft.raft_log.store.clone();
+        if !rd.entries().is_empty() {
+            storage.wl().append(rd.entries()).map_err(|e| format!("raft log append: {e}"))?;
+        }
+        if let Some(hs) = rd.hs() {
+            storage.wl().set_hardstate(hs.clone());
+        }
+        if !rd.persisted_messages().is_empty() {
+            self.transport.send(rd.take_persisted_messages());
+        }
+        let mut light = self.node.advance(rd);
+        if let Some(commit) = light.commit_index() {
+            storage.wl().mut_hard_state().set_commit(commit);
+        }
+        self.transport.send(light.take_messages());
+        self.apply(light.take_committed_entries())?;
+        self.node.advance_apply();
+        Ok(())
+    }
+
+    fn apply(&mut self, entries: Vec<Entry>) -> Result<(), String> {
+        for e in entries {
+            if self.failed() {
+                return Ok(());
+            }
+            match e.get_entry_type() {
+                // A new leader's empty entry carries nothing to apply.
+                EntryType::EntryNormal if e.data.is_empty() => {}
+                EntryType::EntryNormal => self.apply_revision(&e)?,
+                // Membership changes (etcd's MemberAdd/Remove/Promote) are planned (§10).
+                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
+                    return Err(format!("a membership change at index {} and membership changes are not applied yet", e.index))
+                }
+            }
+            self.shared.applied.store(e.index, Ordering::Release);
+        }
+        Ok(())
+    }
+
+    fn apply_revision(&mut self, e: &Entry) -> Result<(), String> {
+        let (rev, writes) = entry::decode(&e.data)?;
+        match self.proposed.remove(&rev) {
+            Some(term) if term == e.term => {}
+            Some(_) | None if rev <= self.store.committed_rev() => {
+                return Err(format!("the group committed revision {rev} (index {}, term {}) and this member holds another", e.index, e.term))
+            }
+            _ => {
+                APPLYING.with(|a| a.set(true));
+                let r = self.store.apply_replicated(rev, writes);
+                APPLYING.with(|a| a.set(false));
+                r?;
+            }
+        }
+        self.store.replicated_to(rev);
+        Ok(())
+    }
+
+    fn report(&self) {
+        let r = &self.node.raft;
+        self.shared.leader.store(r.leader_id, Ordering::Release);
+        self.shared.term.store(r.term, Ordering::Release);
+        self.shared.commit.store(r.raft_log.committed, Ordering::Release);
+    }
+}

@@ -1,0 +1,217 @@
+//! Three members in one process over `MemNetwork`, each with its own store:
+//! what the leader writes reaches every member's state and watchers, is
+//! published only once a quorum holds it, survives the leader's loss, and a
+//! member cut off catches up.
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use etcd_client::proto::{PbDeleteRequest, PbPutRequest};
+
+use super::{MemNetwork, Replica, ReplicaConfig};
+use crate::mvcc::Store;
+
+struct Group {
+    net: Arc<MemNetwork>,
+    stores: Vec<Arc<Store>>,
+    members: Vec<Option<Replica>>,
+}
+
+fn config(id: u64) -> ReplicaConfig {
+    // Short ticks: elections in ~0.2 s instead of etcd's ~1 s.
+    ReplicaConfig { tick: Duration::from_millis(10), ..ReplicaConfig::new(id, vec![1, 2, 3]) }
+}
+
+impl Group {
+    fn start() -> Group {
+        let net = Arc::new(MemNetwork::default());
+        let mut stores = Vec::new();
+        let mut members = Vec::new();
+        for id in 1..=3u64 {
+            let store = Arc::new(Store::new());
+            let m = Replica::start(config(id), store.clone(), net.clone()).unwrap();
+            net.join(id, m.inbox());
+            stores.push(store);
+            members.push(Some(m));
+        }
+        Group { net, stores, members }
+    }
+
+    fn member(&self, id: u64) -> &Replica {
+        self.members[id as usize - 1].as_ref().expect("running")
+    }
+
+    fn store(&self, id: u64) -> &Store {
+        &self.stores[id as usize - 1]
+    }
+
+    /// The leader every running member outside `except` agrees on.
+    fn leader(&self, except: &[u64]) -> u64 {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen: Vec<u64> = self
+                .members
+                .iter()
+                .flatten()
+                .filter(|m| !except.contains(&m.status().id))
+                .map(|m| m.status().leader)
+                .collect();
+            if seen[0] != 0 && !except.contains(&seen[0]) && seen.iter().all(|l| *l == seen[0]) {
+                return seen[0];
+            }
+            assert!(Instant::now() < deadline, "no leader agreed on: {seen:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Waits until `ids`' stores have published `rev`.
+    fn wait_published(&self, ids: &[u64], rev: i64) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while ids.iter().any(|id| self.store(*id).current_rev() < rev) {
+            for id in ids {
+                assert_eq!(self.member(*id).status().error, None, "member {id}");
+            }
+            let revs: Vec<i64> = ids.iter().map(|id| self.store(*id).current_rev()).collect();
+            assert!(Instant::now() < deadline, "revision {rev} not published everywhere: {revs:?}");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
+    fn assert_same_state(&self, ids: &[u64]) {
+        let first = self.store(ids[0]).dump();
+        assert!(!first.is_empty());
+        for id in &ids[1..] {
+            assert!(self.store(*id).dump() == first, "member {id}'s state differs from member {}'s", ids[0]);
+        }
+    }
+}
+
+fn put(store: &Store, key: &str, value: &str) -> i64 {
+    let req = PbPutRequest { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec(), ..Default::default() };
+    store.put(&req).unwrap().header.unwrap().revision
+}
+
+#[test]
+fn a_leader_s_writes_reach_every_member_in_order() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != l).collect();
+    let mut last = 0;
+    for i in 0..300 {
+        last = put(g.store(l), &format!("/registry/pods/ns/p{}", i % 50), &format!("v{i}"));
+        if i % 7 == 0 {
+            put(g.store(l), &format!("/registry/leases/n{}", i % 11), "renew");
+        }
+    }
+    let del = PbDeleteRequest { key: b"/registry/pods/ns/p1".to_vec(), ..Default::default() };
+    last = last.max(g.store(l).delete_range(&del).unwrap().header.unwrap().revision);
+    let last = last.max(g.store(l).committed_rev());
+    g.wait_published(&[1, 2, 3], last);
+    g.assert_same_state(&[1, 2, 3]);
+    for id in 1..=3 {
+        assert_eq!(g.store(id).current_rev(), last, "member {id}");
+    }
+    // The log every watch stream reads from holds every revision once, in order, on
+    // each follower, with the leader's events (prev included: watchers asking prevKV).
+    let batches = |id: u64| match g.store(id).hub.read_from(2, usize::MAX) {
+        crate::mvcc::watch_hub::LogRead::Batches(b) => b,
+        crate::mvcc::watch_hub::LogRead::Gap => panic!("member {id}: the watch log lost its start"),
+    };
+    let on_leader = batches(l);
+    assert_eq!(on_leader.iter().map(|b| b.rev).collect::<Vec<_>>(), (2..=last).collect::<Vec<_>>());
+    for f in &followers {
+        let got = batches(*f);
+        assert_eq!(got.len(), on_leader.len(), "member {f}");
+        for (a, b) in on_leader.iter().zip(&got) {
+            assert_eq!(a.rev, b.rev);
+            let view = |b: &crate::mvcc::watch_hub::RevBatch| b.events.iter().map(|e| (e.key.clone(), e.kv.clone(), e.prev.clone())).collect::<Vec<_>>();
+            assert!(view(a) == view(b), "member {f}: revision {} differs", a.rev);
+        }
+    }
+}
+
+#[test]
+fn a_revision_is_published_only_once_a_quorum_holds_it() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    let before = put(g.store(l), "/registry/pods/ns/a", "1");
+    g.wait_published(&[1, 2, 3], before);
+    let followers: Vec<u64> = (1..=3).filter(|id| *id != l).collect();
+    for f in &followers {
+        g.net.cut(*f);
+    }
+    let rev = put(g.store(l), "/registry/pods/ns/a", "2");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(g.store(l).committed_rev(), rev, "applied on the leader");
+    assert_eq!(g.store(l).current_rev(), before, "not published without a quorum");
+    g.net.heal(followers[0]);
+    g.wait_published(&[l, followers[0]], rev);
+    g.net.heal(followers[1]);
+    g.wait_published(&[1, 2, 3], rev);
+    g.assert_same_state(&[1, 2, 3]);
+}
+
+#[test]
+fn writes_go_on_after_the_leader_is_lost_and_a_cut_member_catches_up() {
+    let mut g = Group::start();
+    let l = g.leader(&[]);
+    let mut rev = 0;
+    for i in 0..50 {
+        rev = put(g.store(l), &format!("/registry/nodes/n{i}"), "ready");
+    }
+    g.wait_published(&[1, 2, 3], rev);
+    // The leader dies.
+    g.net.cut(l);
+    g.members[l as usize - 1].take().unwrap().stop();
+    let l2 = g.leader(&[l]);
+    assert_ne!(l2, l);
+    let other = (1..=3).find(|id| *id != l && *id != l2).unwrap();
+    for i in 0..50 {
+        rev = put(g.store(l2), &format!("/registry/nodes/n{i}"), "renewed");
+    }
+    g.wait_published(&[l2, other], rev);
+    g.assert_same_state(&[l2, other]);
+    // A member cut off while the writes go on catches up when it returns.
+    g.net.cut(other);
+    let mut cut_rev = rev;
+    let t0 = Instant::now();
+    // Two members of three: l2 alone is no quorum, so nothing is published until `other` returns.
+    for i in 0..20 {
+        cut_rev = put(g.store(l2), &format!("/registry/pods/ns/q{i}"), "x");
+    }
+    assert_eq!(g.store(l2).current_rev(), rev, "no quorum, nothing published");
+    g.net.heal(other);
+    g.wait_published(&[l2, other], cut_rev);
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    g.assert_same_state(&[l2, other]);
+}
+
+/// A leader cut off applies writes no quorum will hold; the others elect a new
+/// leader that hands the same revisions to other writes. When the old leader
+/// returns, its driver sees a committed revision it holds differently and stops
+/// applying with the reason (rolling back is planned, docs/design.md §10).
+#[test]
+fn a_deposed_leader_s_speculative_writes_are_detected() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    let base = put(g.store(l), "/registry/pods/ns/a", "1");
+    g.wait_published(&[1, 2, 3], base);
+    g.net.cut(l);
+    let lost = put(g.store(l), "/registry/pods/ns/a", "lost");
+    assert_eq!(g.store(l).current_rev(), base, "never published");
+    let l2 = g.leader(&[l]);
+    let other = (1..=3).find(|id| *id != l && *id != l2).unwrap();
+    let won = put(g.store(l2), "/registry/pods/ns/a", "won");
+    assert_eq!(won, lost, "the new leader hands out the same revision");
+    g.wait_published(&[l2, other], won);
+    g.net.heal(l);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let why = loop {
+        if let Some(e) = g.member(l).status().error {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "the old leader's divergence went unnoticed");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(why.contains(&format!("revision {won}")), "{why}");
+    assert_eq!(g.store(l).current_rev(), base, "its lost write was never published");
+}
