@@ -2,10 +2,13 @@
 //! raft-rs's (`raft`, TiKV's port of etcd's raft), kept apart from the store
 //! and the wire: `node` drives a `RawNode` on a thread of its own, `entry` is
 //! the log entry format (the store's WAL records of one revision), `transport`
-//! the trait messages leave through. The store side (applying a committed
+//! the trait messages leave through (`peer` over TCP between processes),
+//! `identity` etcd's member and cluster IDs. The store side (applying a committed
 //! revision, the publication watermark) is `mvcc::kvstore_replica`.
 pub mod entry;
+pub mod identity;
 pub mod node;
+pub mod peer;
 pub mod transport;
 
 #[cfg(test)]

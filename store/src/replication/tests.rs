@@ -215,3 +215,84 @@ fn a_deposed_leader_s_speculative_writes_are_detected() {
     assert!(why.contains(&format!("revision {won}")), "{why}");
     assert_eq!(g.store(l).current_rev(), base, "its lost write was never published");
 }
+
+/// Three members over real TCP connections on loopback (`peer`), with etcd's
+/// IDs: writes reach every member; a peer of another cluster and a garbled
+/// frame are refused and the group goes on.
+#[test]
+fn members_replicate_over_tcp_and_refuse_strangers() {
+    use super::identity;
+    use super::peer::{self, PeerErrors, PeerTransport};
+    use std::io::{Read, Write};
+
+    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let listeners: Vec<std::net::TcpListener> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+    let addrs: Vec<std::net::SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+    let ids: Vec<u64> = addrs.iter().map(|a| identity::member_id(&[format!("http://{a}")], "t")).collect();
+    let cluster = identity::cluster_id(&ids);
+    let errors: Vec<Arc<PeerErrors>> = (0..3).map(|_| Arc::default()).collect();
+    let mut stores = Vec::new();
+    let mut members = Vec::new();
+    for (i, l) in listeners.into_iter().enumerate() {
+        let peers: Vec<(u64, std::net::SocketAddr)> = (0..3).filter(|j| *j != i).map(|j| (ids[j], addrs[j])).collect();
+        let transport = PeerTransport::start(rt.handle(), cluster, ids[i], &peers);
+        let store = Arc::new(Store::new());
+        let cfg = ReplicaConfig { tick: Duration::from_millis(10), ..ReplicaConfig::new(ids[i], ids.clone()) };
+        let m = Replica::start(cfg, store.clone(), transport).unwrap();
+        l.set_nonblocking(true).unwrap();
+        let l = { let _g = rt.enter(); tokio::net::TcpListener::from_std(l).unwrap() };
+        rt.spawn(peer::serve(l, cluster, ids[i], m.inbox(), errors[i].clone()));
+        stores.push(store);
+        members.push(m);
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let leader = loop {
+        let seen: Vec<u64> = members.iter().map(|m| m.status().leader).collect();
+        if seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) {
+            break ids.iter().position(|id| *id == seen[0]).unwrap();
+        }
+        assert!(Instant::now() < deadline, "no leader over TCP: {seen:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // A stranger: the right magic, another cluster's ID.
+    let mut s = std::net::TcpStream::connect(addrs[leader]).unwrap();
+    let mut hs = Vec::from(*b"MGNPEER1");
+    hs.extend_from_slice(&(cluster ^ 1).to_be_bytes());
+    hs.extend_from_slice(&42u64.to_be_bytes());
+    hs.extend_from_slice(&ids[leader].to_be_bytes());
+    s.write_all(&hs).unwrap();
+    let mut status = [9u8; 1];
+    s.read_exact(&mut status).unwrap();
+    assert_eq!(status[0], 1, "cluster ID mismatch");
+    assert_eq!(s.read(&mut status).unwrap(), 0, "and the connection is closed");
+    // A member of this cluster whose frame is garbled (its CRC does not match).
+    let mut s = std::net::TcpStream::connect(addrs[leader]).unwrap();
+    let follower = (leader + 1) % 3;
+    let mut hs = Vec::from(*b"MGNPEER1");
+    hs.extend_from_slice(&cluster.to_be_bytes());
+    hs.extend_from_slice(&ids[follower].to_be_bytes());
+    hs.extend_from_slice(&ids[leader].to_be_bytes());
+    s.write_all(&hs).unwrap();
+    s.read_exact(&mut status).unwrap();
+    assert_eq!(status[0], 0);
+    s.write_all(&[5, 0, 0, 0, 1, 2, 3, 4, 9, 9, 9, 9, 9]).unwrap();
+    assert_eq!(s.read(&mut status).unwrap(), 0, "a garbled frame ends the connection");
+    let mut rev = 0;
+    for i in 0..200 {
+        let req = PbPutRequest { key: format!("/registry/pods/ns/p{i}").into_bytes(), value: b"v".to_vec(), ..Default::default() };
+        rev = stores[leader].put(&req).unwrap().header.unwrap().revision;
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stores.iter().any(|s| s.current_rev() < rev) {
+        assert!(Instant::now() < deadline, "not replicated over TCP: {:?}", stores.iter().map(|s| s.current_rev()).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let first = stores[0].dump();
+    assert!(stores.iter().all(|s| s.dump() == first));
+    assert_eq!(errors[leader].cluster_mismatch.load(std::sync::atomic::Ordering::Relaxed), 1);
+    assert_eq!(errors[leader].bad_frames.load(std::sync::atomic::Ordering::Relaxed), 1);
+    for m in &members {
+        assert_eq!(m.status().error, None);
+    }
+    drop(members);
+}

@@ -1,0 +1,244 @@
+//! Raft messages between members over TCP (--listen-peer-urls): one connection
+//! per ordered pair of members, opened by the sender, each starting with a
+//! handshake that names the cluster, so a peer of another cluster is refused
+//! before any message is read.
+//!
+//! ```text
+//! handshake (sender → receiver): "MGNPEER1" | cluster_id:u64 | from:u64 | to:u64   (big-endian)
+//! answer    (receiver → sender): status:u8  0 accepted, 1 cluster ID mismatch, 2 not this member
+//! then frames (sender → receiver): len:u32 | crc32c(payload):u32 | payload   (little-endian;
+//!                                  payload = one raft Message in raft-proto's protobuf)
+//! ```
+//! A frame that fails its CRC, is longer than `MAX_FRAME` or does not decode
+//! ends the connection (the sender reconnects; raft resends what matters); the
+//! member goes on. Messages queued for a peer that cannot be reached are dropped
+//! past `MAX_QUEUE`: raft retries heartbeats, votes and appends by itself.
+//! Peer TLS (etcd's --peer-* flags) is planned (docs/design.md §10).
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::Sender;
+use std::sync::Arc;
+use std::time::Duration;
+
+use protobuf::Message as _;
+use raft::prelude::Message;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::mpsc;
+
+use super::node::Input;
+use super::transport::Transport;
+
+const MAGIC: &[u8; 8] = b"MGNPEER1";
+const ACCEPTED: u8 = 0;
+const CLUSTER_MISMATCH: u8 = 1;
+const NOT_THIS_MEMBER: u8 = 2;
+/// An append carries at most 1 MiB of entries (`max_size_per_msg`) plus one entry
+/// that may be larger on its own (a request of up to --max-request-bytes).
+pub const MAX_FRAME: usize = 64 << 20;
+const MAX_QUEUE: usize = 4096;
+
+/// What the peer listener refused, for metrics and tests.
+#[derive(Default)]
+pub struct PeerErrors {
+    pub cluster_mismatch: AtomicU64,
+    pub bad_frames: AtomicU64,
+}
+
+/// The sending side: a task per peer that owns its connection.
+pub struct PeerTransport {
+    queues: HashMap<u64, mpsc::Sender<Message>>,
+    pub dropped: Arc<AtomicU64>,
+}
+
+impl PeerTransport {
+    /// Starts a sender task per peer on `rt`; `peers` excludes this member.
+    pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, SocketAddr)]) -> Arc<PeerTransport> {
+        let mut queues = HashMap::new();
+        for &(id, addr) in peers {
+            let (tx, rx) = mpsc::channel(MAX_QUEUE);
+            rt.spawn(send_loop(Handshake { cluster_id, from: me, to: id }, addr, rx));
+            queues.insert(id, tx);
+        }
+        Arc::new(PeerTransport { queues, dropped: Arc::default() })
+    }
+}
+
+impl Transport for PeerTransport {
+    fn send(&self, msgs: Vec<Message>) {
+        for m in msgs {
+            if let Some(q) = self.queues.get(&m.to) {
+                if q.try_send(m).is_err() {
+                    self.dropped.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+struct Handshake {
+    cluster_id: u64,
+    from: u64,
+    to: u64,
+}
+
+impl Handshake {
+    fn encode(&self) -> [u8; 32] {
+        let mut b = [0u8; 32];
+        b[..8].copy_from_slice(MAGIC);
+        b[8..16].copy_from_slice(&self.cluster_id.to_be_bytes());
+        b[16..24].copy_from_slice(&self.from.to_be_bytes());
+        b[24..32].copy_from_slice(&self.to.to_be_bytes());
+        b
+    }
+
+    fn decode(b: &[u8; 32]) -> Option<Handshake> {
+        if &b[..8] != MAGIC {
+            return None;
+        }
+        let n = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
+        Some(Handshake { cluster_id: n(8..16), from: n(16..24), to: n(24..32) })
+    }
+}
+
+async fn send_loop(hs: Handshake, addr: SocketAddr, mut rx: mpsc::Receiver<Message>) {
+    let mut backoff = Duration::from_millis(20);
+    let mut refused = false;
+    loop {
+        match connect(hs, addr).await {
+            Ok(stream) => {
+                backoff = Duration::from_millis(20);
+                refused = false;
+                match write_messages(stream, &mut rx).await {
+                    Ok(()) => return, // the transport was dropped
+                    Err(_) => continue,
+                }
+            }
+            Err(e) => {
+                if e.kind() == std::io::ErrorKind::PermissionDenied && !std::mem::replace(&mut refused, true) {
+                    eprintln!("meganode-store: peer {:x} at {addr}: {e}", hs.to);
+                }
+                // What queued while the peer was away is stale: raft resends.
+                while rx.try_recv().is_ok() {}
+                if rx.is_closed() {
+                    return;
+                }
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(Duration::from_millis(500));
+            }
+        }
+    }
+}
+
+async fn connect(hs: Handshake, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut s = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+    s.set_nodelay(true)?;
+    s.write_all(&hs.encode()).await?;
+    let mut status = [0u8; 1];
+    tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut status))
+        .await
+        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timed out"))??;
+    match status[0] {
+        ACCEPTED => Ok(s),
+        CLUSTER_MISMATCH => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "cluster ID mismatch")),
+        _ => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the member at this address is not the one named")),
+    }
+}
+
+/// Writes every queued message, flushing when the queue is empty.
+async fn write_messages(stream: TcpStream, rx: &mut mpsc::Receiver<Message>) -> std::io::Result<()> {
+    let mut w = BufWriter::with_capacity(256 << 10, stream);
+    let mut frame = Vec::new();
+    while let Some(m) = rx.recv().await {
+        let mut next = Some(m);
+        while let Some(m) = next {
+            frame.clear();
+            encode_frame(&m, &mut frame)?;
+            w.write_all(&frame).await?;
+            next = rx.try_recv().ok();
+        }
+        w.flush().await?;
+    }
+    Ok(())
+}
+
+fn encode_frame(m: &Message, out: &mut Vec<u8>) -> std::io::Result<()> {
+    let payload = m.write_to_bytes().map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidData, e.to_string()))?;
+    out.extend_from_slice(&(payload.len() as u32).to_le_bytes());
+    out.extend_from_slice(&crc32c::crc32c(&payload).to_le_bytes());
+    out.extend_from_slice(&payload);
+    Ok(())
+}
+
+/// Accepts peer connections for member `me` of `cluster_id`, handing each
+/// message to the member's driver.
+pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>) {
+    loop {
+        let Ok((stream, from)) = listener.accept().await else { continue };
+        let _ = stream.set_nodelay(true);
+        tokio::spawn(serve_conn(stream, from, cluster_id, me, inbox.clone(), errors.clone()));
+    }
+}
+
+async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>) {
+    let mut hs = [0u8; 32];
+    let read = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut hs)).await;
+    let Some(hs) = read.ok().and_then(|r| r.ok()).and_then(|_| Handshake::decode(&hs)) else {
+        errors.bad_frames.fetch_add(1, Ordering::Relaxed);
+        return;
+    };
+    let status = if hs.cluster_id != cluster_id {
+        errors.cluster_mismatch.fetch_add(1, Ordering::Relaxed);
+        eprintln!(
+            "meganode-store: rejected peer {:x} at {from}: request cluster ID mismatch (local {cluster_id:x}, remote {:x})",
+            hs.from, hs.cluster_id
+        );
+        CLUSTER_MISMATCH
+    } else if hs.to != me {
+        NOT_THIS_MEMBER
+    } else {
+        ACCEPTED
+    };
+    if s.write_all(&[status]).await.is_err() || status != ACCEPTED {
+        return;
+    }
+    let mut r = tokio::io::BufReader::with_capacity(256 << 10, s);
+    let mut payload = Vec::new();
+    loop {
+        let mut head = [0u8; 8];
+        if r.read_exact(&mut head).await.is_err() {
+            return;
+        }
+        let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
+        let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        if len > MAX_FRAME {
+            return garbled(&errors, from, "frame longer than the limit");
+        }
+        payload.resize(len, 0);
+        if r.read_exact(&mut payload).await.is_err() {
+            return;
+        }
+        if crc32c::crc32c(&payload) != crc {
+            return garbled(&errors, from, "checksum mismatch");
+        }
+        let Ok(m) = Message::parse_from_bytes(&payload) else {
+            return garbled(&errors, from, "not a raft message");
+        };
+        // A message must come from the member that opened the connection, for this one.
+        if m.from != hs.from || m.to != me {
+            return garbled(&errors, from, "message for or from another member");
+        }
+        if inbox.send(Input::Raft(m)).is_err() {
+            return;
+        }
+    }
+}
+
+fn garbled(errors: &PeerErrors, from: SocketAddr, why: &str) {
+    errors.bad_frames.fetch_add(1, Ordering::Relaxed);
+    eprintln!("meganode-store: dropped the peer connection from {from}: {why}");
+}
