@@ -4,7 +4,7 @@ use bytes::Bytes;
 use etcd_client::proto::{PbRangeRequest, PbRangeResponse};
 
 use super::key_history::Version;
-use super::kvstore::{header, to_kv, Locked};
+use super::locked::{header, to_kv, Locked};
 use super::page_counts::PageCounts;
 use super::shard::{KeyRange, ShardData};
 

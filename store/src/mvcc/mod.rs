@@ -7,6 +7,8 @@ pub mod kvstore_range;
 pub mod kvstore_replica;
 pub mod kvstore_stream;
 pub mod kvstore_txn;
+pub mod locked;
+pub mod pack_stats;
 pub mod packer;
 pub mod page_counts;
 pub mod shard;

@@ -6,7 +6,7 @@
 //! with no lock held, and swaps the results in under a write lock held for the swaps alone.
 use std::collections::HashMap;
 use std::convert::Infallible;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -30,21 +30,7 @@ const SAMPLES: usize = 2000;
 const SAMPLE_BYTES: usize = 4 << 20;
 const DICT_BYTES: usize = 64 << 10;
 
-/// Progress, for the metrics (`server/metrics.rs`).
-#[derive(Default)]
-pub struct PackStats {
-    /// Values replaced by their packed form.
-    pub packed: AtomicU64,
-    /// Their bytes as written and as now stored.
-    pub raw_bytes: AtomicU64,
-    pub stored_bytes: AtomicU64,
-    pub dicts: AtomicU64,
-    pub passes: AtomicU64,
-    /// Time the packer spent training and compressing (not sleeping), in microseconds.
-    pub busy_us: AtomicU64,
-    /// The last pass found no prefix written since the one before it.
-    pub idle: AtomicBool,
-}
+pub use super::pack_stats::PackStats;
 
 /// Per shard: the writes seen by the last pass, the revision up to which every version
 /// was tried with the current dictionary, and (for a prefix whose values did not shrink)
@@ -280,6 +266,7 @@ impl Packer {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use std::sync::atomic::AtomicBool;
     use etcd_client::proto::PbPutRequest;
 
     /// A Kubernetes-like object: most bytes shared with the others of its kind.

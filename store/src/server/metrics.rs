@@ -147,7 +147,7 @@ pub fn render(ctx: &Ctx) -> String {
         h.render("meganode_request_duration_seconds", &format!("method=\"{name}\""), &mut o);
     }
     o.push_str("# HELP meganode_client_connections_total Client connections taken, by the server that serves them (lean: the store's own HTTP/2 transport; tonic: HTTP/1.1, and everything with --grpc-transport=tonic) and whether the listener is TLS.\n# TYPE meganode_client_connections_total counter\n");
-    for (transport, counts) in ["lean", "tonic"].iter().zip(crate::transport::connections()) {
+    for (transport, counts) in ["lean", "tonic"].iter().zip(connections()) {
         for (tls, n) in ["false", "true"].iter().zip(counts) {
             o.push_str(&format!("meganode_client_connections_total{{transport=\"{transport}\",tls=\"{tls}\"}} {n}\n"));
         }
@@ -181,6 +181,22 @@ pub async fn serve(ctx: Arc<Ctx>, listener: TcpListener) {
             let _ = sock.write_all(resp.as_bytes()).await;
         });
     }
+}
+
+/// Client connections taken, by the server that serves them ([lean, tonic]) and
+/// the listener ([plaintext, TLS]): `meganode_client_connections_total`, so an
+/// operator can see whether the clients' calls take the lean path. Kept here and
+/// counted by the transports (crate::transport), which sit above the server.
+static CONNECTIONS: [[AtomicU64; 2]; 2] = [[AtomicU64::new(0), AtomicU64::new(0)], [AtomicU64::new(0), AtomicU64::new(0)]];
+
+/// Counts a connection handed to the lean transport (`lean`) or to tonic's server.
+pub fn count_connection(lean: bool, tls: bool) {
+    CONNECTIONS[usize::from(!lean)][usize::from(tls)].fetch_add(1, Ordering::Relaxed);
+}
+
+/// The counts, as `count_connection` keeps them: [transport][tls].
+pub fn connections() -> [[u64; 2]; 2] {
+    CONNECTIONS.each_ref().map(|r| r.each_ref().map(|c| c.load(Ordering::Relaxed)))
 }
 
 #[cfg(test)]

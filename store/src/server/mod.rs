@@ -75,6 +75,15 @@ pub fn routes(ctx: &Arc<Ctx>, limit: usize) -> tonic::service::Routes {
     routes
 }
 
+/// What a TLS connection's client proved: the common name of its verified
+/// certificate (etcd's user under --client-cert-auth). In the extensions of
+/// every request the connection carries, whichever path serves it.
+#[derive(Clone, Debug, Default)]
+pub struct ClientCert {
+    pub common_name: Option<std::sync::Arc<str>>,
+}
+
+
 pub struct Ctx {
     pub store: Arc<Store>,
     pub cfg: Config,
@@ -130,7 +139,7 @@ impl Ctx {
             .and_then(|v| v.to_str().ok())
             .map(|t| t.strip_prefix("Bearer ").unwrap_or(t).to_string());
         let cn = if self.cfg.client_cert_auth {
-            r.extensions().get::<crate::transport::tls::ClientCert>().and_then(|c| c.common_name.as_deref().map(str::to_string))
+            r.extensions().get::<ClientCert>().and_then(|c| c.common_name.as_deref().map(str::to_string))
         } else {
             None
         };

@@ -31,7 +31,6 @@ mod tests;
 pub mod tls;
 pub mod unary;
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -40,20 +39,7 @@ use tokio::sync::mpsc;
 
 use crate::server::Ctx;
 
-/// Client connections taken, by the server that serves them ([lean, tonic]) and
-/// the listener ([plaintext, TLS]): `meganode_client_connections_total`, so an
-/// operator can see whether the clients' calls take the lean path.
-static CONNECTIONS: [[AtomicU64; 2]; 2] = [[AtomicU64::new(0), AtomicU64::new(0)], [AtomicU64::new(0), AtomicU64::new(0)]];
-
-/// Counts a connection handed to the lean transport (`lean`) or to tonic's server.
-pub fn count_connection(lean: bool, tls: bool) {
-    CONNECTIONS[usize::from(!lean)][usize::from(tls)].fetch_add(1, Ordering::Relaxed);
-}
-
-/// The counts, as `count_connection` keeps them: [transport][tls].
-pub fn connections() -> [[u64; 2]; 2] {
-    CONNECTIONS.each_ref().map(|r| r.each_ref().map(|c| c.load(Ordering::Relaxed)))
-}
+pub use crate::server::metrics::count_connection;
 
 /// How long a connection may take to send the 24 bytes of the HTTP/2 preface
 /// once it has sent the first of them.

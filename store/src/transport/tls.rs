@@ -33,13 +33,7 @@ use crate::server::Ctx;
 /// says nothing holds a task and a descriptor until then).
 const HANDSHAKE_WAIT: Duration = Duration::from_secs(10);
 
-/// What a TLS connection's client proved: the common name of its verified
-/// certificate (etcd's user under --client-cert-auth). In the extensions of
-/// every request the connection carries, whichever path serves it.
-#[derive(Clone, Debug, Default)]
-pub struct ClientCert {
-    pub common_name: Option<Arc<str>>,
-}
+pub use crate::server::ClientCert;
 
 /// The listener's TLS: our certificate, and with a client CA every client must
 /// present a certificate it signed (etcd: --trusted-ca-file makes client

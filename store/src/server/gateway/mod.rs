@@ -63,7 +63,7 @@ fn named_client(ctx: &Ctx, req: &http::Request<Body>) -> bool {
     if !ctx.cfg.client_cert_auth || !ctx.auth.enabled() {
         return false;
     }
-    let cert = req.extensions().get::<crate::transport::tls::ClientCert>();
+    let cert = req.extensions().get::<crate::server::ClientCert>();
     cert.and_then(|c| c.common_name.as_deref()).is_some_and(|cn| !cn.is_empty())
 }
 
