@@ -20,7 +20,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use raft::prelude::{ConfState, Entry, EntryType, Message};
+use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType};
+use tokio::sync::oneshot;
 use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
 
@@ -36,6 +37,9 @@ pub enum Input {
     Propose { rev: i64, data: Vec<u8> },
     /// A message from a peer.
     Raft(Message),
+    /// A linearizable read: answered with the revision a read must wait for
+    /// (raft's ReadIndex, `Replica::read_index`).
+    ReadIndex(oneshot::Sender<i64>),
     Stop,
 }
 
@@ -49,11 +53,16 @@ pub struct ReplicaConfig {
     /// --election-timeout `election_ticks` of them (defaults 100 ms and 10).
     pub tick: Duration,
     pub election_ticks: usize,
+    /// A member that comes back without the entries it acknowledged (no disk,
+    /// or a lost data dir): it neither votes nor campaigns until it has heard
+    /// from a leader and applied up to the commit index it learned then — with
+    /// its vote it could elect a leader missing committed entries (§10).
+    pub rejoining: bool,
 }
 
 impl ReplicaConfig {
     pub fn new(id: u64, voters: Vec<u64>) -> Self {
-        ReplicaConfig { id, voters, tick: Duration::from_millis(100), election_ticks: 10 }
+        ReplicaConfig { id, voters, tick: Duration::from_millis(100), election_ticks: 10, rejoining: false }
     }
 }
 
@@ -67,6 +76,8 @@ pub struct Status {
     pub term: u64,
     pub commit_index: u64,
     pub applied_index: u64,
+    /// Still catching up after rejoining (`ReplicaConfig::rejoining`): it does not vote.
+    pub catching_up: bool,
     /// Why it stopped applying, if it did.
     pub error: Option<String>,
 }
@@ -77,6 +88,7 @@ struct Shared {
     term: AtomicU64,
     commit: AtomicU64,
     applied: AtomicU64,
+    catching_up: AtomicBool,
     error: Mutex<Option<String>>,
     stopped: AtomicBool,
 }
@@ -115,7 +127,21 @@ impl Replica {
         let shared = Arc::new(Shared::default());
         store.hold_for_replication();
         store.set_sink(Arc::new(ReplicationSink { inbox: inbox.clone() }));
-        let mut driver = Driver { node, store, transport, shared: shared.clone(), proposed: HashMap::new(), tick: cfg.tick };
+        shared.catching_up.store(cfg.rejoining, Ordering::Release);
+        let mut driver = Driver {
+            node,
+            store,
+            transport,
+            shared: shared.clone(),
+            proposed: HashMap::new(),
+            tick: cfg.tick,
+            applied_rev: 0,
+            reads: HashMap::new(),
+            next_read: 0,
+            read_leader: 0,
+            confirmed: Vec::new(),
+            catching_up: cfg.rejoining.then_some(0),
+        };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
             .spawn(move || driver.run(rx))
@@ -136,8 +162,21 @@ impl Replica {
             term: s.term.load(Ordering::Acquire),
             commit_index: s.commit.load(Ordering::Acquire),
             applied_index: s.applied.load(Ordering::Acquire),
+            catching_up: s.catching_up.load(Ordering::Acquire),
             error: s.error.lock().clone(),
         }
+    }
+
+    /// A linearizable read's revision: once this member's store has published
+    /// it, a read there sees every write acknowledged before the call. Raft's
+    /// ReadIndex (`ReadOnlyOption::Safe`: the leader confirms with a quorum's
+    /// heartbeats that it still leads; no clock is trusted), forwarded by raft
+    /// from a follower. No answer (the sender dropped) when leadership changes
+    /// meanwhile; without a leader, none at all: the caller bounds its wait.
+    pub fn read_index(&self) -> oneshot::Receiver<i64> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.inbox.send(Input::ReadIndex(tx));
+        rx
     }
 
     pub fn is_leader(&self) -> bool {
@@ -203,6 +242,18 @@ struct Driver {
     /// This member's proposals not yet applied: revision → the term it was proposed in.
     proposed: HashMap<i64, u64>,
     tick: Duration,
+    /// The newest revision an applied entry carried.
+    applied_rev: i64,
+    /// ReadIndex requests raft has not answered, by the context sent with them,
+    /// and the leader they were asked under (a new leader drops them).
+    reads: HashMap<u64, oneshot::Sender<i64>>,
+    next_read: u64,
+    read_leader: u64,
+    /// Reads raft answered, waiting for the applied index to reach theirs.
+    confirmed: Vec<(u64, oneshot::Sender<i64>)>,
+    /// Rejoining: None once caught up; Some(0) until a leader is heard; then
+    /// Some(the commit index to apply up to).
+    catching_up: Option<u64>,
 }
 
 impl Driver {
@@ -227,12 +278,17 @@ impl Driver {
                 Err(RecvTimeoutError::Disconnected) => break,
             }
             if Instant::now() >= next_tick {
-                self.node.tick();
+                // A rejoining member does not tick: it never campaigns.
+                if self.catching_up.is_none() {
+                    self.node.tick();
+                }
                 next_tick += self.tick;
             }
             if let Err(e) = self.on_ready() {
                 self.fail(e);
             }
+            self.answer_reads();
+            self.track_catch_up();
             self.report();
         }
         self.shared.stopped.store(true, Ordering::Release);
@@ -243,8 +299,23 @@ impl Driver {
         match input {
             Input::Stop => return false,
             Input::Raft(m) => {
+                let vote = matches!(m.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote);
+                if vote && self.catching_up.is_some() {
+                    return true;
+                }
+                // The leader's commit index, as its appends and heartbeats carry it:
+                // what a rejoining member must apply before it may vote again.
+                let from_leader = matches!(m.get_msg_type(), MessageType::MsgAppend | MessageType::MsgHeartbeat);
+                if self.catching_up == Some(0) && from_leader && m.commit > 0 {
+                    self.catching_up = Some(m.commit);
+                }
                 // A message from a stale or unknown peer is raft's to ignore.
                 let _ = self.node.step(m);
+            }
+            Input::ReadIndex(tx) => {
+                self.next_read += 1;
+                self.reads.insert(self.next_read, tx);
+                self.node.read_index(self.next_read.to_le_bytes().to_vec());
             }
             Input::Propose { rev, data } => {
                 // The store applied this revision already: if it cannot be proposed,
@@ -283,6 +354,12 @@ impl Driver {
         let mut rd = self.node.ready();
         if !rd.messages().is_empty() {
             self.transport.send(rd.take_messages());
+        }
+        for rs in rd.take_read_states() {
+            let id = rs.request_ctx.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(0);
+            if let Some(tx) = self.reads.remove(&id) {
+                self.confirmed.push((rs.index, tx));
+            }
         }
         if !rd.snapshot().is_empty() {
             // Nothing sends one yet (the log is never compacted); a state transfer
@@ -344,7 +421,39 @@ impl Driver {
             }
         }
         self.store.replicated_to(rev);
+        self.applied_rev = rev;
         Ok(())
+    }
+
+    /// Answers the reads whose index is applied, with the revision applied so far.
+    fn answer_reads(&mut self) {
+        let leader = self.node.raft.leader_id;
+        if leader != self.read_leader {
+            // Raft drops a ReadIndex in flight when leadership moves: so do we.
+            self.reads.clear();
+            self.read_leader = leader;
+        }
+        if self.confirmed.is_empty() || self.failed() {
+            return;
+        }
+        let applied = self.node.raft.raft_log.applied;
+        // Before any revision came through the log, the store's first (1).
+        let rev = self.applied_rev.max(1);
+        for (index, tx) in std::mem::take(&mut self.confirmed) {
+            if index <= applied {
+                let _ = tx.send(rev);
+            } else {
+                self.confirmed.push((index, tx));
+            }
+        }
+    }
+
+    fn track_catch_up(&mut self) {
+        let Some(target) = self.catching_up else { return };
+        if target > 0 && self.node.raft.raft_log.applied >= target {
+            self.catching_up = None;
+            self.shared.catching_up.store(false, Ordering::Release);
+        }
     }
 
     fn report(&self) {

@@ -296,3 +296,63 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
     }
     drop(members);
 }
+
+/// ReadIndex: a read on any member waits for a revision that covers every write
+/// acknowledged before it; a member cut off from the quorum gets no answer.
+#[test]
+fn a_linearizable_read_on_a_follower_sees_the_leader_s_acknowledged_writes() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    let f = (1..=3).find(|id| *id != l).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    for i in 0..20 {
+        let rev = put(g.store(l), "/registry/pods/ns/r", &format!("{i}"));
+        // Acknowledged: published on the leader (its answer waits for this).
+        g.wait_published(&[l], rev);
+        let read = rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), g.member(f).read_index()).await }).unwrap().unwrap();
+        assert!(read >= rev, "read index revision {read} before the acknowledged {rev}");
+        rt.block_on(g.store(f).wait_visible(read));
+        let got = g.store(f).range(&etcd_client::proto::PbRangeRequest { key: b"/registry/pods/ns/r".to_vec(), ..Default::default() }).unwrap();
+        assert_eq!(got.kvs[0].value, format!("{i}").into_bytes(), "the follower's read after its ReadIndex");
+    }
+    // The leader cut off: its ReadIndex needs a quorum's heartbeats, which never come.
+    g.net.cut(l);
+    let r = rt.block_on(async { tokio::time::timeout(Duration::from_millis(300), g.member(l).read_index()).await });
+    assert!(!matches!(r, Ok(Ok(_))), "a leader without its quorum answered a linearizable read");
+}
+
+/// A member that comes back without its log (a memory-only member restarted)
+/// does not campaign or vote while it has heard from no leader, then catches up.
+#[test]
+fn a_rejoining_member_catches_up_before_it_votes() {
+    let mut g = Group::start();
+    let l = g.leader(&[]);
+    let mut rev = 0;
+    for i in 0..100 {
+        rev = put(g.store(l), &format!("/registry/nodes/n{i}"), "ready");
+    }
+    g.wait_published(&[1, 2, 3], rev);
+    let x = (1..=3).find(|id| *id != l).unwrap();
+    g.members[x as usize - 1].take().unwrap().stop();
+    // It returns empty, and nobody reaches it at first.
+    g.net.cut(x);
+    let store = Arc::new(Store::new());
+    let m = Replica::start(ReplicaConfig { rejoining: true, ..config(x) }, store.clone(), g.net.clone()).unwrap();
+    g.net.join(x, m.inbox());
+    g.stores[x as usize - 1] = store;
+    g.members[x as usize - 1] = Some(m);
+    std::thread::sleep(Duration::from_millis(400)); // 4 election timeouts of these tests
+    let st = g.member(x).status();
+    assert!(st.catching_up && st.term == 0 && st.leader == 0, "a rejoining member campaigned: {st:?}");
+    g.net.heal(x);
+    for i in 0..10 {
+        rev = put(g.store(l), &format!("/registry/pods/ns/p{i}"), "x");
+    }
+    g.wait_published(&[1, 2, 3], rev);
+    g.assert_same_state(&[1, 2, 3]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while g.member(x).status().catching_up {
+        assert!(Instant::now() < deadline, "still catching up: {:?}", g.member(x).status());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
