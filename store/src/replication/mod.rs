@@ -14,5 +14,5 @@ pub mod transport;
 #[cfg(test)]
 mod tests;
 
-pub use node::{Input, Replica, ReplicaConfig, Status};
+pub use node::{Input, Membership, Replica, ReplicaConfig, Status};
 pub use transport::{MemNetwork, Transport};

@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use raft::prelude::{ConfState, Entry, EntryType, Message, MessageType};
+use raft::prelude::{ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType};
 use tokio::sync::oneshot;
 use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
@@ -40,6 +40,10 @@ pub enum Input {
     /// A linearizable read: answered with the revision a read must wait for
     /// (raft's ReadIndex, `Replica::read_index`).
     ReadIndex(oneshot::Sender<i64>),
+    /// A membership change, answered with the membership once it is applied here.
+    ChangeMembers(ConfChange, oneshot::Sender<Result<Membership, String>>),
+    /// etcd's MoveLeader: hand leadership to this voter.
+    TransferLeader(u64),
     Stop,
 }
 
@@ -47,7 +51,11 @@ pub enum Input {
 pub struct ReplicaConfig {
     /// This member's raft ID (non-zero).
     pub id: u64,
-    /// The voting members of a new group, this one included.
+    /// The voting members of a new group, this one included: each founding
+    /// member starts with the same log, one AddNode entry per voter (as etcd
+    /// bootstraps), so a member added later learns the whole membership from
+    /// the log. Empty for a member joining a running group (etcd's
+    /// --initial-cluster-state existing) or rejoining it.
     pub voters: Vec<u64>,
     /// One raft tick; etcd's --heartbeat-interval is one tick, its
     /// --election-timeout `election_ticks` of them (defaults 100 ms and 10).
@@ -78,8 +86,26 @@ pub struct Status {
     pub applied_index: u64,
     /// Still catching up after rejoining (`ReplicaConfig::rejoining`): it does not vote.
     pub catching_up: bool,
+    /// The membership as this member has applied it.
+    pub members: Membership,
     /// Why it stopped applying, if it did.
     pub error: Option<String>,
+}
+
+/// Voters and learners, sorted.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Membership {
+    pub voters: Vec<u64>,
+    pub learners: Vec<u64>,
+}
+
+impl Membership {
+    fn of(cs: &ConfState) -> Membership {
+        let mut m = Membership { voters: cs.voters.clone(), learners: cs.learners.clone() };
+        m.voters.sort_unstable();
+        m.learners.sort_unstable();
+        m
+    }
 }
 
 #[derive(Default)]
@@ -89,6 +115,7 @@ struct Shared {
     commit: AtomicU64,
     applied: AtomicU64,
     catching_up: AtomicBool,
+    members: Mutex<Membership>,
     error: Mutex<Option<String>>,
     stopped: AtomicBool,
 }
@@ -107,8 +134,10 @@ impl Replica {
     /// it commits are proposed. Messages leave through `transport`; peers'
     /// messages come in through `inbox()`.
     pub fn start(cfg: ReplicaConfig, store: Arc<Store>, transport: Arc<dyn Transport>) -> Result<Replica, String> {
+        let (storage, applied) = bootstrap(&cfg)?;
         let raft_cfg = raft::Config {
             id: cfg.id,
+            applied,
             election_tick: cfg.election_ticks,
             heartbeat_tick: 1,
             // etcd's: a member that rejoins does not disrupt a working leader, and a
@@ -120,7 +149,6 @@ impl Replica {
             ..Default::default()
         };
         raft_cfg.validate().map_err(|e| format!("raft config: {e}"))?;
-        let storage = MemStorage::new_with_conf_state(ConfState::from((cfg.voters.clone(), Vec::<u64>::new())));
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let node = RawNode::new(&raft_cfg, storage, &logger).map_err(|e| format!("raft: {e}"))?;
         let (inbox, rx) = mpsc::channel();
@@ -128,6 +156,8 @@ impl Replica {
         store.hold_for_replication();
         store.set_sink(Arc::new(ReplicationSink { inbox: inbox.clone() }));
         shared.catching_up.store(cfg.rejoining, Ordering::Release);
+        let initial = raft::Storage::initial_state(&node.raft.raft_log.store).map_err(|e| format!("raft: {e}"))?;
+        *shared.members.lock() = Membership::of(&initial.conf_state);
         let mut driver = Driver {
             node,
             store,
@@ -141,6 +171,7 @@ impl Replica {
             read_leader: 0,
             confirmed: Vec::new(),
             catching_up: cfg.rejoining.then_some(0),
+            pending_change: None,
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
@@ -163,6 +194,7 @@ impl Replica {
             commit_index: s.commit.load(Ordering::Acquire),
             applied_index: s.applied.load(Ordering::Acquire),
             catching_up: s.catching_up.load(Ordering::Acquire),
+            members: s.members.lock().clone(),
             error: s.error.lock().clone(),
         }
     }
@@ -177,6 +209,32 @@ impl Replica {
         let (tx, rx) = oneshot::channel();
         let _ = self.inbox.send(Input::ReadIndex(tx));
         rx
+    }
+
+    /// Proposes a membership change (on the leader; elsewhere answered with an
+    /// error): resolved once the change is applied here.
+    pub fn change_members(&self, cc: ConfChange) -> oneshot::Receiver<Result<Membership, String>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.inbox.send(Input::ChangeMembers(cc, tx));
+        rx
+    }
+
+    /// etcd's MemberAdd --learner, MemberPromote and MemberRemove.
+    pub fn add_learner(&self, id: u64) -> oneshot::Receiver<Result<Membership, String>> {
+        self.change_members(conf_change(ConfChangeType::AddLearnerNode, id))
+    }
+
+    pub fn promote(&self, id: u64) -> oneshot::Receiver<Result<Membership, String>> {
+        self.change_members(conf_change(ConfChangeType::AddNode, id))
+    }
+
+    pub fn remove(&self, id: u64) -> oneshot::Receiver<Result<Membership, String>> {
+        self.change_members(conf_change(ConfChangeType::RemoveNode, id))
+    }
+
+    /// etcd's MoveLeader: the leader hands over to `to` once it has caught up.
+    pub fn move_leader(&self, to: u64) {
+        let _ = self.inbox.send(Input::TransferLeader(to));
     }
 
     pub fn is_leader(&self) -> bool {
@@ -254,6 +312,46 @@ struct Driver {
     /// Rejoining: None once caught up; Some(0) until a leader is heard; then
     /// Some(the commit index to apply up to).
     catching_up: Option<u64>,
+    /// The membership change proposed here: its log index and who waits for it.
+    pending_change: Option<(u64, oneshot::Sender<Result<Membership, String>>)>,
+}
+
+fn conf_change(t: ConfChangeType, id: u64) -> ConfChange {
+    let mut cc = ConfChange::default();
+    cc.set_change_type(t);
+    cc.node_id = id;
+    cc
+}
+
+/// A founding member's log: one AddNode entry per voter at term 1, committed
+/// and applied (the same bytes on every founding member); a joining member's:
+/// empty, filled by the leader from index 1.
+fn bootstrap(cfg: &ReplicaConfig) -> Result<(MemStorage, u64), String> {
+    if cfg.voters.is_empty() || cfg.rejoining {
+        return Ok((MemStorage::new(), 0));
+    }
+    let mut voters = cfg.voters.clone();
+    voters.sort_unstable();
+    voters.dedup();
+    let storage = MemStorage::new_with_conf_state(ConfState::from((voters.clone(), Vec::<u64>::new())));
+    let mut entries = Vec::new();
+    for (i, v) in voters.iter().enumerate() {
+        let mut e = Entry::default();
+        e.set_entry_type(EntryType::EntryConfChange);
+        e.term = 1;
+        e.index = i as u64 + 1;
+        e.data = protobuf::Message::write_to_bytes(&conf_change(ConfChangeType::AddNode, *v)).map_err(|e| e.to_string())?.into();
+        entries.push(e);
+    }
+    let n = entries.len() as u64;
+    {
+        let mut core = storage.wl();
+        core.append(&entries).map_err(|e| format!("raft bootstrap: {e}"))?;
+        let hs = core.mut_hard_state();
+        hs.term = 1;
+        hs.commit = n;
+    }
+    Ok((storage, n))
 }
 
 impl Driver {
@@ -312,6 +410,27 @@ impl Driver {
                 // A message from a stale or unknown peer is raft's to ignore.
                 let _ = self.node.step(m);
             }
+            Input::ChangeMembers(cc, tx) => {
+                if self.node.raft.state != StateRole::Leader {
+                    let _ = tx.send(Err("not the leader".into()));
+                } else if self.pending_change.is_some() {
+                    let _ = tx.send(Err("another membership change is in progress".into()));
+                } else {
+                    let before = self.node.raft.raft_log.last_index();
+                    match self.node.propose_conf_change(Vec::new(), cc) {
+                        Ok(()) if self.node.raft.raft_log.last_index() > before => {
+                            self.pending_change = Some((self.node.raft.raft_log.last_index(), tx));
+                        }
+                        Ok(()) => {
+                            let _ = tx.send(Err("the membership change was dropped".into()));
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e.to_string()));
+                        }
+                    }
+                }
+            }
+            Input::TransferLeader(to) => self.node.transfer_leader(to),
             Input::ReadIndex(tx) => {
                 self.next_read += 1;
                 self.reads.insert(self.next_read, tx);
@@ -396,9 +515,15 @@ impl Driver {
                 // A new leader's empty entry carries nothing to apply.
                 EntryType::EntryNormal if e.data.is_empty() => {}
                 EntryType::EntryNormal => self.apply_revision(&e)?,
-                // Membership changes (etcd's MemberAdd/Remove/Promote) are planned (§10).
-                EntryType::EntryConfChange | EntryType::EntryConfChangeV2 => {
-                    return Err(format!("a membership change at index {} and membership changes are not applied yet", e.index))
+                EntryType::EntryConfChange => {
+                    let cc: ConfChange = protobuf::Message::parse_from_bytes(&e.data).map_err(|err| format!("membership change at index {}: {err}", e.index))?;
+                    let applied = self.node.apply_conf_change(&cc);
+                    self.apply_change(e.index, applied);
+                }
+                EntryType::EntryConfChangeV2 => {
+                    let cc: ConfChangeV2 = protobuf::Message::parse_from_bytes(&e.data).map_err(|err| format!("membership change at index {}: {err}", e.index))?;
+                    let applied = self.node.apply_conf_change(&cc);
+                    self.apply_change(e.index, applied);
                 }
             }
             self.shared.applied.store(e.index, Ordering::Release);
@@ -423,6 +548,21 @@ impl Driver {
         self.store.replicated_to(rev);
         self.applied_rev = rev;
         Ok(())
+    }
+
+    /// Records an applied membership change (`applied`, raft's outcome) and
+    /// answers the proposer. A change raft refuses (a second joint change, the
+    /// last voter removed) is refused on every member alike: not a divergence.
+    fn apply_change(&mut self, index: u64, applied: raft::Result<ConfState>) {
+        let result = applied.map_err(|err| format!("membership change at index {index}: {err}"));
+        if let Ok(cs) = &result {
+            self.node.raft.raft_log.store.wl().set_conf_state(cs.clone());
+            *self.shared.members.lock() = Membership::of(cs);
+        }
+        if self.pending_change.as_ref().is_some_and(|(i, _)| *i == index) {
+            let (_, tx) = self.pending_change.take().expect("checked");
+            let _ = tx.send(result.as_ref().map(Membership::of).map_err(Clone::clone));
+        }
     }
 
     /// Answers the reads whose index is applied, with the revision applied so far.

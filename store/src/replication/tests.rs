@@ -356,3 +356,71 @@ fn a_rejoining_member_catches_up_before_it_votes() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// etcd's membership calls on the driver: a learner added to a running group
+/// learns the membership and the data from the log and does not vote; promoted,
+/// it counts in the quorum; a member removed no longer does; MoveLeader hands
+/// leadership to the named voter.
+#[test]
+fn members_are_added_as_learners_promoted_removed_and_lead_on_request() {
+    use super::Membership;
+    let mut g = Group::start();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let change = |rx: tokio::sync::oneshot::Receiver<Result<Membership, String>>| {
+        rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), rx).await }).expect("answered in time").expect("not dropped")
+    };
+    let l = g.leader(&[]);
+    let mut rev = 0;
+    for i in 0..100 {
+        rev = put(g.store(l), &format!("/registry/nodes/n{i}"), "ready");
+    }
+    // Member 4 joins: an empty member (no founding log), then MemberAdd --learner.
+    let store4 = Arc::new(Store::new());
+    let m4 = Replica::start(ReplicaConfig { voters: Vec::new(), ..config(4) }, store4.clone(), g.net.clone()).unwrap();
+    g.net.join(4, m4.inbox());
+    g.stores.push(store4);
+    g.members.push(Some(m4));
+    let ms = change(g.member(l).add_learner(4)).unwrap();
+    assert_eq!(ms, Membership { voters: vec![1, 2, 3], learners: vec![4] });
+    g.wait_published(&[1, 2, 3, 4], rev);
+    g.assert_same_state(&[1, 2, 3, 4]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while g.member(4).status().members != ms {
+        assert!(Instant::now() < deadline, "the learner's membership: {:?}", g.member(4).status().members);
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A follower is refused a membership change; a second learner for 4 is no change.
+    let f = (1..=3).find(|id| *id != l).unwrap();
+    assert!(change(g.member(f).promote(4)).is_err(), "only the leader changes the membership");
+    // Promoted: four voters, so the leader and one founding member (two of three
+    // before) are no quorum without 4.
+    let ms = change(g.member(l).promote(4)).unwrap();
+    assert_eq!(ms, Membership { voters: vec![1, 2, 3, 4], learners: vec![] });
+    let others: Vec<u64> = (1..=3).filter(|id| *id != l).collect();
+    g.net.cut(others[0]);
+    g.net.cut(4);
+    let before = g.store(l).current_rev();
+    let r2 = put(g.store(l), "/registry/pods/ns/with-4", "x");
+    std::thread::sleep(Duration::from_millis(100));
+    assert_eq!(g.store(l).current_rev(), before, "two of four voters published a write");
+    g.net.heal(4);
+    g.wait_published(&[l, 4], r2);
+    g.net.heal(others[0]);
+    // Removed: the cut member no longer counts.
+    let ms = change(g.member(l).remove(others[1])).unwrap();
+    assert_eq!(ms.voters, (1..=4).filter(|id| *id != others[1]).collect::<Vec<_>>());
+    g.net.cut(others[1]);
+    g.members[others[1] as usize - 1].take().unwrap().stop();
+    let r3 = put(g.store(l), "/registry/pods/ns/after-remove", "x");
+    g.wait_published(&[l, others[0], 4], r3);
+    // MoveLeader to 4.
+    g.member(l).move_leader(4);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while g.leader(&[others[1]]) != 4 {
+        assert!(Instant::now() < deadline, "leadership stayed with {}", g.leader(&[others[1]]));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let r4 = put(g.store(4), "/registry/pods/ns/led-by-4", "x");
+    g.wait_published(&[l, others[0], 4], r4);
+    g.assert_same_state(&[l, others[0], 4]);
+}
