@@ -109,6 +109,16 @@ impl LeaseTable {
         self.inner.lock().leases.contains_key(&id)
     }
 
+    /// Every lease's remaining TTL back to its granted TTL: a member that becomes
+    /// the leader of its group, as etcd's lessor does on promotion (a lease's
+    /// clock ran on the old leader; the new one cannot know how much was left).
+    pub fn refresh_all(&self) {
+        let now = Instant::now();
+        for l in self.inner.lock().leases.values_mut() {
+            l.expiry = now + Duration::from_secs(l.granted_ttl as u64);
+        }
+    }
+
     /// Removes the lease and returns its keys, for the store to delete.
     pub fn revoke(&self, id: i64) -> Result<Vec<Bytes>> {
         let mut g = self.inner.lock();

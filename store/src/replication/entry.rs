@@ -1,15 +1,25 @@
-//! A replicated log entry (docs/design.md §10): one committed revision as the
-//! store's own write-ahead records, so a member's log, its WAL and a replica's
-//! apply share one format.
+//! A replicated log entry (docs/design.md §10): the store's own write-ahead
+//! records, so a member's log, its WAL and a replica's apply share one format.
 //!
 //! ```text
-//! entry: rev:i64 (little-endian) | record* (§5 "Record framing": PUT and DELETE)
+//! entry: rev:i64 (little-endian) | record*
+//!   rev > 0: one committed revision, its PUT and DELETE records (§5 "Record framing")
+//!   rev = 0: one lease change, a LEASE_GRANT or LEASE_REVOKE record (no revision, as in etcd)
 //! ```
 use bytes::Bytes;
 
 use crate::mvcc::key_history::Version;
 use crate::mvcc::watch_hub::Event;
-use crate::wal::{decode_records, encode_event, Record};
+use crate::wal::{decode_records, encode_event, encode_lease_grant, encode_lease_revoke, Record};
+
+/// What an entry asks a member to apply.
+#[derive(Debug, PartialEq)]
+pub enum Change {
+    /// A revision and its versions in order (a tombstone for a delete).
+    Revision(i64, Vec<(Bytes, Version)>),
+    LeaseGrant { id: i64, ttl: i64 },
+    LeaseRevoke(i64),
+}
 
 /// The entry of revision `rev`, whose writes are `events`.
 pub fn encode(rev: i64, events: &[Event]) -> Vec<u8> {
@@ -21,11 +31,29 @@ pub fn encode(rev: i64, events: &[Event]) -> Vec<u8> {
     out
 }
 
-/// The revision and its versions in order (a tombstone for a delete), or why not.
-pub fn decode(data: &[u8]) -> Result<(i64, Vec<(Bytes, Version)>), String> {
+pub fn encode_grant(id: i64, ttl: i64) -> Vec<u8> {
+    let mut out = 0i64.to_le_bytes().to_vec();
+    encode_lease_grant(&mut out, id, ttl);
+    out
+}
+
+pub fn encode_revoke(id: i64) -> Vec<u8> {
+    let mut out = 0i64.to_le_bytes().to_vec();
+    encode_lease_revoke(&mut out, id);
+    out
+}
+
+pub fn decode(data: &[u8]) -> Result<Change, String> {
     let (head, body) = data.split_at_checked(8).ok_or("replicated entry shorter than its revision")?;
     let rev = i64::from_le_bytes(head.try_into().expect("8 bytes"));
     let records = decode_records(body).ok_or_else(|| format!("replicated entry of revision {rev}: a record is torn or corrupt"))?;
+    if rev == 0 {
+        return match records.as_slice() {
+            [Record::LeaseGrant { id, ttl }] => Ok(Change::LeaseGrant { id: *id, ttl: *ttl }),
+            [Record::LeaseRevoke(id)] => Ok(Change::LeaseRevoke(*id)),
+            other => Err(format!("replicated lease entry holds {other:?}")),
+        };
+    }
     let mut writes = Vec::with_capacity(records.len());
     for r in records {
         match r {
@@ -36,7 +64,7 @@ pub fn decode(data: &[u8]) -> Result<(i64, Vec<(Bytes, Version)>), String> {
             other => return Err(format!("replicated entry of revision {rev} holds {other:?}")),
         }
     }
-    Ok((rev, writes))
+    Ok(Change::Revision(rev, writes))
 }
 
 #[cfg(test)]
@@ -52,16 +80,29 @@ mod tests {
             Event { key: Bytes::from_static(b"/registry/pods/b"), kv: del.clone(), prev: None },
         ];
         let data = encode(7, &events);
-        let (rev, writes) = decode(&data).unwrap();
-        assert_eq!(rev, 7);
-        assert_eq!(writes, vec![(Bytes::from_static(b"/registry/pods/a"), put), (Bytes::from_static(b"/registry/pods/b"), del)]);
+        assert_eq!(
+            decode(&data).unwrap(),
+            Change::Revision(7, vec![(Bytes::from_static(b"/registry/pods/a"), put), (Bytes::from_static(b"/registry/pods/b"), del)])
+        );
         let mut bad = data.clone();
         *bad.last_mut().unwrap() ^= 1;
         assert!(decode(&bad).is_err(), "a flipped bit");
         assert!(decode(&data[..data.len() - 1]).is_err(), "a torn record");
         assert!(decode(&data[..4]).is_err());
-        let mut other_rev = data;
+        let mut other_rev = data.clone();
         other_rev[..8].copy_from_slice(&8i64.to_le_bytes());
         assert!(decode(&other_rev).is_err(), "records of another revision");
+        let mut no_rev = data;
+        no_rev[..8].copy_from_slice(&0i64.to_le_bytes());
+        assert!(decode(&no_rev).is_err(), "key records without a revision");
+    }
+
+    #[test]
+    fn lease_entries_round_trip() {
+        assert_eq!(decode(&encode_grant(42, 60)).unwrap(), Change::LeaseGrant { id: 42, ttl: 60 });
+        assert_eq!(decode(&encode_revoke(42)).unwrap(), Change::LeaseRevoke(42));
+        let mut two = encode_grant(1, 5);
+        two.extend_from_slice(&encode_revoke(1)[8..]);
+        assert!(decode(&two).is_err(), "one lease change per entry");
     }
 }

@@ -35,6 +35,8 @@ use crate::mvcc::Store;
 pub enum Input {
     /// A revision the store committed here, as its log entry.
     Propose { rev: i64, data: Vec<u8> },
+    /// A lease granted or revoked here; `done` hears when the group holds it.
+    ProposeLease { data: Vec<u8>, done: Option<std::sync::mpsc::Sender<()>> },
     /// A message from a peer.
     Raft(Message),
     /// A linearizable read: answered with the revision a read must wait for
@@ -164,6 +166,8 @@ impl Replica {
             transport,
             shared: shared.clone(),
             proposed: HashMap::new(),
+            proposed_leases: HashMap::new(),
+            led: false,
             tick: cfg.tick,
             applied_rev: 0,
             reads: HashMap::new(),
@@ -273,6 +277,10 @@ struct ReplicationSink {
     inbox: Sender<Input>,
 }
 
+/// How long a LeaseGrant waits for its group before answering anyway (the
+/// grant then stands on this member alone; etcd answers "request timed out").
+const LEASE_COMMIT_WAIT: Duration = Duration::from_secs(7);
+
 impl CommitSink for ReplicationSink {
     fn committed(&self, rev: i64, events: &[Event]) -> bool {
         if !APPLYING.with(|a| a.get()) {
@@ -285,9 +293,31 @@ impl CommitSink for ReplicationSink {
         true
     }
 
-    fn lease_granted(&self, _id: i64, _ttl: i64) {}
+    /// Waits until the group holds the grant: the caller runs it off the async
+    /// workers (`lease_log_may_block`).
+    fn lease_granted(&self, id: i64, ttl: i64) {
+        if APPLYING.with(|a| a.get()) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel();
+        if self.inbox.send(Input::ProposeLease { data: entry::encode_grant(id, ttl), done: Some(tx) }).is_ok() {
+            let _ = rx.recv_timeout(LEASE_COMMIT_WAIT);
+        }
+    }
 
-    fn lease_revoked(&self, _id: i64) {}
+    /// Called under the sequencer, so it only proposes: the revoke's entry
+    /// precedes the revision that deletes the lease's keys, whose publication
+    /// the answer waits for. (A revoke of a lease without keys is answered
+    /// before its entry commits: planned, §10.)
+    fn lease_revoked(&self, id: i64) {
+        if !APPLYING.with(|a| a.get()) {
+            let _ = self.inbox.send(Input::ProposeLease { data: entry::encode_revoke(id), done: None });
+        }
+    }
+
+    fn lease_log_may_block(&self) -> bool {
+        true
+    }
 
     fn compacted(&self, _rev: i64) {}
 }
@@ -299,6 +329,10 @@ struct Driver {
     shared: Arc<Shared>,
     /// This member's proposals not yet applied: revision → the term it was proposed in.
     proposed: HashMap<i64, u64>,
+    /// Its lease proposals: log index → the term, and who waits for the commit.
+    proposed_leases: HashMap<u64, (u64, Option<std::sync::mpsc::Sender<()>>)>,
+    /// Whether it led at the last Ready (a new leader refreshes every lease).
+    led: bool,
     tick: Duration,
     /// The newest revision an applied entry carried.
     applied_rev: i64,
@@ -410,6 +444,16 @@ impl Driver {
                 // A message from a stale or unknown peer is raft's to ignore.
                 let _ = self.node.step(m);
             }
+            Input::ProposeLease { data, done } => {
+                let before = self.node.raft.raft_log.last_index();
+                if self.node.raft.state != StateRole::Leader {
+                    self.fail("a lease changed on a member that is not the leader".into());
+                } else if let Err(e) = self.node.propose(Vec::new(), data) {
+                    self.fail(format!("a lease change could not be proposed: {e}"));
+                } else if self.node.raft.raft_log.last_index() > before {
+                    self.proposed_leases.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, done));
+                }
+            }
             Input::ChangeMembers(cc, tx) => {
                 if self.node.raft.state != StateRole::Leader {
                     let _ = tx.send(Err("not the leader".into()));
@@ -514,7 +558,10 @@ impl Driver {
             match e.get_entry_type() {
                 // A new leader's empty entry carries nothing to apply.
                 EntryType::EntryNormal if e.data.is_empty() => {}
-                EntryType::EntryNormal => self.apply_revision(&e)?,
+                EntryType::EntryNormal => match entry::decode(&e.data)? {
+                    entry::Change::Revision(rev, writes) => self.apply_revision(&e, rev, writes)?,
+                    lease => self.apply_lease(&e, lease)?,
+                },
                 EntryType::EntryConfChange => {
                     let cc: ConfChange = protobuf::Message::parse_from_bytes(&e.data).map_err(|err| format!("membership change at index {}: {err}", e.index))?;
                     let applied = self.node.apply_conf_change(&cc);
@@ -531,8 +578,7 @@ impl Driver {
         Ok(())
     }
 
-    fn apply_revision(&mut self, e: &Entry) -> Result<(), String> {
-        let (rev, writes) = entry::decode(&e.data)?;
+    fn apply_revision(&mut self, e: &Entry, rev: i64, writes: Vec<(bytes::Bytes, crate::mvcc::key_history::Version)>) -> Result<(), String> {
         match self.proposed.remove(&rev) {
             Some(term) if term == e.term => {}
             Some(_) | None if rev <= self.store.committed_rev() => {
@@ -563,6 +609,27 @@ impl Driver {
             let (_, tx) = self.pending_change.take().expect("checked");
             let _ = tx.send(result.as_ref().map(Membership::of).map_err(Clone::clone));
         }
+    }
+
+    /// A lease change: this member's own is already in its table (its proposer
+    /// hears it is held); another's is applied to the table. A revoke only drops
+    /// the lease: the deletes of its keys come as the next revision.
+    fn apply_lease(&mut self, e: &Entry, change: entry::Change) -> Result<(), String> {
+        if let Some((term, done)) = self.proposed_leases.remove(&e.index) {
+            if term == e.term {
+                if let Some(done) = done {
+                    let _ = done.send(());
+                }
+                return Ok(());
+            }
+        }
+        let leases = &self.store.leases;
+        let r = match change {
+            entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
+            entry::Change::LeaseRevoke(id) => leases.revoke(id).map(|_| ()),
+            entry::Change::Revision(..) => unreachable!("decoded as a lease change"),
+        };
+        r.map_err(|err| format!("lease change at index {}: {err}", e.index))
     }
 
     /// Answers the reads whose index is applied, with the revision applied so far.
@@ -596,7 +663,12 @@ impl Driver {
         }
     }
 
-    fn report(&self) {
+    fn report(&mut self) {
+        let leads = self.node.raft.state == StateRole::Leader;
+        if leads && !self.led {
+            self.store.leases.refresh_all();
+        }
+        self.led = leads;
         let r = &self.node.raft;
         self.shared.leader.store(r.leader_id, Ordering::Release);
         self.shared.term.store(r.term, Ordering::Release);

@@ -424,3 +424,57 @@ fn members_are_added_as_learners_promoted_removed_and_lead_on_request() {
     g.wait_published(&[l, others[0], 4], r4);
     g.assert_same_state(&[l, others[0], 4]);
 }
+
+/// Leases only through the log: a grant answered on the leader is on every
+/// member, a key attached to it is attached everywhere, a revoke drops it and
+/// deletes its keys on every member; a new leader gives every lease its full TTL
+/// again, as etcd's does.
+#[test]
+fn leases_are_granted_and_revoked_through_the_log() {
+    let mut g = Group::start();
+    let l = g.leader(&[]);
+    let (id, _) = g.store(l).grant_lease(7001, 60).unwrap();
+    for m in 1..=3 {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while !g.store(m).leases.exists(id) {
+            assert!(Instant::now() < deadline, "member {m} lacks the lease");
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let req = PbPutRequest { key: b"/registry/events/ns/e1".to_vec(), value: b"x".to_vec(), lease: id, ..Default::default() };
+    let rev = g.store(l).put(&req).unwrap().header.unwrap().revision;
+    g.store(l).grant_lease(7002, 30).unwrap();
+    g.wait_published(&[1, 2, 3], rev);
+    for m in 1..=3 {
+        let (_, granted, keys) = g.store(m).leases.time_to_live(id, true).expect("the lease");
+        assert_eq!((granted, keys), (60, vec![bytes::Bytes::from_static(b"/registry/events/ns/e1")]), "member {m}");
+    }
+    let rev = g.store(l).revoke_lease(id).unwrap();
+    g.wait_published(&[1, 2, 3], rev);
+    g.assert_same_state(&[1, 2, 3]);
+    for m in 1..=3 {
+        assert!(!g.store(m).leases.exists(id), "member {m} still holds the revoked lease");
+        let got = g.store(m).range(&etcd_client::proto::PbRangeRequest { key: b"/registry/events/ns/e1".to_vec(), ..Default::default() }).unwrap();
+        assert!(got.kvs.is_empty(), "member {m} kept the revoked lease's key");
+    }
+    // The leader dies after its lease's clock ran for a while: the next leader
+    // counts the lease's full TTL again.
+    std::thread::sleep(Duration::from_millis(2100));
+    for m in (1..=3).filter(|m| *m != l) {
+        let (remaining, _, _) = g.store(m).leases.time_to_live(7002, false).expect("the lease");
+        assert!(remaining <= 27, "member {m}: the lease's clock did not run ({remaining} s left of 30)");
+    }
+    g.net.cut(l);
+    g.members[l as usize - 1].take().unwrap().stop();
+    let l2 = g.leader(&[l]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        // Whole seconds, rounded down: 29 right after the refresh.
+        let (remaining, granted, _) = g.store(l2).leases.time_to_live(7002, false).expect("the lease");
+        if remaining >= granted - 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the new leader did not refresh the lease: {remaining} of {granted}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}

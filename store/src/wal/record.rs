@@ -64,6 +64,16 @@ pub(super) fn encode_pair(out: &mut Vec<u8>, kind: u8, a: i64, b: Option<i64>) {
     });
 }
 
+/// A LEASE_GRANT record (the lease log's, and a replicated lease entry's).
+pub fn encode_lease_grant(out: &mut Vec<u8>, id: i64, ttl: i64) {
+    encode_pair(out, REC_LEASE_GRANT, id, Some(ttl));
+}
+
+/// A LEASE_REVOKE record.
+pub fn encode_lease_revoke(out: &mut Vec<u8>, id: i64) {
+    encode_pair(out, REC_LEASE_REVOKE, id, None);
+}
+
 /// One decoded record.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Record {
