@@ -118,7 +118,12 @@ func startServer(kind string, o serverOpts) (*target, error) {
 	if o.NoClient {
 		return tg, nil
 	}
-	cli, err := newClient(tg.Endpoint, o.ClientTLS)
+	return connected(tg, o.ClientTLS)
+}
+
+// connected gives tg a client (over tlsCfg when set), or closes it on failure.
+func connected(tg *target, tlsCfg *tls.Config) (*target, error) {
+	cli, err := newClient(tg.Endpoint, tlsCfg)
 	if err != nil {
 		tg.Close()
 		return nil, err

@@ -174,14 +174,7 @@ func startAutoTLSStore(client *tls.Config) (*target, error) {
 			return nil, fmt.Errorf("auto-tls left no %s in the data dir: %v", f, err)
 		}
 	}
-	tg := &target{Kind: kindMeganode, Real: "meganode-store", Proc: p, Endpoint: p.Endpoint}
-	cli, err := newClient(tg.Endpoint, client)
-	if err != nil {
-		tg.Close()
-		return nil, err
-	}
-	tg.setClient(cli)
-	return tg, nil
+	return connected(&target{Kind: kindMeganode, Real: "meganode-store", Proc: p, Endpoint: p.Endpoint}, client)
 }
 
 func startAutoTLSEtcd(t *testing.T, client *tls.Config) (*target, error) {
@@ -189,14 +182,7 @@ func startAutoTLSEtcd(t *testing.T, client *tls.Config) (*target, error) {
 	if err != nil {
 		return nil, err
 	}
-	tg := &target{Kind: kindEtcd, Real: "etcd", Etcd: s, Endpoint: s.Endpoint}
-	cli, err := newClient(tg.Endpoint, client)
-	if err != nil {
-		tg.Close()
-		return nil, err
-	}
-	tg.setClient(cli)
-	return tg, nil
+	return connected(&target{Kind: kindEtcd, Real: "etcd", Etcd: s, Endpoint: s.Endpoint}, client)
 }
 
 // Until a member can join a replicated group (issue 36), flags that make it one of several are

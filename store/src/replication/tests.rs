@@ -85,6 +85,11 @@ impl Group {
     }
 }
 
+/// Writes `/registry/nodes/n0..n` with `value`; the last revision.
+fn put_nodes(store: &Store, n: usize, value: &str) -> i64 {
+    (0..n).map(|i| put(store, &format!("/registry/nodes/n{i}"), value)).last().unwrap_or(0)
+}
+
 fn put(store: &Store, key: &str, value: &str) -> i64 {
     let req = PbPutRequest { key: key.as_bytes().to_vec(), value: value.as_bytes().to_vec(), ..Default::default() };
     store.put(&req).unwrap().header.unwrap().revision
@@ -154,10 +159,7 @@ fn a_revision_is_published_only_once_a_quorum_holds_it() {
 fn writes_go_on_after_the_leader_is_lost_and_a_cut_member_catches_up() {
     let mut g = Group::start();
     let l = g.leader(&[]);
-    let mut rev = 0;
-    for i in 0..50 {
-        rev = put(g.store(l), &format!("/registry/nodes/n{i}"), "ready");
-    }
+    let mut rev = put_nodes(g.store(l), 50, "ready");
     g.wait_published(&[1, 2, 3], rev);
     // The leader dies.
     g.net.cut(l);
@@ -165,9 +167,7 @@ fn writes_go_on_after_the_leader_is_lost_and_a_cut_member_catches_up() {
     let l2 = g.leader(&[l]);
     assert_ne!(l2, l);
     let other = (1..=3).find(|id| *id != l && *id != l2).unwrap();
-    for i in 0..50 {
-        rev = put(g.store(l2), &format!("/registry/nodes/n{i}"), "renewed");
-    }
+    rev = put_nodes(g.store(l2), 50, "renewed");
     g.wait_published(&[l2, other], rev);
     g.assert_same_state(&[l2, other]);
     // A member cut off while the writes go on catches up when it returns.
@@ -327,10 +327,7 @@ fn a_linearizable_read_on_a_follower_sees_the_leader_s_acknowledged_writes() {
 fn a_rejoining_member_catches_up_before_it_votes() {
     let mut g = Group::start();
     let l = g.leader(&[]);
-    let mut rev = 0;
-    for i in 0..100 {
-        rev = put(g.store(l), &format!("/registry/nodes/n{i}"), "ready");
-    }
+    let mut rev = put_nodes(g.store(l), 100, "ready");
     g.wait_published(&[1, 2, 3], rev);
     let x = (1..=3).find(|id| *id != l).unwrap();
     g.members[x as usize - 1].take().unwrap().stop();
@@ -370,10 +367,7 @@ fn members_are_added_as_learners_promoted_removed_and_lead_on_request() {
         rt.block_on(async { tokio::time::timeout(Duration::from_secs(5), rx).await }).expect("answered in time").expect("not dropped")
     };
     let l = g.leader(&[]);
-    let mut rev = 0;
-    for i in 0..100 {
-        rev = put(g.store(l), &format!("/registry/nodes/n{i}"), "ready");
-    }
+    let rev = put_nodes(g.store(l), 100, "ready");
     // Member 4 joins: an empty member (no founding log), then MemberAdd --learner.
     let store4 = Arc::new(Store::new());
     let m4 = Replica::start(ReplicaConfig { voters: Vec::new(), ..config(4) }, store4.clone(), g.net.clone()).unwrap();
