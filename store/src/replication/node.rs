@@ -88,6 +88,10 @@ pub struct Status {
     pub applied_index: u64,
     /// Still catching up after rejoining (`ReplicaConfig::rejoining`): it does not vote.
     pub catching_up: bool,
+    /// It leads and has applied every entry before its term's first: the store
+    /// may take writes (before that a write would get a revision an earlier
+    /// leader's committed entry already has).
+    pub writable: bool,
     /// The membership as this member has applied it.
     pub members: Membership,
     /// Why it stopped applying, if it did.
@@ -117,6 +121,7 @@ struct Shared {
     commit: AtomicU64,
     applied: AtomicU64,
     catching_up: AtomicBool,
+    writable: AtomicBool,
     members: Mutex<Membership>,
     error: Mutex<Option<String>>,
     stopped: AtomicBool,
@@ -158,6 +163,7 @@ impl Replica {
         store.hold_for_replication();
         store.set_sink(Arc::new(ReplicationSink { inbox: inbox.clone() }));
         shared.catching_up.store(cfg.rejoining, Ordering::Release);
+        let store_rev = store.committed_rev();
         let initial = raft::Storage::initial_state(&node.raft.raft_log.store).map_err(|e| format!("raft: {e}"))?;
         *shared.members.lock() = Membership::of(&initial.conf_state);
         let mut driver = Driver {
@@ -168,8 +174,9 @@ impl Replica {
             proposed: HashMap::new(),
             proposed_leases: HashMap::new(),
             led: false,
+            term_start: 0,
             tick: cfg.tick,
-            applied_rev: 0,
+            applied_rev: store_rev,
             reads: HashMap::new(),
             next_read: 0,
             read_leader: 0,
@@ -179,7 +186,17 @@ impl Replica {
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
-            .spawn(move || driver.run(rx))
+            .spawn(move || {
+                // raft-rs stops on what it finds impossible (a commit index past the
+                // log, etcd's "tocommit out of range") with a panic: report it.
+                let shared = driver.shared.clone();
+                if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run(rx))) {
+                    let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
+                    eprintln!("meganode-store: the raft driver stopped: {why}");
+                    shared.error.lock().get_or_insert(format!("the raft driver stopped: {why}"));
+                    shared.writable.store(false, Ordering::Release);
+                }
+            })
             .map_err(|e| format!("raft thread: {e}"))?;
         Ok(Replica { id: cfg.id, inbox, shared, thread: Some(thread) })
     }
@@ -198,6 +215,7 @@ impl Replica {
             commit_index: s.commit.load(Ordering::Acquire),
             applied_index: s.applied.load(Ordering::Acquire),
             catching_up: s.catching_up.load(Ordering::Acquire),
+            writable: s.writable.load(Ordering::Acquire),
             members: s.members.lock().clone(),
             error: s.error.lock().clone(),
         }
@@ -333,6 +351,8 @@ struct Driver {
     proposed_leases: HashMap<u64, (u64, Option<std::sync::mpsc::Sender<()>>)>,
     /// Whether it led at the last Ready (a new leader refreshes every lease).
     led: bool,
+    /// As leader: the index of its term's first entry; writes wait until it is applied.
+    term_start: u64,
     tick: Duration,
     /// The newest revision an applied entry carried.
     applied_rev: i64,
@@ -422,8 +442,18 @@ impl Driver {
             self.answer_reads();
             self.track_catch_up();
             self.report();
+            // A member whose state left the group's takes no further part: it
+            // would vote, lead and propose from a state the others do not have.
+            if self.failed() {
+                break;
+            }
         }
+        self.shared.writable.store(false, Ordering::Release);
         self.shared.stopped.store(true, Ordering::Release);
+    }
+
+    fn writable(&self) -> bool {
+        self.node.raft.state == StateRole::Leader && self.node.raft.raft_log.applied >= self.term_start
     }
 
     /// Takes one input; false on Stop.
@@ -446,8 +476,8 @@ impl Driver {
             }
             Input::ProposeLease { data, done } => {
                 let before = self.node.raft.raft_log.last_index();
-                if self.node.raft.state != StateRole::Leader {
-                    self.fail("a lease changed on a member that is not the leader".into());
+                if !self.writable() {
+                    self.fail("a lease changed on a member that is not a writable leader".into());
                 } else if let Err(e) = self.node.propose(Vec::new(), data) {
                     self.fail(format!("a lease change could not be proposed: {e}"));
                 } else if self.node.raft.raft_log.last_index() > before {
@@ -457,7 +487,7 @@ impl Driver {
             Input::ChangeMembers(cc, tx) => {
                 if self.node.raft.state != StateRole::Leader {
                     let _ = tx.send(Err("not the leader".into()));
-                } else if self.pending_change.is_some() {
+                } else if self.pending_change.is_some() || self.node.raft.has_pending_conf() {
                     let _ = tx.send(Err("another membership change is in progress".into()));
                 } else {
                     let before = self.node.raft.raft_log.last_index();
@@ -483,8 +513,8 @@ impl Driver {
             Input::Propose { rev, data } => {
                 // The store applied this revision already: if it cannot be proposed,
                 // this member's state has left the group's.
-                if self.node.raft.state != StateRole::Leader {
-                    self.fail(format!("revision {rev} was written on a member that is not the leader"));
+                if !self.writable() {
+                    self.fail(format!("revision {rev} was written on a member that is not a writable leader"));
                 } else if let Err(e) = self.node.propose(Vec::new(), data) {
                     self.fail(format!("revision {rev} could not be proposed: {e}"));
                 } else {
@@ -573,13 +603,32 @@ impl Driver {
                     self.apply_change(e.index, applied);
                 }
             }
+            if self.proposed_leases.remove(&e.index).is_some() {
+                // apply_lease takes its own entries: this index holds another leader's.
+                return Err(format!("the lease change proposed here at index {} was overwritten: this member's lease table left the group's", e.index));
+            }
+            if self.pending_change.as_ref().is_some_and(|(i, _)| *i == e.index) {
+                // The index of the change proposed here holds something else.
+                let (_, tx) = self.pending_change.take().expect("checked");
+                let _ = tx.send(Err("the membership change was dropped".into()));
+            }
             self.shared.applied.store(e.index, Ordering::Release);
         }
         Ok(())
     }
 
     fn apply_revision(&mut self, e: &Entry, rev: i64, writes: Vec<(bytes::Bytes, crate::mvcc::key_history::Version)>) -> Result<(), String> {
-        match self.proposed.remove(&rev) {
+        // Revisions come through the log one by one: a gap or a repeat means an
+        // entry this member counted on was overwritten.
+        if rev != self.applied_rev + 1 {
+            return Err(format!(
+                "the group committed revision {rev} (index {}, term {}) after revision {}: a revision was lost or repeated",
+                e.index, e.term, self.applied_rev
+            ));
+        }
+        let own = self.proposed.remove(&rev);
+        self.proposed.retain(|r, _| *r > rev);
+        match own {
             Some(term) if term == e.term => {}
             Some(_) | None if rev <= self.store.committed_rev() => {
                 return Err(format!("the group committed revision {rev} (index {}, term {}) and this member holds another", e.index, e.term))
@@ -667,8 +716,16 @@ impl Driver {
         let leads = self.node.raft.state == StateRole::Leader;
         if leads && !self.led {
             self.store.leases.refresh_all();
+            // The empty entry raft appended on election.
+            self.term_start = self.node.raft.raft_log.last_index();
+        }
+        if !leads {
+            if let Some((_, tx)) = self.pending_change.take() {
+                let _ = tx.send(Err("leadership changed before the membership change was applied".into()));
+            }
         }
         self.led = leads;
+        self.shared.writable.store(self.writable(), Ordering::Release);
         let r = &self.node.raft;
         self.shared.leader.store(r.leader_id, Ordering::Release);
         self.shared.term.store(r.term, Ordering::Release);

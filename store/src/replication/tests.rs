@@ -17,8 +17,9 @@ struct Group {
 }
 
 fn config(id: u64) -> ReplicaConfig {
-    // Short ticks: elections in ~0.2 s instead of etcd's ~1 s.
-    ReplicaConfig { tick: Duration::from_millis(10), ..ReplicaConfig::new(id, vec![1, 2, 3]) }
+    // Shorter ticks than etcd's 100 ms (elections in ~0.3 s instead of ~1 s), long
+    // enough for a loaded 2-core machine not to miss heartbeats.
+    ReplicaConfig { tick: Duration::from_millis(25), ..ReplicaConfig::new(id, vec![1, 2, 3]) }
 }
 
 impl Group {
@@ -44,7 +45,8 @@ impl Group {
         &self.stores[id as usize - 1]
     }
 
-    /// The leader every running member outside `except` agrees on.
+    /// The leader every running member outside `except` agrees on, once it may
+    /// take writes (it applied every entry before its term's).
     fn leader(&self, except: &[u64]) -> u64 {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
@@ -55,7 +57,7 @@ impl Group {
                 .filter(|m| !except.contains(&m.status().id))
                 .map(|m| m.status().leader)
                 .collect();
-            if seen[0] != 0 && !except.contains(&seen[0]) && seen.iter().all(|l| *l == seen[0]) {
+            if seen[0] != 0 && !except.contains(&seen[0]) && seen.iter().all(|l| *l == seen[0]) && self.member(seen[0]).status().writable {
                 return seen[0];
             }
             assert!(Instant::now() < deadline, "no leader agreed on: {seen:?}");
@@ -214,6 +216,10 @@ fn a_deposed_leader_s_speculative_writes_are_detected() {
     };
     assert!(why.contains(&format!("revision {won}")), "{why}");
     assert_eq!(g.store(l).current_rev(), base, "its lost write was never published");
+    // It takes no further part; the others go on.
+    let again = put(g.store(l2), "/registry/pods/ns/a", "after");
+    g.wait_published(&[l2, other], again);
+    assert!(!g.member(l).status().writable);
 }
 
 /// Three members over real TCP connections on loopback (`peer`), with etcd's
@@ -237,7 +243,7 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
         let peers: Vec<(u64, std::net::SocketAddr)> = (0..3).filter(|j| *j != i).map(|j| (ids[j], addrs[j])).collect();
         let transport = PeerTransport::start(rt.handle(), cluster, ids[i], &peers);
         let store = Arc::new(Store::new());
-        let cfg = ReplicaConfig { tick: Duration::from_millis(10), ..ReplicaConfig::new(ids[i], ids.clone()) };
+        let cfg = ReplicaConfig { tick: Duration::from_millis(25), ..ReplicaConfig::new(ids[i], ids.clone()) };
         let m = Replica::start(cfg, store.clone(), transport).unwrap();
         l.set_nonblocking(true).unwrap();
         let l = { let _g = rt.enter(); tokio::net::TcpListener::from_std(l).unwrap() };
@@ -248,8 +254,9 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
     let deadline = Instant::now() + Duration::from_secs(10);
     let leader = loop {
         let seen: Vec<u64> = members.iter().map(|m| m.status().leader).collect();
-        if seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) {
-            break ids.iter().position(|id| *id == seen[0]).unwrap();
+        let at = ids.iter().position(|id| *id == seen[0]);
+        if seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) && at.is_some_and(|i| members[i].status().writable) {
+            break at.unwrap();
         }
         assert!(Instant::now() < deadline, "no leader over TCP: {seen:?}");
         std::thread::sleep(Duration::from_millis(5));
@@ -338,7 +345,7 @@ fn a_rejoining_member_catches_up_before_it_votes() {
     g.net.join(x, m.inbox());
     g.stores[x as usize - 1] = store;
     g.members[x as usize - 1] = Some(m);
-    std::thread::sleep(Duration::from_millis(400)); // 4 election timeouts of these tests
+    std::thread::sleep(Duration::from_millis(800)); // over 3 election timeouts of these tests
     let st = g.member(x).status();
     assert!(st.catching_up && st.term == 0 && st.leader == 0, "a rejoining member campaigned: {st:?}");
     g.net.heal(x);
@@ -352,6 +359,7 @@ fn a_rejoining_member_catches_up_before_it_votes() {
         assert!(Instant::now() < deadline, "still catching up: {:?}", g.member(x).status());
         std::thread::sleep(Duration::from_millis(5));
     }
+    assert_eq!(g.member(x).status().error, None);
 }
 
 /// etcd's membership calls on the driver: a learner added to a running group
