@@ -21,6 +21,9 @@ pub enum StoreError {
     NoSpace,
     /// A write refused while the CORRUPT alarm is raised.
     Corrupt,
+    /// A replicated member's group did not take the request in time (etcd's
+    /// ErrTimeout: it may still take effect).
+    Timeout,
 }
 
 impl StoreError {
@@ -41,6 +44,7 @@ impl StoreError {
             StoreError::InvalidSortOption => "etcdserver: invalid sort option",
             StoreError::NoSpace => "etcdserver: mvcc: database space exceeded",
             StoreError::Corrupt => "etcdserver: corrupt cluster",
+            StoreError::Timeout => "etcdserver: request timed out",
         }
     }
 
@@ -53,6 +57,7 @@ impl StoreError {
             StoreError::LeaseExist => Code::FailedPrecondition,
             StoreError::NoSpace => Code::ResourceExhausted,
             StoreError::Corrupt => Code::DataLoss,
+            StoreError::Timeout => Code::Unavailable,
             _ => Code::InvalidArgument,
         }
     }

@@ -46,7 +46,9 @@ pub trait CommitSink: Send + Sync {
     /// log was busy and its write was handed to another thread, which then
     /// calls `Visibility::mark_done(rev)` itself.
     fn wait_durable(&self, rev: i64, events: &[Event]) -> bool;
-    fn lease_granted(&self, id: i64, ttl: i64);
+    /// Whether the sink holds the grant: a log always does (its failures are
+    /// its alarm's); a replicated member once its group does (`Held`).
+    fn lease_granted(&self, id: i64, ttl: i64) -> Held;
     fn lease_revoked(&self, id: i64);
     /// Whether `lease_granted`/`lease_revoked` may wait on the disk (the lease log
     /// is synced on each, or its last write was slow): the caller then runs them
@@ -57,6 +59,16 @@ pub trait CommitSink: Send + Sync {
     /// Called when history is compacted at `rev`, after the sequencer is released;
     /// compactions call it one at a time, in order (`Store::compact`).
     fn compacted(&self, rev: i64);
+}
+
+/// What a sink says of a lease grant it was given.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Held {
+    Yes,
+    /// Not known yet (a replicated member's wait ran out): it may still take effect.
+    Unknown,
+    /// Never will: undone here.
+    No,
 }
 
 /// The compaction revision of a store never compacted, as etcd's (so that
@@ -665,10 +677,16 @@ impl Store {
 
     pub fn grant_lease(&self, id: i64, ttl: i64) -> Result<(i64, i64)> {
         let (id, ttl) = self.leases.grant(id, ttl)?;
-        if let Some(s) = self.sink.read().as_ref() {
-            s.lease_granted(id, ttl);
+        // Cloned out: a replicated member's sink waits for its group here.
+        let sink = self.sink.read().clone();
+        match sink.map_or(Held::Yes, |s| s.lease_granted(id, ttl)) {
+            Held::Yes => Ok((id, ttl)),
+            Held::Unknown => Err(StoreError::Timeout),
+            Held::No => {
+                let _ = self.leases.revoke(id);
+                Err(StoreError::Timeout)
+            }
         }
-        Ok((id, ttl))
     }
 
     /// Puts recovered history for one key straight into its shard (start-up only).

@@ -27,7 +27,7 @@ use raft::{RawNode, StateRole};
 
 use super::entry;
 use super::transport::Transport;
-use crate::mvcc::kvstore::CommitSink;
+use crate::mvcc::kvstore::{CommitSink, Held};
 use crate::mvcc::watch_hub::Event;
 use crate::mvcc::Store;
 
@@ -313,13 +313,19 @@ impl CommitSink for ReplicationSink {
 
     /// Waits until the group holds the grant: the caller runs it off the async
     /// workers (`lease_log_may_block`).
-    fn lease_granted(&self, id: i64, ttl: i64) {
+    fn lease_granted(&self, id: i64, ttl: i64) -> Held {
         if APPLYING.with(|a| a.get()) {
-            return;
+            return Held::Yes;
         }
         let (tx, rx) = mpsc::channel();
-        if self.inbox.send(Input::ProposeLease { data: entry::encode_grant(id, ttl), done: Some(tx) }).is_ok() {
-            let _ = rx.recv_timeout(LEASE_COMMIT_WAIT);
+        if self.inbox.send(Input::ProposeLease { data: entry::encode_grant(id, ttl), done: Some(tx) }).is_err() {
+            return Held::No;
+        }
+        match rx.recv_timeout(LEASE_COMMIT_WAIT) {
+            Ok(()) => Held::Yes,
+            Err(mpsc::RecvTimeoutError::Timeout) => Held::Unknown,
+            // Never proposed, or its index holds another entry: the driver stopped.
+            Err(mpsc::RecvTimeoutError::Disconnected) => Held::No,
         }
     }
 
@@ -689,6 +695,9 @@ impl Driver {
             self.reads.clear();
             self.read_leader = leader;
         }
+        // Raft may drop one silently too (no leader's-term commit yet, a lost
+        // message): its caller gave up; forget it.
+        self.reads.retain(|_, tx| !tx.is_closed());
         if self.confirmed.is_empty() || self.failed() {
             return;
         }

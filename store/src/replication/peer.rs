@@ -38,6 +38,12 @@ const NOT_THIS_MEMBER: u8 = 2;
 /// that may be larger on its own (a request of up to --max-request-bytes).
 pub const MAX_FRAME: usize = 64 << 20;
 const MAX_QUEUE: usize = 4096;
+/// A peer connection on which no frame arrives for this long is closed (the
+/// leader's heartbeats and the answers to them come every tick; a sender with
+/// nothing to say reconnects when it has).
+const IDLE: Duration = Duration::from_secs(60);
+/// Peer connections served at once: a member has one per peer; more are strangers.
+const MAX_CONNECTIONS: usize = 256;
 
 /// What the peer listener refused, for metrics and tests.
 #[derive(Default)]
@@ -177,10 +183,26 @@ fn encode_frame(m: &Message, out: &mut Vec<u8>) -> std::io::Result<()> {
 /// Accepts peer connections for member `me` of `cluster_id`, handing each
 /// message to the member's driver.
 pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>) {
+    let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
-        let Ok((stream, from)) = listener.accept().await else { continue };
+        let (stream, from) = match listener.accept().await {
+            Ok(c) => c,
+            Err(_) => {
+                // Out of descriptors or the like: do not spin.
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(slot) = slots.clone().try_acquire_owned() else {
+            drop(stream);
+            continue;
+        };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(serve_conn(stream, from, cluster_id, me, inbox.clone(), errors.clone()));
+        let (inbox, errors) = (inbox.clone(), errors.clone());
+        tokio::spawn(async move {
+            serve_conn(stream, from, cluster_id, me, inbox, errors).await;
+            drop(slot);
+        });
     }
 }
 
@@ -210,7 +232,7 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     let mut payload = Vec::new();
     loop {
         let mut head = [0u8; 8];
-        if r.read_exact(&mut head).await.is_err() {
+        if !matches!(tokio::time::timeout(IDLE, r.read_exact(&mut head)).await, Ok(Ok(_))) {
             return;
         }
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
@@ -218,8 +240,11 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         if len > MAX_FRAME {
             return garbled(&errors, from, "frame longer than the limit");
         }
-        payload.resize(len, 0);
-        if r.read_exact(&mut payload).await.is_err() {
+        // Grown as the bytes arrive, not sized from the header: a header alone
+        // holds no memory.
+        payload.clear();
+        let mut body = (&mut r).take(len as u64);
+        if !matches!(tokio::time::timeout(IDLE, body.read_to_end(&mut payload)).await, Ok(Ok(n)) if n == len) {
             return;
         }
         if crc32c::crc32c(&payload) != crc {

@@ -480,3 +480,18 @@ fn leases_are_granted_and_revoked_through_the_log() {
         std::thread::sleep(Duration::from_millis(5));
     }
 }
+
+/// A grant the group will never hold (asked of a member that is not the
+/// leader) is undone and answered with etcd's timeout error, not granted.
+#[test]
+fn a_lease_grant_the_group_does_not_hold_is_refused() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    let f = (1..=3).find(|id| *id != l).unwrap();
+    let e = g.store(f).grant_lease(9001, 30).unwrap_err();
+    assert_eq!(e, crate::errors::StoreError::Timeout);
+    assert!(!g.store(f).leases.exists(9001), "the refused grant stayed in the member's table");
+    assert!(g.member(f).status().error.is_some(), "a lease granted off the leader stops the member");
+    // The others go on.
+    g.store(l).grant_lease(9002, 30).unwrap();
+}

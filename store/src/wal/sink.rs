@@ -482,7 +482,7 @@ impl CommitSink for Wal {
         false
     }
 
-    fn lease_granted(&self, id: i64, ttl: i64) {
+    fn lease_granted(&self, id: i64, ttl: i64) -> crate::mvcc::kvstore::Held {
         self.leases.append(0, |buf| {
             encode_pair(buf, REC_LEASE_GRANT, id, Some(ttl));
             1
@@ -490,6 +490,7 @@ impl CommitSink for Wal {
         if let Err(e) = self.leases.flush_to(i64::MAX, &self.metrics) {
             self.failed(&self.leases, &e, 0);
         }
+        crate::mvcc::kvstore::Held::Yes
     }
 
     fn lease_revoked(&self, id: i64) {
