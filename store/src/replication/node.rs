@@ -458,8 +458,11 @@ impl Driver {
         self.shared.stopped.store(true, Ordering::Release);
     }
 
+    /// Leads, has applied every entry before its term's first, and is not
+    /// handing leadership over (raft-rs drops proposals during a transfer).
     fn writable(&self) -> bool {
-        self.node.raft.state == StateRole::Leader && self.node.raft.raft_log.applied >= self.term_start
+        let r = &self.node.raft;
+        r.state == StateRole::Leader && r.raft_log.applied >= self.term_start && r.lead_transferee.is_none()
     }
 
     /// Takes one input; false on Stop.
