@@ -124,7 +124,6 @@ struct Shared {
     writable: AtomicBool,
     members: Mutex<Membership>,
     error: Mutex<Option<String>>,
-    stopped: AtomicBool,
 }
 
 /// A running member: its driver thread and the inbox that feeds it.
@@ -257,10 +256,6 @@ impl Replica {
     /// etcd's MoveLeader: the leader hands over to `to` once it has caught up.
     pub fn move_leader(&self, to: u64) {
         let _ = self.inbox.send(Input::TransferLeader(to));
-    }
-
-    pub fn is_leader(&self) -> bool {
-        self.status().leader == self.id
     }
 
     /// Stops the driver (a member that dies: its store stays as it was).
@@ -421,15 +416,10 @@ impl Driver {
             let wait = next_tick.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(input) => {
-                    if !self.take(input) {
-                        break;
-                    }
                     // Everything already queued joins this Ready.
-                    while let Ok(input) = rx.try_recv() {
-                        if !self.take(input) {
-                            self.shared.stopped.store(true, Ordering::Release);
-                            return;
-                        }
+                    let more = std::iter::from_fn(|| rx.try_recv().ok());
+                    if !std::iter::once(input).chain(more).all(|input| self.take(input)) {
+                        break;
                     }
                 }
                 Err(RecvTimeoutError::Timeout) => {}
@@ -455,7 +445,6 @@ impl Driver {
             }
         }
         self.shared.writable.store(false, Ordering::Release);
-        self.shared.stopped.store(true, Ordering::Release);
     }
 
     /// Leads, has applied every entry before its term's first, and is not
