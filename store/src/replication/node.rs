@@ -126,6 +126,19 @@ struct Shared {
     error: Mutex<Option<String>>,
 }
 
+impl Shared {
+    /// Records why this member stopped taking part (the first reason, logged
+    /// once): a state that left the group's, or a panic inside raft-rs.
+    fn stop(&self, id: u64, why: String) {
+        let mut e = self.error.lock();
+        if e.is_none() {
+            eprintln!("meganode-store: replication stopped on member {id:x}: {why}");
+            *e = Some(why);
+        }
+        self.writable.store(false, Ordering::Release);
+    }
+}
+
 /// A running member: its driver thread and the inbox that feeds it.
 pub struct Replica {
     id: u64,
@@ -188,12 +201,10 @@ impl Replica {
             .spawn(move || {
                 // raft-rs stops on what it finds impossible (a commit index past the
                 // log, etcd's "tocommit out of range") with a panic: report it.
-                let shared = driver.shared.clone();
+                let (shared, id) = (driver.shared.clone(), cfg.id);
                 if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run(rx))) {
                     let why = p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default();
-                    eprintln!("meganode-store: the raft driver stopped: {why}");
-                    shared.error.lock().get_or_insert(format!("the raft driver stopped: {why}"));
-                    shared.writable.store(false, Ordering::Release);
+                    shared.stop(id, format!("the raft driver stopped: {why}"));
                 }
             })
             .map_err(|e| format!("raft thread: {e}"))?;
@@ -524,11 +535,7 @@ impl Driver {
     }
 
     fn fail(&self, why: String) {
-        let mut e = self.shared.error.lock();
-        if e.is_none() {
-            eprintln!("meganode-store: replication stopped on member {:x}: {why}", self.node.raft.id);
-            *e = Some(why);
-        }
+        self.shared.stop(self.node.raft.id, why);
     }
 
     fn failed(&self) -> bool {
