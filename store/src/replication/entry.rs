@@ -5,6 +5,7 @@
 //! entry: rev:i64 (little-endian) | record*
 //!   rev > 0: one committed revision, its PUT and DELETE records (§5 "Record framing")
 //!   rev = 0: one lease change, a LEASE_GRANT or LEASE_REVOKE record (no revision, as in etcd)
+//!   rev = -1: a member's attributes, its name and client URLs (members.rs)
 //! ```
 use bytes::Bytes;
 
@@ -19,6 +20,8 @@ pub enum Change {
     Revision(i64, Vec<(Bytes, Version)>),
     LeaseGrant { id: i64, ttl: i64 },
     LeaseRevoke(i64),
+    /// A member's name and client URLs (etcd's published attributes).
+    Attributes { id: u64, name: String, client_urls: Vec<String> },
 }
 
 /// The entry of revision `rev`, whose writes are `events`.
@@ -46,6 +49,13 @@ pub fn encode_revoke(id: i64) -> Vec<u8> {
 pub fn decode(data: &[u8]) -> Result<Change, String> {
     let (head, body) = data.split_at_checked(8).ok_or("replicated entry shorter than its revision")?;
     let rev = i64::from_le_bytes(head.try_into().expect("8 bytes"));
+    if rev == super::members::ATTRIBUTES {
+        let (id, name, client_urls) = super::members::decode_attributes(body)?;
+        return Ok(Change::Attributes { id, name, client_urls });
+    }
+    if rev < 0 {
+        return Err(format!("replicated entry of unknown kind {rev}"));
+    }
     let records = decode_records(body).ok_or_else(|| format!("replicated entry of revision {rev}: a record is torn or corrupt"))?;
     if rev == 0 {
         return match records.as_slice() {

@@ -7,6 +7,7 @@
 //! revision, the publication watermark) is `mvcc::kvstore_replica`.
 pub mod entry;
 pub mod identity;
+pub mod members;
 pub mod node;
 pub mod peer;
 pub mod transport;
@@ -14,5 +15,6 @@ pub mod transport;
 #[cfg(test)]
 mod tests;
 
+pub use members::MemberInfo;
 pub use node::{Input, Membership, Replica, ReplicaConfig, Status};
 pub use transport::{MemNetwork, Transport};

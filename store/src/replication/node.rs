@@ -12,7 +12,7 @@
 //! the group's: the driver stops applying and reports it (`Status::error`);
 //! rolling such writes back is planned (§10).
 use std::cell::Cell;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
@@ -26,6 +26,7 @@ use raft::storage::MemStorage;
 use raft::{RawNode, StateRole};
 
 use super::entry;
+use super::members::{self, MemberInfo};
 use super::transport::Transport;
 use crate::mvcc::kvstore::{CommitSink, Held};
 use crate::mvcc::watch_hub::Event;
@@ -68,11 +69,25 @@ pub struct ReplicaConfig {
     /// from a leader and applied up to the commit index it learned then — with
     /// its vote it could elect a leader missing committed entries (§10).
     pub rejoining: bool,
+    /// The founding voters' names and peer URLs (their AddNode entries carry
+    /// them, as etcd's do); a voter missing here is added without.
+    pub founders: Vec<MemberInfo>,
+    /// This member's name and client URLs, published to the group once it has
+    /// a leader (members.rs); not published when empty.
+    pub me: MemberInfo,
 }
 
 impl ReplicaConfig {
     pub fn new(id: u64, voters: Vec<u64>) -> Self {
-        ReplicaConfig { id, voters, tick: Duration::from_millis(100), election_ticks: 10, rejoining: false }
+        ReplicaConfig {
+            id,
+            voters,
+            tick: Duration::from_millis(100),
+            election_ticks: 10,
+            rejoining: false,
+            founders: Vec::new(),
+            me: MemberInfo { id, ..Default::default() },
+        }
     }
 }
 
@@ -96,6 +111,13 @@ pub struct Status {
     pub members: Membership,
     /// Why it stopped applying, if it did.
     pub error: Option<String>,
+}
+
+impl Status {
+    /// Whether this member is a learner of the membership it applied.
+    pub fn is_learner(&self) -> bool {
+        self.members.learners.contains(&self.id)
+    }
 }
 
 /// Voters and learners, sorted.
@@ -123,6 +145,8 @@ struct Shared {
     catching_up: AtomicBool,
     writable: AtomicBool,
     members: Mutex<Membership>,
+    /// Names and URLs of the members, by ID (members.rs).
+    info: Mutex<BTreeMap<u64, MemberInfo>>,
     error: Mutex<Option<String>>,
 }
 
@@ -178,6 +202,14 @@ impl Replica {
         let store_rev = store.committed_rev();
         let initial = raft::Storage::initial_state(&node.raft.raft_log.store).map_err(|e| format!("raft: {e}"))?;
         *shared.members.lock() = Membership::of(&initial.conf_state);
+        {
+            let mut info = shared.info.lock();
+            for id in initial.conf_state.voters.iter().chain(&initial.conf_state.learners) {
+                let known = cfg.founders.iter().find(|f| f.id == *id).cloned();
+                info.insert(*id, known.unwrap_or(MemberInfo { id: *id, ..Default::default() }));
+            }
+            transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
+        }
         let mut driver = Driver {
             node,
             store,
@@ -195,6 +227,10 @@ impl Replica {
             confirmed: Vec::new(),
             catching_up: cfg.rejoining.then_some(0),
             pending_change: None,
+            waiting_reads: Vec::new(),
+            me: cfg.me.clone(),
+            next_publish: Instant::now(),
+            next_self_report: Instant::now(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
@@ -231,6 +267,11 @@ impl Replica {
         }
     }
 
+    /// The members' names and URLs as this member has applied them, by ID.
+    pub fn members(&self) -> Vec<MemberInfo> {
+        self.shared.info.lock().values().cloned().collect()
+    }
+
     /// A linearizable read's revision: once this member's store has published
     /// it, a read there sees every write acknowledged before the call. Raft's
     /// ReadIndex (`ReadOnlyOption::Safe`: the leader confirms with a quorum's
@@ -254,6 +295,14 @@ impl Replica {
     /// etcd's MemberAdd --learner, MemberPromote and MemberRemove.
     pub fn add_learner(&self, id: u64) -> oneshot::Receiver<Result<Membership, String>> {
         self.change_members(conf_change(ConfChangeType::AddLearnerNode, id))
+    }
+
+    /// MemberAdd of `m` (its name and peer URLs go with the change), as a learner or a voter.
+    pub fn add_member(&self, m: &MemberInfo, learner: bool) -> oneshot::Receiver<Result<Membership, String>> {
+        let t = if learner { ConfChangeType::AddLearnerNode } else { ConfChangeType::AddNode };
+        let mut cc = conf_change(t, m.id);
+        cc.context = members::encode_context(m).into();
+        self.change_members(cc)
     }
 
     pub fn promote(&self, id: u64) -> oneshot::Receiver<Result<Membership, String>> {
@@ -370,16 +419,24 @@ struct Driver {
     applied_rev: i64,
     /// ReadIndex requests raft has not answered, by the context sent with them,
     /// and the leader they were asked under (a new leader drops them).
-    reads: HashMap<u64, oneshot::Sender<i64>>,
+    reads: HashMap<u64, Vec<oneshot::Sender<i64>>>,
     next_read: u64,
     read_leader: u64,
     /// Reads raft answered, waiting for the applied index to reach theirs.
-    confirmed: Vec<(u64, oneshot::Sender<i64>)>,
+    confirmed: Vec<(u64, Vec<oneshot::Sender<i64>>)>,
     /// Rejoining: None once caught up; Some(0) until a leader is heard; then
     /// Some(the commit index to apply up to).
     catching_up: Option<u64>,
     /// The membership change proposed here: its log index and who waits for it.
     pending_change: Option<(u64, oneshot::Sender<Result<Membership, String>>)>,
+    /// Linearizable reads that arrived in this turn: one ReadIndex serves them all.
+    waiting_reads: Vec<oneshot::Sender<i64>>,
+    /// This member's attributes, and when to propose them again while the
+    /// group does not hold them.
+    me: MemberInfo,
+    next_publish: Instant,
+    /// When a member without the log the leader counts on may say so again.
+    next_self_report: Instant,
 }
 
 fn conf_change(t: ConfChangeType, id: u64) -> ConfChange {
@@ -406,7 +463,11 @@ fn bootstrap(cfg: &ReplicaConfig) -> Result<(MemStorage, u64), String> {
         e.set_entry_type(EntryType::EntryConfChange);
         e.term = 1;
         e.index = i as u64 + 1;
-        e.data = protobuf::Message::write_to_bytes(&conf_change(ConfChangeType::AddNode, *v)).map_err(|e| e.to_string())?.into();
+        let mut cc = conf_change(ConfChangeType::AddNode, *v);
+        if let Some(f) = cfg.founders.iter().find(|f| f.id == *v) {
+            cc.context = members::encode_context(f).into();
+        }
+        e.data = protobuf::Message::write_to_bytes(&cc).map_err(|e| e.to_string())?.into();
         entries.push(e);
     }
     let n = entries.len() as u64;
@@ -432,6 +493,7 @@ impl Driver {
                     if !std::iter::once(input).chain(more).all(|input| self.take(input)) {
                         break;
                     }
+                    self.ask_read_index();
                 }
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => break,
@@ -449,6 +511,7 @@ impl Driver {
             self.answer_reads();
             self.track_catch_up();
             self.report();
+            self.publish();
             // A member whose state left the group's takes no further part: it
             // would vote, lead and propose from a state the others do not have.
             if self.failed() {
@@ -469,10 +532,17 @@ impl Driver {
     fn take(&mut self, input: Input) -> bool {
         match input {
             Input::Stop => return false,
-            Input::Raft(m) => {
+            Input::Raft(mut m) => {
                 let vote = matches!(m.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote);
                 if vote && self.catching_up.is_some() {
                     return true;
+                }
+                if m.get_msg_type() == MessageType::MsgUnreachable {
+                    self.lost_log(m.from, m.index);
+                    return true;
+                }
+                if m.get_msg_type() == MessageType::MsgHeartbeat {
+                    self.heard_heartbeat(&mut m);
                 }
                 // The leader's commit index, as its appends and heartbeats carry it:
                 // what a rejoining member must apply before it may vote again.
@@ -514,11 +584,7 @@ impl Driver {
                 }
             }
             Input::TransferLeader(to) => self.node.transfer_leader(to),
-            Input::ReadIndex(tx) => {
-                self.next_read += 1;
-                self.reads.insert(self.next_read, tx);
-                self.node.read_index(self.next_read.to_le_bytes().to_vec());
-            }
+            Input::ReadIndex(tx) => self.waiting_reads.push(tx),
             Input::Propose { rev, data } => {
                 // The store applied this revision already: if it cannot be proposed,
                 // this member's state has left the group's.
@@ -555,8 +621,8 @@ impl Driver {
         }
         for rs in rd.take_read_states() {
             let id = rs.request_ctx.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(0);
-            if let Some(tx) = self.reads.remove(&id) {
-                self.confirmed.push((rs.index, tx));
+            if let Some(txs) = self.reads.remove(&id) {
+                self.confirmed.push((rs.index, txs));
             }
         }
         if !rd.snapshot().is_empty() {
@@ -595,17 +661,20 @@ impl Driver {
                 EntryType::EntryNormal if e.data.is_empty() => {}
                 EntryType::EntryNormal => match entry::decode(&e.data)? {
                     entry::Change::Revision(rev, writes) => self.apply_revision(&e, rev, writes)?,
+                    entry::Change::Attributes { id, name, client_urls } => self.apply_attributes(id, name, client_urls),
                     lease => self.apply_lease(&e, lease)?,
                 },
                 EntryType::EntryConfChange => {
                     let cc: ConfChange = protobuf::Message::parse_from_bytes(&e.data).map_err(|err| format!("membership change at index {}: {err}", e.index))?;
                     let applied = self.node.apply_conf_change(&cc);
-                    self.apply_change(e.index, applied);
+                    let adds = matches!(cc.get_change_type(), ConfChangeType::AddNode | ConfChangeType::AddLearnerNode);
+                    let added = adds.then(|| members::decode_context(cc.node_id, &cc.context));
+                    self.apply_change(e.index, applied, added);
                 }
                 EntryType::EntryConfChangeV2 => {
                     let cc: ConfChangeV2 = protobuf::Message::parse_from_bytes(&e.data).map_err(|err| format!("membership change at index {}: {err}", e.index))?;
                     let applied = self.node.apply_conf_change(&cc);
-                    self.apply_change(e.index, applied);
+                    self.apply_change(e.index, applied, None);
                 }
             }
             if self.proposed_leases.remove(&e.index).is_some() {
@@ -653,11 +722,26 @@ impl Driver {
     /// Records an applied membership change (`applied`, raft's outcome) and
     /// answers the proposer. A change raft refuses (a second joint change, the
     /// last voter removed) is refused on every member alike: not a divergence.
-    fn apply_change(&mut self, index: u64, applied: raft::Result<ConfState>) {
+    fn apply_change(&mut self, index: u64, applied: raft::Result<ConfState>, added: Option<MemberInfo>) {
         let result = applied.map_err(|err| format!("membership change at index {index}: {err}"));
         if let Ok(cs) = &result {
             self.node.raft.raft_log.store.wl().set_conf_state(cs.clone());
             *self.shared.members.lock() = Membership::of(cs);
+            let mut info = self.shared.info.lock();
+            info.retain(|id, _| cs.voters.contains(id) || cs.learners.contains(id));
+            if let Some(m) = added {
+                let e = info.entry(m.id).or_insert_with(|| MemberInfo { id: m.id, ..Default::default() });
+                if !m.peer_urls.is_empty() {
+                    e.peer_urls = m.peer_urls;
+                }
+                if !m.name.is_empty() {
+                    e.name = m.name;
+                }
+            }
+            for id in cs.voters.iter().chain(&cs.learners) {
+                info.entry(*id).or_insert_with(|| MemberInfo { id: *id, ..Default::default() });
+            }
+            self.transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
         }
         if self.pending_change.as_ref().is_some_and(|(i, _)| *i == index) {
             let (_, tx) = self.pending_change.take().expect("checked");
@@ -681,9 +765,86 @@ impl Driver {
         let r = match change {
             entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
             entry::Change::LeaseRevoke(id) => leases.revoke(id).map(|_| ()),
-            entry::Change::Revision(..) => unreachable!("decoded as a lease change"),
+            entry::Change::Revision(..) | entry::Change::Attributes { .. } => unreachable!("decoded as a lease change"),
         };
         r.map_err(|err| format!("lease change at index {}: {err}", e.index))
+    }
+
+    /// Asks raft once for every linearizable read that arrived in this turn.
+    fn ask_read_index(&mut self) {
+        if self.waiting_reads.is_empty() {
+            return;
+        }
+        self.next_read += 1;
+        self.reads.insert(self.next_read, std::mem::take(&mut self.waiting_reads));
+        self.node.read_index(self.next_read.to_le_bytes().to_vec());
+    }
+
+    /// A heartbeat whose commit index lies past this member's log: the leader
+    /// counts on entries this member lost (it restarted without its log, as a
+    /// memory-only member does). raft-rs would stop on it (etcd's "tocommit out
+    /// of range"); the commit it learns is cut to its log instead, and the
+    /// leader is told where its log ends (`lost_log`), at most twice a second.
+    fn heard_heartbeat(&mut self, m: &mut Message) {
+        let last = self.node.raft.raft_log.last_index();
+        if m.commit <= last {
+            return;
+        }
+        if self.catching_up == Some(0) {
+            self.catching_up = Some(m.commit);
+        }
+        m.commit = last;
+        if Instant::now() >= self.next_self_report {
+            self.next_self_report = Instant::now() + Duration::from_millis(500);
+            let mut r = Message::default();
+            r.set_msg_type(MessageType::MsgUnreachable);
+            r.from = self.node.raft.id;
+            r.to = m.from;
+            r.index = last;
+            self.transport.send(vec![r]);
+        }
+    }
+
+    /// A member says its log ends at `last` though this leader counted it as
+    /// holding more: replication to it restarts from there (raft-rs would take
+    /// its refusals of later appends as stale and never resend).
+    fn lost_log(&mut self, from: u64, last: u64) {
+        if self.node.raft.state != StateRole::Leader {
+            return;
+        }
+        if let Some(pr) = self.node.raft.mut_prs().get_mut(from) {
+            if pr.matched > last {
+                pr.matched = last;
+                pr.become_probe();
+                pr.next_idx = last + 1;
+            }
+        }
+    }
+
+    fn apply_attributes(&mut self, id: u64, name: String, client_urls: Vec<String>) {
+        let mut info = self.shared.info.lock();
+        // A removed member's late attributes are not a member.
+        if let Some(m) = info.get_mut(&id) {
+            m.name = name;
+            m.client_urls = client_urls;
+        }
+    }
+
+    /// Proposes this member's attributes while the group does not hold them
+    /// (raft forwards a follower's proposal to the leader), once a second.
+    fn publish(&mut self) {
+        if self.me.client_urls.is_empty() && self.me.name.is_empty() {
+            return;
+        }
+        if self.node.raft.leader_id == 0 || self.catching_up.is_some() || Instant::now() < self.next_publish {
+            return;
+        }
+        let held = self.shared.info.lock().get(&self.me.id).is_some_and(|m| m.name == self.me.name && m.client_urls == self.me.client_urls);
+        if held {
+            return;
+        }
+        self.next_publish = Instant::now() + Duration::from_secs(1);
+        let _ = self.node.propose(Vec::new(), members::encode_attributes(&self.me));
     }
 
     /// Answers the reads whose index is applied, with the revision applied so far.
@@ -696,18 +857,23 @@ impl Driver {
         }
         // Raft may drop one silently too (no leader's-term commit yet, a lost
         // message): its caller gave up; forget it.
-        self.reads.retain(|_, tx| !tx.is_closed());
+        self.reads.retain(|_, txs| {
+            txs.retain(|tx| !tx.is_closed());
+            !txs.is_empty()
+        });
         if self.confirmed.is_empty() || self.failed() {
             return;
         }
         let applied = self.node.raft.raft_log.applied;
         // Before any revision came through the log, the store's first (1).
         let rev = self.applied_rev.max(1);
-        for (index, tx) in std::mem::take(&mut self.confirmed) {
+        for (index, txs) in std::mem::take(&mut self.confirmed) {
             if index <= applied {
-                let _ = tx.send(rev);
+                for tx in txs {
+                    let _ = tx.send(rev);
+                }
             } else {
-                self.confirmed.push((index, tx));
+                self.confirmed.push((index, txs));
             }
         }
     }

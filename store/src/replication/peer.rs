@@ -27,8 +27,10 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 
+use super::members::MemberInfo;
 use super::node::Input;
 use super::transport::Transport;
+use parking_lot::Mutex;
 
 const MAGIC: &[u8; 8] = b"MGNPEER1";
 const ACCEPTED: u8 = 0;
@@ -52,34 +54,65 @@ pub struct PeerErrors {
     pub bad_frames: AtomicU64,
 }
 
-/// The sending side: a task per peer that owns its connection.
+/// The sending side: a task per peer that owns its connection, started and
+/// ended as the membership changes (`Transport::set_peers`).
 pub struct PeerTransport {
-    queues: HashMap<u64, mpsc::Sender<Message>>,
+    rt: tokio::runtime::Handle,
+    cluster_id: u64,
+    me: u64,
+    queues: Mutex<HashMap<u64, (SocketAddr, mpsc::Sender<Message>)>>,
     pub dropped: Arc<AtomicU64>,
 }
 
 impl PeerTransport {
-    /// Starts a sender task per peer on `rt`; `peers` excludes this member.
+    /// A transport whose sender tasks run on `rt`; `peers` (this member
+    /// excluded) are reached at once, others once `set_peers` names them.
     pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, SocketAddr)]) -> Arc<PeerTransport> {
-        let mut queues = HashMap::new();
+        let t = PeerTransport { rt: rt.clone(), cluster_id, me, queues: Mutex::default(), dropped: Arc::default() };
         for &(id, addr) in peers {
-            let (tx, rx) = mpsc::channel(MAX_QUEUE);
-            rt.spawn(send_loop(Handshake { cluster_id, from: me, to: id }, addr, rx));
-            queues.insert(id, tx);
+            t.reach(id, addr);
         }
-        Arc::new(PeerTransport { queues, dropped: Arc::default() })
+        Arc::new(t)
     }
+
+    fn reach(&self, id: u64, addr: SocketAddr) {
+        let mut queues = self.queues.lock();
+        if queues.get(&id).is_some_and(|(a, _)| *a == addr) {
+            return;
+        }
+        let (tx, rx) = mpsc::channel(MAX_QUEUE);
+        self.rt.spawn(send_loop(Handshake { cluster_id: self.cluster_id, from: self.me, to: id }, addr, rx));
+        // A replaced sender's task ends when its queue closes.
+        queues.insert(id, (addr, tx));
+    }
+}
+
+/// The socket address of a peer URL (http://host:port; a name resolved now).
+pub fn peer_addr(url: &str) -> Result<SocketAddr, String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("peer URL {url:?}: want http://host:port (peer TLS is not built yet)"))?;
+    let hp = rest.trim_end_matches('/');
+    std::net::ToSocketAddrs::to_socket_addrs(hp).ok().and_then(|mut a| a.next()).ok_or_else(|| format!("peer URL {url:?}: cannot resolve {hp:?}"))
 }
 
 impl Transport for PeerTransport {
     fn send(&self, msgs: Vec<Message>) {
+        let queues = self.queues.lock();
         for m in msgs {
-            if let Some(q) = self.queues.get(&m.to) {
+            if let Some((_, q)) = queues.get(&m.to) {
                 if q.try_send(m).is_err() {
                     self.dropped.fetch_add(1, Ordering::Relaxed);
                 }
             }
         }
+    }
+
+    fn set_peers(&self, members: &[MemberInfo]) {
+        for m in members.iter().filter(|m| m.id != self.me) {
+            if let Some(addr) = m.peer_urls.first().and_then(|u| peer_addr(u).ok()) {
+                self.reach(m.id, addr);
+            }
+        }
+        self.queues.lock().retain(|id, _| members.iter().any(|m| m.id == *id));
     }
 }
 

@@ -362,6 +362,33 @@ fn a_rejoining_member_catches_up_before_it_votes() {
     assert_eq!(g.member(x).status().error, None);
 }
 
+/// A member restarted empty under its own ID while the group is idle: the
+/// leader, which counted it as holding every entry, hears where its log ends
+/// and sends the log again (without the report raft-rs takes its refusals as
+/// stale, and a heartbeat's commit past its log would stop it).
+#[test]
+fn a_member_restarted_empty_catches_up_with_an_idle_group() {
+    let mut g = Group::start();
+    let l = g.leader(&[]);
+    let rev = put_nodes(g.store(l), 300, "ready");
+    g.wait_published(&[1, 2, 3], rev);
+    let x = (1..=3).find(|id| *id != l).unwrap();
+    g.members[x as usize - 1].take().unwrap().stop();
+    let store = Arc::new(Store::new());
+    let m = Replica::start(ReplicaConfig { rejoining: true, ..config(x) }, store.clone(), g.net.clone()).unwrap();
+    g.net.join(x, m.inbox());
+    g.stores[x as usize - 1] = store;
+    g.members[x as usize - 1] = Some(m);
+    g.wait_published(&[x], rev);
+    g.assert_same_state(&[1, 2, 3]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while g.member(x).status().catching_up {
+        assert!(Instant::now() < deadline, "still catching up: {:?}", g.member(x).status());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(g.member(l).status().leader, l, "the restart did not disturb the leader");
+}
+
 /// etcd's membership calls on the driver: a learner added to a running group
 /// learns the membership and the data from the log and does not vote; promoted,
 /// it counts in the quorum; a member removed no longer does; MoveLeader hands

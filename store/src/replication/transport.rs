@@ -13,6 +13,10 @@ use super::node::Input;
 pub trait Transport: Send + Sync + 'static {
     /// Sends each message to its `to` member; best effort (raft retries).
     fn send(&self, msgs: Vec<Message>);
+
+    /// The group's members as this member applied them (itself included):
+    /// where to reach each. Called at start and after each membership change.
+    fn set_peers(&self, _members: &[super::members::MemberInfo]) {}
 }
 
 /// Members of one process, each reached through its driver's inbox.

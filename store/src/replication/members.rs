@@ -1,0 +1,71 @@
+//! What the group knows of each member beyond its raft ID: its name and URLs,
+//! as etcd's MemberList reports them. Peer URLs travel in the membership
+//! change that adds a member (the context of its `ConfChange`, as etcd's);
+//! name and client URLs in an attributes entry each member proposes once it
+//! has a leader (etcd's "publish"), so every member can tell a client where
+//! the leader is and forward a write there.
+//!
+//! ```text
+//! ConfChange.context = {"name": N, "peerURLs": [...]}          (JSON, etcd's field names)
+//! attributes entry   = -1:i64 LE | id:u64 LE | {"name": N, "clientURLs": [...]}
+//! ```
+use serde_json::{json, Value};
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: u64,
+    pub name: String,
+    pub peer_urls: Vec<String>,
+    pub client_urls: Vec<String>,
+}
+
+/// The entry revision that marks an attributes entry.
+pub const ATTRIBUTES: i64 = -1;
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
+
+/// A membership change's context: the added member's name and peer URLs.
+pub fn encode_context(m: &MemberInfo) -> Vec<u8> {
+    json!({"name": m.name, "peerURLs": m.peer_urls}).to_string().into_bytes()
+}
+
+/// The name and peer URLs a membership change carries (empty when it carries none).
+pub fn decode_context(id: u64, ctx: &[u8]) -> MemberInfo {
+    let v: Value = serde_json::from_slice(ctx).unwrap_or(Value::Null);
+    MemberInfo { id, name: v["name"].as_str().unwrap_or("").to_string(), peer_urls: strings(&v["peerURLs"]), client_urls: Vec::new() }
+}
+
+pub fn encode_attributes(m: &MemberInfo) -> Vec<u8> {
+    let mut out = ATTRIBUTES.to_le_bytes().to_vec();
+    out.extend_from_slice(&m.id.to_le_bytes());
+    out.extend_from_slice(json!({"name": m.name, "clientURLs": m.client_urls}).to_string().as_bytes());
+    out
+}
+
+/// An attributes entry's body (after its revision): the member, its name and client URLs.
+pub fn decode_attributes(body: &[u8]) -> Result<(u64, String, Vec<String>), String> {
+    let (id, json) = body.split_at_checked(8).ok_or("attributes entry shorter than its member ID")?;
+    let id = u64::from_le_bytes(id.try_into().expect("8 bytes"));
+    let v: Value = serde_json::from_slice(json).map_err(|e| format!("attributes of member {id:x}: {e}"))?;
+    Ok((id, v["name"].as_str().unwrap_or("").to_string(), strings(&v["clientURLs"])))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn contexts_and_attributes_round_trip() {
+        let m = MemberInfo { id: 7, name: "m0".into(), peer_urls: vec!["http://127.0.0.1:2380".into()], client_urls: vec!["http://127.0.0.1:2379".into()] };
+        let ctx = decode_context(7, &encode_context(&m));
+        assert_eq!(ctx, MemberInfo { client_urls: Vec::new(), ..m.clone() });
+        assert_eq!(decode_context(9, b""), MemberInfo { id: 9, ..Default::default() });
+        let a = encode_attributes(&m);
+        assert_eq!(i64::from_le_bytes(a[..8].try_into().unwrap()), ATTRIBUTES);
+        assert_eq!(decode_attributes(&a[8..]).unwrap(), (7, "m0".to_string(), m.client_urls.clone()));
+        assert!(decode_attributes(&a[8..12]).is_err());
+        assert!(decode_attributes(&a[8..a.len() - 1]).is_err());
+    }
+}
