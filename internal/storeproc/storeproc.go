@@ -29,6 +29,10 @@ type Options struct {
 	ReadyTimeout time.Duration
 	Stderr       io.Writer
 	Scheme       string // "http" (default) or "https"
+	// Name is --name (default "meganode-test"); ClientPort, when set, is the client
+	// port every start uses (a group's members keep theirs across restarts).
+	Name       string
+	ClientPort int
 }
 
 // Proc is a running store.
@@ -91,9 +95,12 @@ func Start(opts Options) (*Proc, error) {
 }
 
 func (p *Proc) start() error {
-	port, err := FreePort()
-	if err != nil {
-		return err
+	port := p.opts.ClientPort
+	if port == 0 {
+		var err error
+		if port, err = FreePort(); err != nil {
+			return err
+		}
 	}
 	mport, err := FreePort()
 	if err != nil {
@@ -102,8 +109,12 @@ func (p *Proc) start() error {
 	p.Endpoint = fmt.Sprintf("127.0.0.1:%d", port)
 	p.URL = fmt.Sprintf("%s://%s", p.opts.Scheme, p.Endpoint)
 	p.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d", mport)
+	name := p.opts.Name
+	if name == "" {
+		name = "meganode-test"
+	}
 	args := []string{
-		"--name", "meganode-test",
+		"--name", name,
 		"--data-dir", p.DataDir,
 		"--listen-client-urls", p.URL,
 		"--advertise-client-urls", p.URL,

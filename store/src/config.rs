@@ -60,6 +60,16 @@ pub struct Config {
     /// of three, each member would serve alone and diverge without an error.
     pub initial_cluster: Vec<(String, String)>,
     pub initial_cluster_state: String,
+    /// etcd's --initial-cluster-token: part of every member ID, so groups started
+    /// with different tokens never take each other's peers.
+    pub initial_cluster_token: String,
+    /// Where peers reach this member (--listen-peer-urls; a replicated group only).
+    pub listen_peer_urls: Vec<String>,
+    /// etcd's raft timing: --heartbeat-interval (one tick) and --election-timeout, in ms.
+    pub heartbeat_interval: Duration,
+    pub election_timeout: Duration,
+    /// Whether --durability was given (a replicated group defaults to `replicated`).
+    pub durability_given: bool,
     /// etcd's --auto-tls: https:// client listeners without --cert-file serve a
     /// self-signed certificate made at start-up (crate::auto_tls). --peer-auto-tls is
     /// accepted and, with no peer listener, has nothing to serve.
@@ -101,6 +111,11 @@ impl Default for Config {
             runtime_workers: None,
             initial_cluster: Vec::new(),
             initial_cluster_state: "new".into(),
+            initial_cluster_token: "etcd-cluster".into(),
+            listen_peer_urls: vec!["http://localhost:2380".into()],
+            heartbeat_interval: Duration::from_millis(100),
+            election_timeout: Duration::from_millis(1000),
+            durability_given: false,
             auto_tls: false,
             self_signed_cert_validity: 1,
             ignored: Vec::new(),
@@ -108,9 +123,9 @@ impl Default for Config {
     }
 }
 
-/// etcd flags with no meaning for a single in-memory member.
+/// etcd flags with no meaning for an in-memory member.
 const IGNORED: &[&str] = &[
-    "listen-peer-urls", "initial-cluster-token", "peer-auto-tls", "snapshot-count", "heartbeat-interval", "election-timeout",
+    "peer-auto-tls", "snapshot-count",
     "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
     "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
     "experimental-initial-corrupt-check", "experimental-watch-progress-notify-interval", "unsafe-no-fsync",
@@ -123,6 +138,7 @@ const KNOWN: &[&str] = &[
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
     "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport", "history-spill",
     "runtime-workers", "initial-cluster", "initial-cluster-state", "auto-tls", "self-signed-cert-validity",
+    "listen-peer-urls", "initial-cluster-token", "heartbeat-interval", "election-timeout",
 ];
 
 const BOOL_FLAGS: &[&str] = &["auto-tls", "peer-auto-tls", "client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -192,7 +208,10 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
             "trusted-ca-file" => c.trusted_ca_file = Some(value),
             "client-cert-auth" => c.client_cert_auth = parse_bool(&flag, &value)?,
             "watch-progress-notify-interval" => c.progress_notify_interval = parse_duration(&value)?,
-            "durability" => c.durability = value,
+            "durability" => {
+                c.durability = value;
+                c.durability_given = true;
+            }
             "durability-prefix" => {
                 for item in list(&value) {
                     let (p, m) = item.rsplit_once('=').ok_or_else(|| format!("invalid --durability-prefix entry {item:?}: want PREFIX=MODE"))?;
@@ -255,6 +274,17 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 "new" | "existing" => c.initial_cluster_state = value,
                 _ => return Err(format!("invalid value {value:?} for --initial-cluster-state: want new or existing")),
             },
+            "initial-cluster-token" => c.initial_cluster_token = value,
+            "listen-peer-urls" => c.listen_peer_urls = list(&value),
+            "heartbeat-interval" | "election-timeout" => {
+                let ms: u64 = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("invalid value {value:?} for --{flag}: want milliseconds"))?;
+                let d = Duration::from_millis(ms);
+                if flag == "heartbeat-interval" {
+                    c.heartbeat_interval = d;
+                } else {
+                    c.election_timeout = d;
+                }
+            }
             "auto-tls" => c.auto_tls = parse_bool(&flag, &value)?,
             "self-signed-cert-validity" => {
                 c.self_signed_cert_validity = value
@@ -275,36 +305,86 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
         c.advertise_client_urls = c.listen_client_urls.clone();
     }
     for m in std::iter::once(&c.durability).chain(c.durability_prefixes.iter().map(|(_, m)| m)) {
-        if !["none", "buffered", "fsync"].contains(&m.as_str()) {
-            return Err(format!("invalid durability mode {m:?}: want none, buffered or fsync"));
+        if !["none", "buffered", "fsync", "replicated"].contains(&m.as_str()) {
+            return Err(format!("invalid durability mode {m:?}: want none, buffered, fsync or replicated"));
         }
     }
     if c.cert_file.is_some() != c.key_file.is_some() {
         return Err("--cert-file and --key-file go together".into());
     }
-    check_single_member(&c)?;
+    check_cluster(&mut c)?;
     Ok(c)
 }
 
-/// A member cannot join a replicated group yet: flags that ask for one are refused
-/// in one line rather than served by a member that would diverge from the others
-/// without an error. etcd's own check comes first: this member's name must be in
-/// --initial-cluster (with etcd's default, `NAME=first advertised peer URL`).
-fn check_single_member(c: &Config) -> Result<(), String> {
+impl Config {
+    /// A member of a replicated group: --initial-cluster names other members.
+    pub fn is_cluster(&self) -> bool {
+        self.initial_cluster.iter().any(|(n, _)| *n != self.name)
+    }
+
+    /// This member's peer URLs as --initial-cluster gives them.
+    pub fn own_peer_urls(&self) -> Vec<String> {
+        self.initial_cluster.iter().filter(|(n, _)| *n == self.name).map(|(_, u)| u.clone()).collect()
+    }
+}
+
+/// etcd's checks of the cluster flags, then what a replicated group built so
+/// far can serve (docs/design.md §10): refused in one line rather than started
+/// as a member that would not keep its promise.
+fn check_cluster(c: &mut Config) -> Result<(), String> {
     if !c.initial_cluster.is_empty() && !c.initial_cluster.iter().any(|(n, _)| *n == c.name) {
         return Err(format!("couldn't find local name {:?} in the initial cluster configuration", c.name));
     }
-    let mut others: Vec<&str> = c.initial_cluster.iter().map(|(n, _)| n.as_str()).filter(|n| *n != c.name).collect();
-    others.sort_unstable();
-    others.dedup();
-    if !others.is_empty() {
-        return Err(format!(
-            "--initial-cluster names other members ({}): this meganode-store serves one member alone and cannot replicate yet; start a single member",
-            others.join(", ")
-        ));
+    fn modes(c: &Config) -> Vec<String> {
+        std::iter::once(c.durability.clone()).chain(c.durability_prefixes.iter().map(|(_, m)| m.clone())).collect()
+    }
+    if !c.is_cluster() {
+        if c.initial_cluster_state == "existing" {
+            return Err("--initial-cluster-state=existing needs --initial-cluster naming the members already running".into());
+        }
+        if modes(c).iter().any(|m| m == "replicated") {
+            return Err("--durability replicated needs a replicated group: --initial-cluster naming the other members".into());
+        }
+        return Ok(());
     }
     if c.initial_cluster_state == "existing" {
-        return Err("--initial-cluster-state=existing: this meganode-store cannot join an existing cluster; start a single member with the state new".into());
+        return Err("--initial-cluster-state=existing: joining a running group (MemberAdd) is not built yet; start every member of a new group with the state new".into());
+    }
+    if !c.durability_given {
+        c.durability = "replicated".into();
+    }
+    if let Some(m) = modes(c).into_iter().find(|m| m == "buffered" || m == "fsync") {
+        return Err(format!(
+            "durability {m:?} in a replicated group: members keep no local log yet; use --durability replicated (a quorum holds each write in memory)"
+        ));
+    }
+    let own = c.own_peer_urls();
+    let adv_given = c.advertise_peer_urls != Config::default().advertise_peer_urls;
+    if adv_given {
+        let (mut a, mut b) = (own.clone(), c.advertise_peer_urls.clone());
+        a.sort();
+        b.sort();
+        if a != b {
+            return Err(format!(
+                "--initial-cluster has {}={} but missing from --initial-advertise-peer-urls={}",
+                c.name,
+                own.join(","),
+                c.advertise_peer_urls.join(",")
+            ));
+        }
+    }
+    c.advertise_peer_urls = own;
+    for u in c.initial_cluster.iter().map(|(_, u)| u).chain(&c.listen_peer_urls) {
+        if !u.starts_with("http://") {
+            return Err(format!("peer URL {u:?}: want http://host:port (peer TLS is not built yet)"));
+        }
+    }
+    if c.election_timeout < 5 * c.heartbeat_interval {
+        return Err(format!(
+            "--election-timeout[{}ms] should be at least as 5 times as --heartbeat-interval[{}ms]",
+            c.election_timeout.as_millis(),
+            c.heartbeat_interval.as_millis()
+        ));
     }
     Ok(())
 }
@@ -347,18 +427,34 @@ mod tests {
     }
 
     #[test]
-    fn a_member_that_cannot_replicate_refuses_to_be_one_of_several() {
-        // One member named in the list, as etcd's default: served.
+    fn cluster_flags() {
+        // One member named in the list, as etcd's default: a single member.
         let c = parse(&a(&["--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380", "--initial-cluster-state", "new"])).unwrap();
         assert_eq!(c.initial_cluster, vec![("m0".to_string(), "http://127.0.0.1:2380".to_string())]);
+        assert!(!c.is_cluster());
         // Two peer URLs of the same member are still one member.
-        parse(&a(&["--name=m0", "--initial-cluster=m0=http://127.0.0.1:2380,m0=http://127.0.0.2:2380"])).unwrap();
-        let e = parse(&a(&["--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2381,m2=http://127.0.0.1:2382"])).unwrap_err();
-        assert!(e.contains("(m1, m2)") && e.contains("cannot replicate") && !e.contains('\n'), "{e}");
+        assert!(!parse(&a(&["--name=m0", "--initial-cluster=m0=http://127.0.0.1:2380,m0=http://127.0.0.2:2380"])).unwrap().is_cluster());
+        let three = ["--name", "m1", "--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2381,m2=http://127.0.0.1:2382"];
+        let c = parse(&a(&three)).unwrap();
+        assert!(c.is_cluster());
+        assert_eq!(c.durability, "replicated", "a group's default");
+        assert_eq!(c.advertise_peer_urls, vec!["http://127.0.0.1:2381"]);
+        let with = |extra: &[&str]| parse(&a(&[&three[..], extra].concat()));
+        assert!(with(&["--durability", "none"]).is_ok());
+        let e = with(&["--durability-prefix", "/registry/pods/=fsync"]).unwrap_err();
+        assert!(e.contains("\"fsync\"") && e.contains("replicated") && !e.contains('\n'), "{e}");
+        let e = with(&["--initial-advertise-peer-urls", "http://127.0.0.1:9"]).unwrap_err();
+        assert!(e.contains("missing from --initial-advertise-peer-urls"), "{e}");
+        assert!(with(&["--initial-advertise-peer-urls", "http://127.0.0.1:2381"]).is_ok());
+        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381"]).unwrap_err().contains("peer TLS"));
+        assert!(with(&["--initial-cluster-state", "existing"]).unwrap_err().contains("not built"));
+        let c = with(&["--heartbeat-interval", "50", "--election-timeout=500", "--initial-cluster-token", "t1"]).unwrap();
+        assert_eq!((c.heartbeat_interval, c.election_timeout, c.initial_cluster_token.as_str()), (Duration::from_millis(50), Duration::from_millis(500), "t1"));
+        assert!(with(&["--heartbeat-interval", "500"]).unwrap_err().contains("5 times"));
         let e = parse(&a(&["--name", "mx", "--initial-cluster", "m0=http://127.0.0.1:2380"])).unwrap_err();
         assert_eq!(e, "couldn't find local name \"mx\" in the initial cluster configuration");
-        let e = parse(&a(&["--initial-cluster-state=existing"])).unwrap_err();
-        assert!(e.contains("existing"), "{e}");
+        assert!(parse(&a(&["--initial-cluster-state=existing"])).unwrap_err().contains("existing"));
+        assert!(parse(&a(&["--durability=replicated"])).unwrap_err().contains("needs a replicated group"));
         assert!(parse(&a(&["--initial-cluster-state=sometimes"])).is_err());
         assert!(parse(&a(&["--initial-cluster=m0"])).is_err());
     }

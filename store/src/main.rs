@@ -130,26 +130,96 @@ fn main() {
     }
 }
 
-async fn run(cfg: Config) -> Result<(), String> {
-    for f in &cfg.ignored {
-        eprintln!("meganode-store: ignoring etcd flag {f} (no meaning for a single in-memory member)");
+/// Makes this process a member of the replicated group --initial-cluster names
+/// (docs/design.md §10): etcd's member and cluster IDs, a raft driver over the
+/// store, peers reached and served over TCP. A member that finds its own
+/// marker in the data dir restarted and lost what it held (nothing is on
+/// disk): it rejoins, catching up before it votes. A member whose replication
+/// stops (its state left the group's) exits, to be restarted and rejoin.
+fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
+    use meganode_store::replication::{identity, peer, MemberInfo, Replica, ReplicaConfig};
+    let cfg = &ctx.cfg;
+    let founders: Vec<MemberInfo> = identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token)
+        .into_iter()
+        .map(|(name, peer_urls, id)| MemberInfo { id, name, peer_urls, client_urls: Vec::new() })
+        .collect();
+    let (me, cluster) = (ctx.member_id, ctx.cluster_id);
+    let rejoining = member_marker(std::path::Path::new(&cfg.data_dir), &cfg.name, me, cluster)?;
+    let mut listeners = Vec::new();
+    for url in &cfg.listen_peer_urls {
+        let addr = peer::peer_addr(url)?;
+        let l = std::net::TcpListener::bind(addr).map_err(|e| format!("listen peer {addr}: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        listeners.push(TcpListener::from_std(l).map_err(|e| e.to_string())?);
     }
-    let store = Arc::new(Store::new());
-    let (quota, why) = meganode_store::quota::resolve(cfg.quota_backend_bytes);
-    store.set_quota(quota);
-    eprintln!("meganode-store: {why}");
-    let mode = |m: &str| wal::Mode::parse(m).expect("validated by config");
-    let overrides: Vec<(String, wal::Mode)> = cfg.durability_prefixes.iter().map(|(p, m)| (p.clone(), mode(m))).collect();
-    let dur = wal::Durability::new(mode(&cfg.durability), &overrides);
-    if cfg.history_spill {
-        // Before recovery, so that replayed history goes to the spill too.
-        let dir = std::path::Path::new(&cfg.data_dir);
-        match std::fs::create_dir_all(dir).and_then(|_| store.spill_to(dir)) {
-            Ok(()) => eprintln!("meganode-store: replaced versions' values spill to unlinked files in {}", cfg.data_dir),
-            Err(e) => eprintln!("meganode-store: warning: no history spill in {}: {e}; replaced values stay in memory", cfg.data_dir),
+    let transport = peer::PeerTransport::start(&tokio::runtime::Handle::current(), cluster, me, &[]);
+    let mut rc = ReplicaConfig::new(me, founders.iter().map(|m| m.id).collect());
+    rc.tick = cfg.heartbeat_interval;
+    rc.election_ticks = (cfg.election_timeout.as_millis() / cfg.heartbeat_interval.as_millis().max(1)).max(2) as usize;
+    rc.rejoining = rejoining;
+    rc.founders = founders;
+    rc.me = MemberInfo { id: me, name: cfg.name.clone(), peer_urls: cfg.advertise_peer_urls.clone(), client_urls: cfg.advertise_client_urls.clone() };
+    let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
+    let errors = Arc::new(peer::PeerErrors::default());
+    for l in listeners {
+        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone()));
+    }
+    let _ = ctx.replica.set(replica.clone());
+    eprintln!(
+        "meganode-store: member {me:x} of cluster {cluster:x} ({} members{}), peers on {}",
+        cfg.initial_cluster.len(),
+        if rejoining { ", rejoining: it held this data dir before and lost what it kept in memory" } else { "" },
+        cfg.listen_peer_urls.join(",")
+    );
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            if let Some(why) = replica.error() {
+                eprintln!("meganode-store: exiting: this member's replication stopped ({why}); restart it to rejoin the group");
+                std::process::exit(1);
+            }
         }
+    });
+    Ok(())
+}
+
+/// The data dir's record of the member that used it (`member/replica`):
+/// absent → written, a founding start; this member's → it restarts (true);
+/// another's → refused, and nothing changes.
+fn member_marker(dir: &std::path::Path, name: &str, me: u64, cluster: u64) -> Result<bool, String> {
+    let path = dir.join("member").join("replica");
+    let want = format!("member={me:x} cluster={cluster:x}\n");
+    match std::fs::read_to_string(&path) {
+        Ok(s) if s == want => Ok(true),
+        Ok(s) => Err(format!(
+            "data dir {} belongs to another member ({}); this is member {me:x} ({name}) of cluster {cluster:x}: give each member its own --data-dir",
+            dir.display(),
+            s.trim()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(path.parent().expect("has a parent")).map_err(|e| format!("{}: {e}", dir.display()))?;
+            std::fs::write(&path, want).map_err(|e| format!("{}: {e}", path.display()))?;
+            Ok(false)
+        }
+        Err(e) => Err(format!("{}: {e}", path.display())),
     }
-    let (log, rep, _lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), &store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
+}
+
+/// History of memory-only prefixes did not survive: serve them as compacted
+/// up to now, so watchers of those prefixes relist.
+fn set_volatile(store: &Store, dur: &wal::Durability) {
+    store.set_volatile(meganode_store::mvcc::kvstore::Volatile {
+        since: store.current_rev(),
+        prefixes: dur.prefixes.iter().filter(|(_, m)| *m == wal::Mode::None).map(|(p, _)| p.clone()).collect(),
+        all: dur.default == wal::Mode::None,
+    });
+}
+
+/// A single member's logs (docs/design.md §5): recovery into `store`, then the
+/// log as its commit sink, with its checkpointer; the recovered auth state of a
+/// --restore-from snapshot; the data dir's lock.
+fn open_log(cfg: &Config, store: &Arc<Store>, dur: &wal::Durability) -> Result<(Arc<wal::Wal>, Option<Vec<u8>>, std::fs::File), String> {
+    let (log, rep, lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
     eprintln!(
         "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}; accounted size {}{}",
         store.key_count(), rep.leases, rep.files, rep.records, rep.millis, rep.rev, rep.compacted,
@@ -163,13 +233,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         );
         log.faults.set(Some(Arc::new(wal::fault::Latency { fsync: cfg.test_fault_fsync_latency, write: cfg.test_fault_write_latency })));
     }
-    // History of memory-only prefixes did not survive: serve them as compacted
-    // up to now, so watchers of those prefixes relist.
-    store.set_volatile(meganode_store::mvcc::kvstore::Volatile {
-        since: store.current_rev(),
-        prefixes: dur.prefixes.iter().filter(|(_, m)| *m == wal::Mode::None).map(|(p, _)| p.clone()).collect(),
-        all: dur.default == wal::Mode::None,
-    });
+    set_volatile(store, dur);
     let orphans = store.relink_leases();
     store.set_sink(log.clone());
     // A key whose lease did not survive (its grant was in no durable log) is
@@ -206,6 +270,41 @@ async fn run(cfg: Config) -> Result<(), String> {
             })
             .map_err(|e| e.to_string())?;
     }
+    Ok((log, rep.restored_auth, lock))
+}
+
+async fn run(cfg: Config) -> Result<(), String> {
+    for f in &cfg.ignored {
+        eprintln!("meganode-store: ignoring etcd flag {f} (no meaning for a single in-memory member)");
+    }
+    let store = Arc::new(Store::new());
+    let (quota, why) = meganode_store::quota::resolve(cfg.quota_backend_bytes);
+    store.set_quota(quota);
+    eprintln!("meganode-store: {why}");
+    // A replicated group's members keep nothing on disk: `replicated` is the
+    // log's `none` (the quorum's memory holds each write, docs/design.md §10).
+    let mode = |m: &str| if m == "replicated" { wal::Mode::None } else { wal::Mode::parse(m).expect("validated by config") };
+    let overrides: Vec<(String, wal::Mode)> = cfg.durability_prefixes.iter().map(|(p, m)| (p.clone(), mode(m))).collect();
+    let dur = wal::Durability::new(mode(&cfg.durability), &overrides);
+    if cfg.history_spill {
+        // Before recovery, so that replayed history goes to the spill too.
+        let dir = std::path::Path::new(&cfg.data_dir);
+        match std::fs::create_dir_all(dir).and_then(|_| store.spill_to(dir)) {
+            Ok(()) => eprintln!("meganode-store: replaced versions' values spill to unlinked files in {}", cfg.data_dir),
+            Err(e) => eprintln!("meganode-store: warning: no history spill in {}: {e}; replaced values stay in memory", cfg.data_dir),
+        }
+    }
+    let (log, restored_auth, _lock) = if cfg.is_cluster() {
+        // A member's state comes from its group, not from its data dir (§10).
+        if cfg.restore_from.is_some() {
+            return Err("--restore-from in a replicated group is not built yet: restore a single member".into());
+        }
+        set_volatile(&store, &dur);
+        (None, None, None)
+    } else {
+        let (log, auth, lock) = open_log(&cfg, &store, &dur)?;
+        (Some(log), auth, Some(lock))
+    };
     if cfg.value_compression {
         meganode_store::mvcc::packer::Packer::spawn(store.clone(), cfg.value_compression_cpu).map_err(|e| e.to_string())?;
     }
@@ -213,7 +312,7 @@ async fn run(cfg: Config) -> Result<(), String> {
     let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
     let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));
     // A --restore-from snapshot's auth state replaces the directory's (docs/design.md §7).
-    let mut auth = meganode_store::auth::AuthStore::new_restored(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir, rep.restored_auth.as_deref())
+    let mut auth = meganode_store::auth::AuthStore::new_restored(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir, restored_auth.as_deref())
         .map_err(|e| e.message().to_string())?;
     if cfg.auth_token.starts_with("jwt") {
         auth = auth.with_jwt(meganode_store::auth::jwt::JwtTokens::parse(&cfg.auth_token)?);
@@ -224,10 +323,13 @@ async fn run(cfg: Config) -> Result<(), String> {
         if enabled { "enabled" } else { "disabled" },
         cfg.auth_token.split(',').next().unwrap_or("")
     );
-    let ctx = Ctx::with_auth(store, cfg.clone(), Some(log.clone()), Arc::new(auth));
+    let ctx = Ctx::with_auth(store, cfg.clone(), log, Arc::new(auth));
     // Peer URLs and the downgrade target are kept by the auth state's rule (server/member_state.rs).
     if durable {
         ctx.member.keep_in(std::path::PathBuf::from(&cfg.data_dir))?;
+    }
+    if cfg.is_cluster() {
+        start_replica(&ctx)?;
     }
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {

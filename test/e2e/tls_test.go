@@ -185,17 +185,23 @@ func startAutoTLSEtcd(t *testing.T, client *tls.Config) (*target, error) {
 	return connected(&target{Kind: kindEtcd, Real: "etcd", Etcd: s, Endpoint: s.Endpoint}, client)
 }
 
-// Until a member can join a replicated group (issue 36), flags that make it one of several are
-// refused in one line: started as one of three, each member would serve alone and diverge.
-func TestClusterFlagsRefusedWhileSingleMember(t *testing.T) {
+// Cluster flags asking for what a member cannot do yet (issue 36: join a running group, keep a
+// local log in a group, peer TLS), or that etcd itself refuses, get one line and exit 2 before
+// anything is written to the data dir.
+func TestClusterFlagsRefused(t *testing.T) {
 	bin, err := storeproc.FindBin()
 	if err != nil {
 		t.Fatal(err)
 	}
+	three := "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2381,m2=http://127.0.0.1:2382"
 	for _, args := range [][]string{
-		{"--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2381,m2=http://127.0.0.1:2382"},
 		{"--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380", "--initial-cluster-state", "existing"},
 		{"--name", "m9", "--initial-cluster", "m0=http://127.0.0.1:2380"},
+		// What a replicated group does not keep yet: local logs, peer TLS, a joining member.
+		{"--name", "m0", "--initial-cluster", three, "--durability", "fsync"},
+		{"--name", "m0", "--initial-cluster", strings.ReplaceAll(three, "http:", "https:")},
+		{"--name", "m0", "--initial-cluster", three, "--initial-cluster-state", "existing"},
+		{"--durability", "replicated"},
 	} {
 		dir := t.TempDir()
 		// A member that did start would serve until killed: the deadline ends it (and the check fails).

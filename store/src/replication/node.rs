@@ -208,6 +208,11 @@ impl Replica {
                 let known = cfg.founders.iter().find(|f| f.id == *id).cloned();
                 info.insert(*id, known.unwrap_or(MemberInfo { id: *id, ..Default::default() }));
             }
+            // A member that starts without its log (rejoining) still knows the
+            // founders from its flags: how else would it answer their leader.
+            for f in &cfg.founders {
+                info.entry(f.id).or_insert_with(|| f.clone());
+            }
             transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
         }
         let mut driver = Driver {
@@ -265,6 +270,30 @@ impl Replica {
             members: s.members.lock().clone(),
             error: s.error.lock().clone(),
         }
+    }
+
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// The term (one load: every response header carries it).
+    pub fn term(&self) -> u64 {
+        self.shared.term.load(Ordering::Acquire)
+    }
+
+    /// The leader this member knows, 0 for none (one load).
+    pub fn leader(&self) -> u64 {
+        self.shared.leader.load(Ordering::Acquire)
+    }
+
+    /// Whether the store may take a write here now (one load): `Status::writable`.
+    pub fn writable(&self) -> bool {
+        self.shared.writable.load(Ordering::Acquire)
+    }
+
+    /// Whether this member stopped taking part, and why.
+    pub fn error(&self) -> Option<String> {
+        self.shared.error.lock().clone()
     }
 
     /// The members' names and URLs as this member has applied them, by ID.

@@ -119,7 +119,17 @@ impl PbClusterService for ClusterService {
             let ai = self.0.caller(&r)?;
             self.0.auth.require(ai.as_ref())?;
         }
-        Ok(Response::new(PbMemberListResponse { header: header(&self.0), members: vec![self.me()] }))
+        let members = match self.0.replica.get() {
+            Some(r) => {
+                let learners = r.status().members.learners;
+                r.members()
+                    .into_iter()
+                    .map(|m| PbMember { id: m.id, name: m.name, peer_ur_ls: m.peer_urls, client_ur_ls: m.client_urls, is_learner: learners.contains(&m.id) })
+                    .collect()
+            }
+            None => vec![self.me()],
+        };
+        Ok(Response::new(PbMemberListResponse { header: header(&self.0), members }))
     }
 
     /// The only member is a voting one, which etcd does not promote.

@@ -66,6 +66,10 @@ impl KvService {
         check_txn_intervals(req)?;
         let auth = caller.transpose()?;
         let read_only = txn_is_read_only(req);
+        if read_only {
+            // Served where it arrives (a write txn goes to the leader, forward.rs).
+            self.0.linearizable(false).await?;
+        }
         if !read_only {
             self.proposal_too_large(call.wire_len)?;
             self.0.admit_write(dl).await?;
@@ -174,6 +178,7 @@ pub type Caller = Option<Result<Option<AuthInfo>, Status>>;
 impl PbKvService for KvService {
     async fn range(&self, request: Request<PbRangeRequest>) -> Result<Response<PbRangeResponse>, Status> {
         let _timed = self.0.metrics.request(metrics::RANGE);
+        self.0.linearizable(request.get_ref().serializable).await?;
         let caller = self.0.identify(&request);
         let read = self.range_call(request.get_ref(), caller)?;
         let header = self.0.header(read.rev);
@@ -186,6 +191,7 @@ impl PbKvService for KvService {
 
     async fn range_stream(&self, request: Request<PbRangeRequest>) -> Result<Response<Self::RangeStreamStream>, Status> {
         let _timed = self.0.metrics.request(metrics::RANGE);
+        self.0.linearizable(request.get_ref().serializable).await?;
         let caller = self.0.identify(&request);
         let auth = self.range_stream_checks(request.get_ref(), caller)?;
         let stream = super::range_stream::start(self.0.clone(), request.into_inner(), auth)?;

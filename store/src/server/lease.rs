@@ -132,6 +132,12 @@ pub async fn expiry_loop(ctx: Arc<Ctx>) {
         if ctx.wal.as_ref().map_or(false, |w| w.health.down()) {
             continue;
         }
+        // In a replicated group only the leader expires leases (its revocations
+        // go through the log); the others' clocks do not count keep-alives,
+        // which reach the leader alone.
+        if ctx.forwards_writes() {
+            continue;
+        }
         let expired = ctx.store.leases.expired(Instant::now());
         if expired.is_empty() {
             continue;

@@ -30,19 +30,28 @@ impl MaintenanceService {
     /// Status for a caller already let through (`require_user`).
     pub fn status_answer(&self) -> PbStatusResponse {
         let rev = self.0.store.current_rev();
-        let size = self.0.store.size_bytes();
+        // Never 0: etcd's database file never is, and etcdctl's status table divides by it.
+        let size = self.0.store.size_bytes().max(1);
         let errors = self.0.store.alarms.get(ALARM_NONE).into_iter().map(|(m, t)| alarm_text(m, t)).collect();
+        // A single member leads itself; its raft index is its revision.
+        let (leader, raft_index, raft_term, raft_applied_index, is_learner) = match self.0.replica.get() {
+            Some(r) => {
+                let st = r.status();
+                (st.leader, st.commit_index, st.term, st.applied_index, st.is_learner())
+            }
+            None => (self.0.member_id, rev as u64, 2, rev as u64, false),
+        };
         PbStatusResponse {
             header: self.0.header(rev),
             version: ETCD_COMPAT_VERSION.into(),
             db_size: size,
-            leader: self.0.member_id,
-            raft_index: rev as u64,
-            raft_term: 2,
-            raft_applied_index: rev as u64,
+            leader,
+            raft_index,
+            raft_term,
+            raft_applied_index,
             errors,
             db_size_in_use: size,
-            is_learner: false,
+            is_learner,
             storage_version: "3.6.0".into(),
             db_size_quota: self.0.store.quota(),
             // etcd always sets it: not enabled and no target, or Downgrade ENABLE's.
@@ -176,6 +185,28 @@ impl PbMaintenanceService for MaintenanceService {
     /// member, which etcd refuses as a bad transferee.
     async fn move_leader(&self, r: Request<PbMoveLeaderRequest>) -> Result<Response<PbMoveLeaderResponse>, Status> {
         self.admin(&r)?;
+        if let Some(rep) = self.0.replica.get() {
+            // etcd's: only the leader hands over, to a voting member, and answers once it has.
+            let target = r.get_ref().target_id;
+            let st = rep.status();
+            if st.leader != st.id {
+                return Err(Status::failed_precondition("etcdserver: not leader"));
+            }
+            if !st.members.voters.contains(&target) {
+                return Err(Status::failed_precondition("etcdserver: bad leader transferee"));
+            }
+            if target != st.id {
+                rep.move_leader(target);
+                let deadline = tokio::time::Instant::now() + crate::server::forward::REQUEST_TIMEOUT;
+                while rep.leader() != target {
+                    if tokio::time::Instant::now() >= deadline {
+                        return Err(Status::unavailable("etcdserver: request timed out, leader transfer took too long"));
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+            }
+            return Ok(Response::new(PbMoveLeaderResponse { header: self.0.header(self.0.store.current_rev()) }));
+        }
         if r.get_ref().target_id == self.0.member_id {
             Ok(Response::new(PbMoveLeaderResponse { header: None }))
         } else {

@@ -9,6 +9,7 @@ pub mod cluster;
 pub mod concurrency;
 pub mod deadline;
 pub mod election;
+pub mod forward;
 pub mod gateway;
 pub mod grpc_metrics;
 pub mod health;
@@ -69,6 +70,9 @@ pub fn routes(ctx: &Arc<Ctx>, limit: usize) -> tonic::service::Routes {
         .add_service(election::ElectionRouter::new(ctx.clone(), limit))
         .add_service(health::HealthRouter::default());
     let mut routes = routes.routes();
+    if ctx.replica.get().is_some() {
+        routes = forward::layer(routes, ctx);
+    }
     let grpc = routes.clone();
     http_endpoints::add(&mut routes, ctx);
     gateway::add(&mut routes, ctx, grpc, limit);
@@ -98,6 +102,9 @@ pub struct Ctx {
     /// changed by MemberUpdate) and the downgrade target Downgrade ENABLE set; kept
     /// across restarts when a data directory is (member_state.rs).
     pub member: member_state::Member,
+    /// This member's part in a replicated group (set once at start-up; unset
+    /// for a single member, where every use of it is one load).
+    pub replica: std::sync::OnceLock<Arc<crate::replication::Replica>>,
 }
 
 impl Ctx {
@@ -108,8 +115,15 @@ impl Ctx {
     }
 
     pub fn with_auth(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>, auth: Arc<AuthStore>) -> Arc<Self> {
-        let member_id = fnv(cfg.name.as_bytes()) | 1;
-        let cluster_id = fnv(format!("cluster/{}", cfg.name).as_bytes()) | 1;
+        let (member_id, cluster_id) = if cfg.is_cluster() {
+            // etcd's IDs for the same flags (replication/identity.rs).
+            use crate::replication::identity;
+            let ms = identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token);
+            let me = ms.iter().find(|m| m.0 == cfg.name).map_or(0, |m| m.2);
+            (me, identity::cluster_id(&ms.iter().map(|m| m.2).collect::<Vec<_>>()))
+        } else {
+            (fnv(cfg.name.as_bytes()) | 1, fnv(format!("cluster/{}", cfg.name).as_bytes()) | 1)
+        };
         if let Some(w) = &wal {
             // A failed log write raises NOSPACE for this member; the store clears
             // it when the writes succeed again (crate::wal::health).
@@ -125,6 +139,7 @@ impl Ctx {
         let member = member_state::Member::new(cfg.advertise_peer_urls.clone());
         Arc::new(Ctx {
             store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth, member,
+            replica: std::sync::OnceLock::new(),
         })
     }
 
@@ -172,7 +187,41 @@ impl Ctx {
     }
 
     pub fn header(&self, rev: i64) -> Option<PbResponseHeader> {
-        Some(PbResponseHeader { cluster_id: self.cluster_id, member_id: self.member_id, revision: rev, raft_term: 2 })
+        let raft_term = self.replica.get().map_or(2, |r| r.term());
+        Some(PbResponseHeader { cluster_id: self.cluster_id, member_id: self.member_id, revision: rev, raft_term })
+    }
+
+    /// A replicated member that must not take a write itself now (it does not
+    /// lead, or its leadership is not yet writable): writes go through the
+    /// routes, which forward them (forward.rs). One load; false for a single member.
+    pub fn forwards_writes(&self) -> bool {
+        self.replica.get().is_some_and(|r| !r.writable())
+    }
+
+    /// Before a linearizable read (`serializable` false) on a replicated member:
+    /// waits until this member has published every write acknowledged before
+    /// the call (raft's ReadIndex, then the revision it names). A learner
+    /// refuses, as etcd's. Nothing to wait for on a single member.
+    pub async fn linearizable(&self, serializable: bool) -> Result<(), tonic::Status> {
+        let Some(r) = self.replica.get() else { return Ok(()) };
+        if serializable {
+            return Ok(());
+        }
+        if r.status().is_learner() {
+            return Err(tonic::Status::unavailable("etcdserver: rpc not supported for learner"));
+        }
+        let deadline = tokio::time::Instant::now() + forward::REQUEST_TIMEOUT;
+        loop {
+            // Raft drops a ReadIndex when leadership moves meanwhile: asked again
+            // of the next leader, until the request's time is up.
+            match tokio::time::timeout_at(deadline, r.read_index()).await {
+                Ok(Ok(rev)) => {
+                    return tokio::time::timeout_at(deadline, self.store.wait_visible(rev)).await.map_err(|_| StoreError::Timeout.into())
+                }
+                Ok(Err(_)) => tokio::time::sleep(std::time::Duration::from_millis(10)).await,
+                Err(_) => return Err(StoreError::Timeout.into()),
+            }
+        }
     }
 
     /// Before answering a write at `rev` (or anything that read the committed

@@ -463,7 +463,13 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             frame::put_rst_stream(&mut self.wbuf, id, frame::REFUSED_STREAM);
             return Ok(());
         }
-        let hot = hot_method(fields);
+        // A replicated member's writes go to the routes while it does not lead
+        // (forwarded), and its RangeStreams always (their linearizable wait is the routes').
+        let ctx = &self.services.ctx;
+        let hot = hot_method(fields).filter(|m| match m {
+            Method::RangeStream => ctx.replica.get().is_none(),
+            m => !(m.needs_leader() && ctx.forwards_writes()),
+        });
         let rpc = fields.get(b":path").and_then(|p| std::str::from_utf8(p).ok()).and_then(|p| GrpcMetrics::global().rpc(p));
         match hot {
             Some(method) => {

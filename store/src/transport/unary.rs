@@ -48,6 +48,12 @@ impl Method {
         })
     }
 
+    /// Put, DeleteRange and Txn: what a replicated member that does not lead
+    /// leaves to the routes, which forward it (server/forward.rs).
+    pub fn needs_leader(self) -> bool {
+        matches!(self, Method::Put | Method::DeleteRange | Method::Txn)
+    }
+
     pub fn path(self) -> &'static str {
         match self {
             Method::Range => "/etcdserverpb.KV/Range",
@@ -162,6 +168,7 @@ pub fn call(s: &Services, method: Method, msg: Bytes, meta: Meta) -> (CallFuture
             let spawn = !req.range_end.is_empty();
             let fut = async move {
                 let _timed = ctx.metrics.request(metrics::RANGE);
+                ctx.linearizable(req.serializable).await?;
                 let caller = ctx.identify_with(|| meta.creds());
                 let read = kv.range_call(&req, caller)?;
                 let header = ctx.header(read.rev).unwrap_or_default();

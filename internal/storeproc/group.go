@@ -1,0 +1,72 @@
+package storeproc
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"sync"
+)
+
+// Group is a replicated store group of real processes on loopback: member i is
+// named m<i>, keeps its client and peer ports and its data directory across
+// restarts, and is started with etcd's cluster flags naming every member.
+type Group struct {
+	Members []*Proc
+}
+
+// StartGroup starts n members with extraArgs each (e.g. --heartbeat-interval)
+// and waits until every one is ready to serve.
+func StartGroup(n int, extraArgs []string, stderr io.Writer) (*Group, error) {
+	peers := make([]string, n)
+	clients := make([]int, n)
+	for i := range peers {
+		pp, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cp, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, pp)
+		clients[i] = cp
+	}
+	g := &Group{Members: make([]*Proc, n)}
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range g.Members {
+		peerURL := strings.SplitN(peers[i], "=", 2)[1]
+		args := append([]string{"--initial-cluster", strings.Join(peers, ","), "--listen-peer-urls", peerURL}, extraArgs...)
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			g.Members[i], errs[i] = Start(Options{Name: fmt.Sprintf("m%d", i), ClientPort: clients[i], ExtraArgs: args, Stderr: stderr})
+		}(i)
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil {
+			g.Stop()
+			return nil, fmt.Errorf("member m%d: %w", i, err)
+		}
+	}
+	return g, nil
+}
+
+// Endpoints of every member, for a client given them all.
+func (g *Group) Endpoints() []string {
+	out := make([]string, len(g.Members))
+	for i, m := range g.Members {
+		out[i] = m.Endpoint
+	}
+	return out
+}
+
+// Stop stops every member still running.
+func (g *Group) Stop() {
+	for _, m := range g.Members {
+		if m != nil && m.Cmd != nil {
+			_ = m.Stop()
+		}
+	}
+}

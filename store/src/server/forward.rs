@@ -1,0 +1,230 @@
+//! Calls that need the leader, on a member of a replicated group: served here
+//! when this member is the writable leader, else forwarded to the leader's
+//! client URL as they came (HTTP/2, streams included) and answered with its
+//! answer. etcd's clients do not retry a write another member refused (clientv3
+//! retries only calls that are safe to repeat), so a follower must not refuse
+//! one: etcd's followers forward their proposals to the leader as well.
+//!
+//! While no leader is known the call waits (an election takes about one
+//! election timeout), at most `REQUEST_TIMEOUT`, then gets etcd's "request
+//! timed out"; with `WithRequireLeader` ("hasleader" metadata) it gets "no
+//! leader" at once, as from etcd. A forwarded call is marked and never
+//! forwarded again: a member that was named leader but no longer is answers
+//! "leader changed" instead of sending it on.
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
+use parking_lot::Mutex;
+use tonic::codegen::http;
+use tonic::transport::{Channel, Endpoint};
+use tonic::Status;
+use tower_service::Service;
+
+use super::Ctx;
+use crate::errors::StoreError;
+use crate::replication::Replica;
+
+/// How long a call waits for a leader (or a ReadIndex for its answer): etcd's
+/// request timeout with its default election timeout.
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(7);
+
+/// Marks a call one member forwarded to another.
+const FORWARDED: &str = "x-meganode-forwarded";
+
+/// The calls only the leader serves: every write (its revision is assigned
+/// where it executes), lease keep-alives and remaining TTLs (the leader's clock
+/// counts them), and the recipes that write (Lock, Election).
+fn needs_leader(path: &str) -> bool {
+    matches!(
+        path,
+        "/etcdserverpb.KV/Put"
+            | "/etcdserverpb.KV/DeleteRange"
+            | "/etcdserverpb.KV/Txn"
+            | "/etcdserverpb.KV/Compact"
+            | "/etcdserverpb.Lease/LeaseGrant"
+            | "/etcdserverpb.Lease/LeaseRevoke"
+            | "/etcdserverpb.Lease/LeaseKeepAlive"
+            | "/etcdserverpb.Lease/LeaseTimeToLive"
+    ) || path.starts_with("/v3lockpb.Lock/")
+        || path.starts_with("/v3electionpb.Election/")
+}
+
+/// Calls that change state a group does not replicate yet (users, roles,
+/// auth on or off): refused rather than applied on one member (docs/design.md §10).
+fn not_replicated(path: &str) -> bool {
+    path.strip_prefix("/etcdserverpb.Auth/").is_some_and(|m| !matches!(m, "Authenticate" | "AuthStatus" | "UserGet" | "UserList" | "RoleGet" | "RoleList"))
+}
+
+/// `routes` with every call that needs the leader going through `forward`.
+pub fn layer(routes: tonic::service::Routes, ctx: &Arc<Ctx>) -> tonic::service::Routes {
+    let state = Forwarder { ctx: ctx.clone(), channels: Arc::default() };
+    routes.into_axum_router().layer(axum::middleware::from_fn_with_state(state, forward)).into()
+}
+
+#[derive(Clone)]
+struct Forwarder {
+    ctx: Arc<Ctx>,
+    /// One HTTP/2 connection per leader URL, made when first needed.
+    channels: Arc<Mutex<HashMap<String, Channel>>>,
+}
+
+fn answer(s: Status) -> Response {
+    s.into_http::<tonic::body::Body>().map(axum::body::Body::new)
+}
+
+async fn forward(State(f): State<Forwarder>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if not_replicated(path) {
+        return answer(Status::unimplemented("meganode-store: auth changes are not replicated across members yet (docs/design.md §10)"));
+    }
+    if !needs_leader(path) {
+        return next.run(req).await;
+    }
+    let Some(r) = f.ctx.replica.get() else { return next.run(req).await };
+    if r.status().is_learner() {
+        return answer(Status::unavailable("etcdserver: rpc not supported for learner"));
+    }
+    let forwarded = req.headers().contains_key(FORWARDED);
+    let require_leader = req.headers().get("hasleader").is_some_and(|v| v == "true");
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    // A unary call's message is read whole first, so that a leader found gone
+    // before it took the call (it died; the next one is being elected) can be
+    // given it again; a keep-alive stream cannot be.
+    let streaming = path == "/etcdserverpb.Lease/LeaseKeepAlive";
+    let (parts, body) = req.into_parts();
+    let mut body = if streaming {
+        Body::Stream(body)
+    } else {
+        match http_body_util::BodyExt::collect(body).await {
+            Ok(b) => Body::Whole(b.to_bytes()),
+            Err(e) => return answer(Status::internal(format!("reading the request: {e}"))),
+        }
+    };
+    loop {
+        if r.writable() {
+            return next.run(Request::from_parts(parts, body.take())).await;
+        }
+        if r.error().is_some() {
+            return answer(Status::unavailable("etcdserver: this member left the group (see its log)"));
+        }
+        let leader = r.leader();
+        if leader != 0 && leader != r.id() && !forwarded {
+            if let Some(url) = client_url(r, leader) {
+                let mut head = http::Request::new(());
+                *head.method_mut() = parts.method.clone();
+                *head.uri_mut() = parts.uri.clone();
+                *head.headers_mut() = parts.headers.clone();
+                match f.proxy(&url, head, body.take()).await {
+                    Ok(resp) => return resp,
+                    Err((s, unreached)) if !unreached || streaming || Instant::now() >= deadline => return answer(s),
+                    Err((_, _)) => body.restore(),
+                }
+            }
+        }
+        if leader == 0 && require_leader {
+            return answer(Status::unavailable("etcdserver: no leader"));
+        }
+        if Instant::now() >= deadline {
+            return answer(if forwarded { Status::unavailable("etcdserver: leader changed") } else { StoreError::Timeout.into() });
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A call's request body: read whole (a unary call, which can be sent again),
+/// or a stream passed through once.
+enum Body {
+    Whole(bytes::Bytes),
+    Stream(axum::body::Body),
+    /// Sent: `restore` brings a whole one back.
+    Sent(Option<bytes::Bytes>),
+}
+
+impl Body {
+    fn take(&mut self) -> axum::body::Body {
+        match std::mem::replace(self, Body::Sent(None)) {
+            Body::Whole(b) => {
+                *self = Body::Sent(Some(b.clone()));
+                axum::body::Body::from(b)
+            }
+            Body::Stream(s) => s,
+            Body::Sent(_) => axum::body::Body::empty(),
+        }
+    }
+
+    fn restore(&mut self) {
+        if let Body::Sent(Some(b)) = self {
+            *self = Body::Whole(b.clone());
+        }
+    }
+}
+
+/// Whether an error from the leader's connection means the call never reached
+/// it (nothing listens there: it died), so that sending it elsewhere cannot
+/// apply it twice.
+fn unreached(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cur = Some(e);
+    while let Some(e) = cur {
+        if e.to_string().contains("tcp connect error") || e.to_string().contains("Connection refused") {
+            return true;
+        }
+        cur = e.source();
+    }
+    false
+}
+
+/// The leader's first plain-HTTP client URL, once its attributes are applied here.
+fn client_url(r: &Replica, leader: u64) -> Option<String> {
+    let m = r.members().into_iter().find(|m| m.id == leader)?;
+    m.client_urls.iter().find(|u| u.starts_with("http://")).map(|u| u.replace("localhost", "127.0.0.1"))
+}
+
+impl Forwarder {
+    fn channel(&self, url: &str) -> Result<Channel, Status> {
+        let mut chans = self.channels.lock();
+        if let Some(c) = chans.get(url) {
+            return Ok(c.clone());
+        }
+        let ep = Endpoint::from_shared(url.to_string()).map_err(|e| Status::unavailable(format!("leader URL {url}: {e}")))?;
+        let c = ep.tcp_nodelay(true).connect_timeout(Duration::from_secs(1)).connect_lazy();
+        chans.insert(url.to_string(), c.clone());
+        Ok(c)
+    }
+
+    /// Sends the call to the leader at `url`: its answer, or the error and
+    /// whether the call never reached it (`unreached`).
+    async fn proxy(&self, url: &str, head: http::Request<()>, body: axum::body::Body) -> Result<Response, (Status, bool)> {
+        let mut ch = self.channel(url).map_err(|s| (s, false))?;
+        let (mut parts, ()) = head.into_parts();
+        parts.headers.insert(FORWARDED, http::HeaderValue::from_static("1"));
+        let req = http::Request::from_parts(parts, tonic::body::Body::new(body));
+        if let Err(e) = futures::future::poll_fn(|cx| ch.poll_ready(cx)).await {
+            return Err((Status::unavailable(format!("etcdserver: leader unreachable: {e}")), unreached(&e)));
+        }
+        match ch.call(req).await {
+            Ok(resp) => Ok(resp.map(axum::body::Body::new)),
+            Err(e) => {
+                // The connection may be gone for good (the leader died): a fresh one next time.
+                self.channels.lock().remove(url);
+                Err((Status::unavailable(format!("etcdserver: leader unreachable: {e}")), unreached(&e)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn writes_need_the_leader_and_auth_changes_are_refused() {
+        assert!(needs_leader("/etcdserverpb.KV/Put") && needs_leader("/etcdserverpb.Lease/LeaseKeepAlive") && needs_leader("/v3lockpb.Lock/Lock"));
+        assert!(!needs_leader("/etcdserverpb.KV/Range") && !needs_leader("/etcdserverpb.Watch/Watch") && !needs_leader("/etcdserverpb.Maintenance/Status"));
+        assert!(not_replicated("/etcdserverpb.Auth/AuthEnable") && not_replicated("/etcdserverpb.Auth/UserAdd"));
+        assert!(!not_replicated("/etcdserverpb.Auth/Authenticate") && !not_replicated("/etcdserverpb.KV/Put"));
+    }
+}
