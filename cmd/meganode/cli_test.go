@@ -203,7 +203,7 @@ func TestCompletion(t *testing.T) {
 	}{
 		{[]string{"__complete", "sch"}, []string{"scheduler"}},
 		{[]string{"__complete", "scheduler", ""}, []string{"bench", "simulate"}},
-		{[]string{"__complete", "up", "--sto"}, []string{"--store", "--store-arg", "--store-shards"}},
+		{[]string{"__complete", "up", "--sto"}, []string{"--store", "--store-arg", "--store-replicas", "--store-shards"}},
 		{[]string{"__complete", "up", "--store", ""}, []string{"meganode", "etcd"}},
 		{[]string{"__complete", "bench", "put", "--target", ""}, []string{"both", "meganode", "etcd"}},
 	} {

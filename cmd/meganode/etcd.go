@@ -19,6 +19,8 @@ type etcdFlags struct {
 	maxReq, authTTL           uint
 	certFile, keyFile, caFile string
 	clientCertAuth            bool
+	name, peer, cluster       string
+	token                     string
 }
 
 // newEtcdCmd: `meganode etcd` runs real etcd (v3.6, embedded from its Go modules) as a
@@ -49,6 +51,10 @@ SIGTERM or SIGINT stops it and keeps the data directory.`,
 	fs.StringVar(&f.keyFile, "key-file", "", "server key (PEM) for an https:// URL")
 	fs.StringVar(&f.caFile, "trusted-ca-file", "", "CA (PEM) that client certificates must chain to")
 	fs.BoolVar(&f.clientCertAuth, "client-cert-auth", false, "require a client certificate signed by --trusted-ca-file")
+	fs.StringVar(&f.name, "name", "", "member name (with --initial-cluster)")
+	fs.StringVar(&f.peer, "listen-peer-urls", "", "peer URL, http://127.0.0.1:PORT (with --initial-cluster)")
+	fs.StringVar(&f.cluster, "initial-cluster", "", "NAME=PEER_URL,... of a new cluster this process is one member of")
+	fs.StringVar(&f.token, "initial-cluster-token", "", "etcd's --initial-cluster-token (default etcd-cluster)")
 	return cmd
 }
 
@@ -77,10 +83,21 @@ func runEtcd(ctx context.Context, cmd *cobra.Command, f *etcdFlags) error {
 	if err != nil || port <= 0 {
 		return usagef("--listen-client-urls: no port in %s", f.listen)
 	}
+	peerPort := 0
+	if f.cluster != "" {
+		pu, err := url.Parse(f.peer)
+		if f.name == "" || err != nil || pu.Scheme != "http" || pu.Hostname() != "127.0.0.1" {
+			return usagef("--initial-cluster needs --name and --listen-peer-urls http://127.0.0.1:PORT")
+		}
+		if peerPort, err = strconv.Atoi(pu.Port()); err != nil || peerPort <= 0 {
+			return usagef("--listen-peer-urls: no port in %s", f.peer)
+		}
+	}
 	if err := os.MkdirAll(f.dataDir, 0o700); err != nil {
 		return err
 	}
 	srv, err := etcdref.Start(etcdref.Options{
+		Name: f.name, PeerPort: peerPort, InitialCluster: f.cluster, ClusterToken: f.token,
 		DataDir: f.dataDir, ClientPort: port, LogLevel: f.logLevel,
 		QuotaBackendBytes: f.quota, MaxRequestBytes: f.maxReq, AuthTokenTTL: f.authTTL,
 		CertFile: f.certFile, KeyFile: f.keyFile, TrustedCAFile: f.caFile, ClientCertAuth: f.clientCertAuth,

@@ -16,6 +16,7 @@ import (
 type upFlags struct {
 	store     string
 	shards    int
+	replicas  int
 	nodes     int
 	pods      int
 	stateDir  string
@@ -30,6 +31,7 @@ type upFlags struct {
 func (f *upFlags) register(cmd *cobra.Command) {
 	fs := cmd.Flags()
 	fs.StringVar(&f.store, "store", cluster.StoreMeganode, "store under kube-apiserver: meganode or etcd (real etcd v3.6, for comparison)")
+	fs.IntVar(&f.replicas, "store-replicas", 1, "members of each store's replicated group (3 tolerates one member's loss; etcd's cluster flags, kube-apiserver gets every member)")
 	fs.IntVar(&f.shards, "store-shards", 0, "stores to split resources over (1 = one store; 2–4 add leases, events, pods with --etcd-servers-overrides); 0 = as the sizing plan says")
 	fs.IntVar(&f.nodes, "nodes", 0, "KWOK nodes to create once the control plane is up")
 	fs.IntVar(&f.pods, "pods", 0, "pods the cluster is sized for (sizing plan only)")
@@ -52,11 +54,14 @@ func (f *upFlags) validate() error {
 	if f.nodes < 0 || f.pods < 0 || f.shards < 0 {
 		return usagef("--nodes, --pods and --store-shards must be ≥ 0")
 	}
+	if f.replicas < 1 {
+		return usagef("--store-replicas must be ≥ 1")
+	}
 	return f.sched.validate()
 }
 
 func (f *upFlags) options(prog *bench.Progress) cluster.UpOptions {
-	o := cluster.UpOptions{StateDir: f.stateDir, Store: f.store, StoreShards: f.shards, Nodes: f.nodes, Pods: f.pods,
+	o := cluster.UpOptions{StateDir: f.stateDir, Store: f.store, StoreShards: f.shards, StoreReplicas: f.replicas, Nodes: f.nodes, Pods: f.pods,
 		StoreArgs: f.storeArgs, StoreTLS: f.storeTLS, APIServerArgs: f.apiArgs, Record: f.record, NodeLeaseSeconds: f.nodeLease, Progress: prog}.WithScheduler(f.sched.kind(), f.sched.shardCount(), f.sched.extra())
 	o.SchedulerIntake = f.sched.intakeMode()
 	return o

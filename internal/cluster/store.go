@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -45,51 +46,83 @@ func storeComponents(st *State, o *UpOptions, pki *PKI) ([]Component, error) {
 		scheme = "https"
 		tlsArgs = []string{"--cert-file", pki.StoreCert, "--key-file", pki.StoreKey, "--trusted-ca-file", pki.CACert, "--client-cert-auth"}
 	}
+	replicas := max(o.StoreReplicas, 1)
 	var comps []Component
 	for i := 0; i < o.StoreShards; i++ {
 		res := shardResources[i]
-		name := "store"
+		shard := "store"
 		if res != "" {
-			name = "store-" + res
+			shard = "store-" + res
 		}
-		port, err := storeproc.FreePort()
-		if err != nil {
-			return nil, err
+		// A replicated store is a group of members (etcd's cluster flags), each with a
+		// client and a peer port; kube-apiserver is given every member's URL.
+		names, urls, peers := make([]string, replicas), make([]string, replicas), make([]string, replicas)
+		var initial []string
+		for r := range names {
+			names[r] = shard
+			if replicas > 1 {
+				names[r] = fmt.Sprintf("%s-%d", shard, r)
+			}
+			cport, err := storeproc.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			pport, err := storeproc.FreePort()
+			if err != nil {
+				return nil, err
+			}
+			urls[r] = fmt.Sprintf("%s://127.0.0.1:%d", scheme, cport)
+			peers[r] = fmt.Sprintf("http://127.0.0.1:%d", pport)
+			initial = append(initial, names[r]+"="+peers[r])
 		}
-		url := fmt.Sprintf("%s://127.0.0.1:%d", scheme, port)
 		root := o.DataDir
 		if root == "" {
 			root = filepath.Join(st.Dir, "data")
 		}
-		data := filepath.Join(root, name)
-		if err := os.MkdirAll(data, 0o700); err != nil {
-			return nil, err
-		}
-		c := Component{Name: name, Kind: o.Store, URL: url, DataDir: data, Log: filepath.Join(st.Dir, "logs", name+".log")}
-		switch o.Store {
-		case StoreMeganode:
-			mport, err := storeproc.FreePort()
-			if err != nil {
+		for r, name := range names {
+			url := urls[r]
+			data := filepath.Join(root, name)
+			if err := os.MkdirAll(data, 0o700); err != nil {
 				return nil, err
 			}
-			c.Kind = BinStore
-			c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d", mport)
-			c.Args = append([]string{filepath.Join(o.BinDir, BinStore),
-				"--name", name, "--data-dir", data,
-				"--listen-client-urls", url, "--advertise-client-urls", url,
-				"--listen-metrics-urls", c.MetricsURL, KWOKLeaseDurability}, tlsArgs...)
-			c.Args = append(c.Args, o.StoreArgs...)
-		case StoreEtcd:
-			c.MetricsURL = url // etcd serves /metrics on its client URL
-			c.Args = append(append([]string{}, o.EtcdCmd...), "--data-dir", data, "--listen-client-urls", url)
-			c.Args = append(append(c.Args, tlsArgs...), o.StoreArgs...)
-		default:
-			return nil, fmt.Errorf("--store: want meganode or etcd, got %q", o.Store)
+			var group []string
+			if replicas > 1 {
+				group = []string{"--initial-cluster", strings.Join(initial, ","), "--listen-peer-urls", peers[r], "--initial-cluster-token", shard}
+			}
+			c := Component{Name: name, Kind: o.Store, URL: url, DataDir: data, Log: filepath.Join(st.Dir, "logs", name+".log")}
+			switch o.Store {
+			case StoreMeganode:
+				mport, err := storeproc.FreePort()
+				if err != nil {
+					return nil, err
+				}
+				c.Kind = BinStore
+				c.MetricsURL = fmt.Sprintf("http://127.0.0.1:%d", mport)
+				c.Args = []string{filepath.Join(o.BinDir, BinStore),
+					"--name", name, "--data-dir", data,
+					"--listen-client-urls", url, "--advertise-client-urls", url,
+					"--listen-metrics-urls", c.MetricsURL}
+				// A group's members keep node leases through each other (--durability
+				// replicated); a single store keeps them on disk (KWOKLeaseDurability).
+				if replicas == 1 {
+					c.Args = append(c.Args, KWOKLeaseDurability)
+				}
+				c.Args = append(append(append(c.Args, group...), tlsArgs...), o.StoreArgs...)
+			case StoreEtcd:
+				c.MetricsURL = url // etcd serves /metrics on its client URL
+				c.Args = append(append([]string{}, o.EtcdCmd...), "--data-dir", data, "--listen-client-urls", url)
+				if replicas > 1 {
+					c.Args = append(c.Args, "--name", name)
+				}
+				c.Args = append(append(append(c.Args, group...), tlsArgs...), o.StoreArgs...)
+			default:
+				return nil, fmt.Errorf("--store: want meganode or etcd, got %q", o.Store)
+			}
+			comps = append(comps, c)
 		}
-		comps = append(comps, c)
-		sh := StoreShard{Component: name, Resource: res, URL: url}
+		sh := StoreShard{Component: names[0], Resource: res, URL: strings.Join(urls, ",")}
 		if res != "" {
-			sh.Override = doctor.StoreOverride(res, url)
+			sh.Override = doctor.StoreOverride(res, strings.Join(urls, ";"))
 		}
 		st.Shards = append(st.Shards, sh)
 	}

@@ -17,13 +17,16 @@ import (
 // UpOptions configure Up. Zero values take defaults.
 type UpOptions struct {
 	StateDir    string
-	Store       string   // meganode (default) | etcd
-	StoreShards int      // 0: as many as the sizing plan asks for (1–4)
-	Nodes       int      // KWOK nodes to create once the control plane is healthy (also sizes the plan)
-	Pods        int      // sizes the plan only
-	BinDir      string   // default: BinDir()
-	EtcdCmd     []string // how to run real etcd; default: <bin>/meganode etcd
-	StoreArgs   []string // extra flags for every store process
+	Store       string // meganode (default) | etcd
+	StoreShards int    // 0: as many as the sizing plan asks for (1–4)
+	// StoreReplicas: members of each store's replicated group (etcd's cluster flags;
+	// kube-apiserver gets every member's URL); 0 or 1: one process per store.
+	StoreReplicas int
+	Nodes         int      // KWOK nodes to create once the control plane is healthy (also sizes the plan)
+	Pods          int      // sizes the plan only
+	BinDir        string   // default: BinDir()
+	EtcdCmd       []string // how to run real etcd; default: <bin>/meganode etcd
+	StoreArgs     []string // extra flags for every store process
 	// StoreTLS: the stores serve https with client-certificate auth (--trusted-ca-file,
 	// --client-cert-auth) and kube-apiserver connects with a certificate of the cluster CA
 	// (--etcd-cafile, --etcd-certfile, --etcd-keyfile), as a kubeadm control plane runs etcd.
@@ -151,6 +154,9 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		return st, err
 	}
 
+	if o.StoreReplicas > 1 && o.Record != "" {
+		return st, fmt.Errorf("--record proxies one store process: use it without --store-replicas")
+	}
 	if o.StoreTLS && o.Record != "" {
 		return st, fmt.Errorf("--record does not proxy TLS: use it without --store-tls")
 	}
@@ -164,12 +170,17 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err != nil {
 		return st, err
 	}
+	// Every store process first, then the wait: a member of a group serves once
+	// the others are up (etcd's members wait for their quorum before serving).
+	first := len(st.Components)
 	for _, c := range stores {
 		prog.Phase(fmt.Sprintf("starting %s (%s) on %s…", c.Name, o.Store, c.URL))
-		p, err := launch(c)
-		if err != nil {
+		if _, err := launch(c); err != nil {
 			return st, err
 		}
+	}
+	for i := range stores {
+		p := &st.Components[first+i]
 		if err := waitStore(ctx, p, storeTLS); err != nil {
 			return st, err
 		}

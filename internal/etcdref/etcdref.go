@@ -33,6 +33,13 @@ type Options struct {
 	AuthTokenTTL uint
 	// AutoTLS is etcd's --auto-tls: an https client URL with a self-signed certificate.
 	AutoTLS bool
+
+	// A member of a cluster (etcd's --name, --listen-peer-urls, --initial-cluster,
+	// --initial-cluster-token); with InitialCluster empty, a single member named etcdref.
+	Name           string
+	PeerPort       int // 0 picks a free port
+	InitialCluster string
+	ClusterToken   string
 }
 
 // Server is a running embedded etcd.
@@ -59,7 +66,10 @@ func Start(opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	pport, err := storeproc.FreePort()
+	pport, err := opts.PeerPort, error(nil)
+	if pport == 0 {
+		pport, err = storeproc.FreePort()
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -92,6 +102,13 @@ func Start(opts Options) (*Server, error) {
 	cfg.ListenPeerUrls = []url.URL{*pu}
 	cfg.AdvertisePeerUrls = []url.URL{*pu}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
+	if opts.InitialCluster != "" {
+		cfg.Name = opts.Name
+		cfg.InitialCluster = opts.InitialCluster
+		if opts.ClusterToken != "" {
+			cfg.InitialClusterToken = opts.ClusterToken
+		}
+	}
 	if opts.MaxRequestBytes > 0 {
 		cfg.MaxRequestBytes = opts.MaxRequestBytes
 	}

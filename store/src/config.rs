@@ -68,6 +68,9 @@ pub struct Config {
     /// etcd's raft timing: --heartbeat-interval (one tick) and --election-timeout, in ms.
     pub heartbeat_interval: Duration,
     pub election_timeout: Duration,
+    /// etcd's --snapshot-count: a group member's raft log is cut once it holds
+    /// this many applied entries, keeping the newer half for slow members.
+    pub snapshot_count: u64,
     /// Whether --durability was given (a replicated group defaults to `replicated`).
     pub durability_given: bool,
     /// etcd's --auto-tls: https:// client listeners without --cert-file serve a
@@ -116,6 +119,7 @@ impl Default for Config {
             heartbeat_interval: Duration::from_millis(100),
             election_timeout: Duration::from_millis(1000),
             durability_given: false,
+            snapshot_count: 10_000,
             auto_tls: false,
             self_signed_cert_validity: 1,
             ignored: Vec::new(),
@@ -125,7 +129,7 @@ impl Default for Config {
 
 /// etcd flags with no meaning for an in-memory member.
 const IGNORED: &[&str] = &[
-    "peer-auto-tls", "snapshot-count",
+    "peer-auto-tls",
     "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
     "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
     "experimental-initial-corrupt-check", "experimental-watch-progress-notify-interval", "unsafe-no-fsync",
@@ -138,7 +142,7 @@ const KNOWN: &[&str] = &[
     "durability-prefix", "restore-from", "wal-checkpoint-bytes", "quota-backend-bytes", "auth-token", "auth-token-ttl", "bcrypt-cost",
     "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport", "history-spill",
     "runtime-workers", "initial-cluster", "initial-cluster-state", "auto-tls", "self-signed-cert-validity",
-    "listen-peer-urls", "initial-cluster-token", "heartbeat-interval", "election-timeout",
+    "listen-peer-urls", "initial-cluster-token", "heartbeat-interval", "election-timeout", "snapshot-count",
 ];
 
 const BOOL_FLAGS: &[&str] = &["auto-tls", "peer-auto-tls", "client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -275,6 +279,9 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 _ => return Err(format!("invalid value {value:?} for --initial-cluster-state: want new or existing")),
             },
             "initial-cluster-token" => c.initial_cluster_token = value,
+            "snapshot-count" => {
+                c.snapshot_count = value.parse().ok().filter(|n| *n >= 2).ok_or_else(|| format!("invalid value {value:?} for --snapshot-count: want a number ≥ 2"))?
+            }
             "listen-peer-urls" => c.listen_peer_urls = list(&value),
             "heartbeat-interval" | "election-timeout" => {
                 let ms: u64 = value.parse().ok().filter(|n| *n > 0).ok_or_else(|| format!("invalid value {value:?} for --{flag}: want milliseconds"))?;
@@ -408,13 +415,13 @@ mod tests {
 
     #[test]
     fn parses_etcd_style_flags() {
-        let c = parse(&a(&["--name", "n1", "--listen-client-urls=http://127.0.0.1:1,http://127.0.0.1:2", "--client-cert-auth", "--max-request-bytes", "10", "--snapshot-count=5"])).unwrap();
+        let c = parse(&a(&["--name", "n1", "--listen-client-urls=http://127.0.0.1:1,http://127.0.0.1:2", "--client-cert-auth", "--max-request-bytes", "10", "--enable-pprof"])).unwrap();
         assert_eq!(c.name, "n1");
         assert_eq!(c.data_dir, "n1.etcd");
         assert_eq!(c.listen_client_urls.len(), 2);
         assert!(c.client_cert_auth);
         assert_eq!(c.max_request_bytes, 10);
-        assert_eq!(c.ignored, vec!["--snapshot-count"]);
+        assert_eq!(c.ignored, vec!["--enable-pprof"]);
         assert_eq!(c.quota_backend_bytes, 0);
         assert_eq!(parse(&a(&["--quota-backend-bytes", "33554432"])).unwrap().quota_backend_bytes, 33554432);
         assert_eq!(parse(&a(&["--quota-backend-bytes=-1"])).unwrap().quota_backend_bytes, -1);

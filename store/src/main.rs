@@ -137,7 +137,7 @@ fn main() {
 /// disk): it rejoins, catching up before it votes. A member whose replication
 /// stops (its state left the group's) exits, to be restarted and rejoin.
 fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
-    use meganode_store::replication::{identity, peer, MemberInfo, Replica, ReplicaConfig};
+    use meganode_store::replication::{identity, peer, MemberInfo, Replica, ReplicaConfig, SnapshotFetcher};
     let cfg = &ctx.cfg;
     let founders: Vec<MemberInfo> = identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token)
         .into_iter()
@@ -157,8 +157,10 @@ fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
     rc.tick = cfg.heartbeat_interval;
     rc.election_ticks = (cfg.election_timeout.as_millis() / cfg.heartbeat_interval.as_millis().max(1)).max(2) as usize;
     rc.rejoining = rejoining;
+    rc.log_keep = cfg.snapshot_count / 2;
     rc.founders = founders;
     rc.me = MemberInfo { id: me, name: cfg.name.clone(), peer_urls: cfg.advertise_peer_urls.clone(), client_urls: cfg.advertise_client_urls.clone() };
+    rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current()))));
     let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
     let errors = Arc::new(peer::PeerErrors::default());
     for l in listeners {
@@ -181,6 +183,25 @@ fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
         }
     });
     Ok(())
+}
+
+/// How a member behind its leader's log gets the store's state: the sender's
+/// Maintenance.Snapshot over its client URL (the `MGNSNAP1` bytes), run on the
+/// runtime from the raft driver's thread.
+fn fetch_snapshot(rt: tokio::runtime::Handle) -> impl Fn(&meganode_store::replication::MemberInfo) -> Result<Vec<u8>, String> + Send + Sync {
+    move |m| {
+        let url = m.client_urls.iter().find(|u| u.starts_with("http://")).ok_or("the sender has no http:// client URL")?.replace("localhost", "127.0.0.1");
+        rt.block_on(async move {
+            let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(2));
+            let mut c = etcd_client::Client::connect([url.as_str()], Some(opts)).await.map_err(|e| format!("{url}: {e}"))?;
+            let mut s = c.snapshot().await.map_err(|e| format!("{url}: {e}"))?;
+            let mut out = Vec::new();
+            while let Some(r) = s.message().await.map_err(|e| format!("{url}: {e}"))? {
+                out.extend_from_slice(r.blob());
+            }
+            Ok(out)
+        })
+    }
 }
 
 /// The data dir's record of the member that used it (`member/replica`):

@@ -24,13 +24,13 @@ import (
 
 // startGroup starts a 3-member store group of real processes with etcd's raft
 // timing (100 ms heartbeat, 1 s election timeout), and a client per member.
-func startGroup(t *testing.T) (*storeproc.Group, []*clientv3.Client) {
+func startGroup(t *testing.T, extraArgs ...string) (*storeproc.Group, []*clientv3.Client) {
 	t.Helper()
 	var stderr io.Writer
 	if os.Getenv("MEGANODE_STORE_LOG") == "1" {
 		stderr = os.Stderr
 	}
-	g, err := storeproc.StartGroup(3, nil, stderr)
+	g, err := storeproc.StartGroup(3, extraArgs, stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -319,11 +319,19 @@ func TestReplicatedGroupLosesNoAcknowledgedWrite(t *testing.T) {
 	for kill := 0; kill < 3; kill++ {
 		time.Sleep(1500 * time.Millisecond)
 		l := groupLeader(t, g, clis, -1)
-		before := n.Load()
 		must(t, "kill", g.Members[l].Kill())
+		// A write issued after the kill, retried until it succeeds.
 		start := time.Now()
-		for n.Load() == before && time.Since(start) < 15*time.Second {
-			time.Sleep(5 * time.Millisecond)
+		for i := 0; time.Since(start) < 15*time.Second; i++ {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			key := fmt.Sprintf("k/probe%d/%d", kill, i)
+			_, err := all.Put(ctx, key, "v")
+			cancel()
+			if err == nil {
+				acked.Store(key, true)
+				n.Add(1)
+				break
+			}
 		}
 		resumed = append(resumed, time.Since(start).Round(time.Millisecond))
 		time.Sleep(time.Second)
@@ -414,4 +422,49 @@ func TestReplicatedGroupRefusesStrangers(t *testing.T) {
 		must(t, "put after the strangers", err)
 	}
 	waitSameHash(t, g, clis)
+}
+
+// TestReplicatedGroupSnapshotCatchUp: with --snapshot-count 100 the members cut
+// their raft logs; a follower killed while 400 writes go on comes back behind
+// the leader's log, takes a snapshot (the leader's Maintenance.Snapshot) and
+// the log after it, and reaches the same HashKV.
+func TestReplicatedGroupSnapshotCatchUp(t *testing.T) {
+	g, clis := startGroup(t, "--snapshot-count", "100")
+	l := groupLeader(t, g, clis, -1)
+	x := (l + 1) % 3
+	lease, err := clis[l].Grant(ctxT(t), 600)
+	must(t, "grant", err)
+	for i := 0; i < 50; i++ {
+		_, err := clis[l].Put(ctxT(t), fmt.Sprintf("k/a%03d", i), "v", clientv3.WithLease(lease.ID))
+		must(t, "put", err)
+	}
+	must(t, "kill", g.Members[x].Kill())
+	// Past an election timeout the leader no longer counts the dead member as
+	// active, and cuts its log without waiting for it.
+	time.Sleep(1500 * time.Millisecond)
+	for i := 0; i < 400; i++ {
+		_, err := clis[l].Put(ctxT(t), fmt.Sprintf("k/b%03d", i), "v")
+		must(t, "put", err)
+	}
+	must(t, "restart", g.Members[x].Restart())
+	waitSameHash(t, g, clis)
+	if !strings.Contains(g.Members[x].Tail(), "took a snapshot") {
+		t.Errorf("the restarted member caught up without a snapshot:\n%s", g.Members[x].Tail())
+	}
+	r, err := clis[x].Get(ctxT(t), "k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	must(t, "get", err)
+	if r.Count != 450 {
+		t.Errorf("the restarted member counts %d keys, want 450", r.Count)
+	}
+	// Leases is answered by the member itself (TimeToLive by the leader).
+	ls, err := clis[x].Leases(ctxT(t))
+	must(t, "leases", err)
+	if len(ls.Leases) != 1 || ls.Leases[0].ID != lease.ID {
+		t.Errorf("the restarted member's leases: %v, want the one granted", ls.Leases)
+	}
+	ttl, err := clis[x].TimeToLive(ctxT(t), lease.ID, clientv3.WithAttachedKeys())
+	must(t, "time to live", err)
+	if ttl.TTL <= 0 || len(ttl.Keys) != 50 {
+		t.Errorf("the lease after the snapshot: TTL %d, %d keys; want > 0 and 50", ttl.TTL, len(ttl.Keys))
+	}
 }

@@ -20,6 +20,27 @@ impl Store {
         self.vis.set_replicated(rev);
     }
 
+    /// Loads the group's snapshot into this empty store (a member behind its
+    /// leader's log): keys with their history, leases with their remaining
+    /// TTLs, revision and compaction point, published at once (the group
+    /// committed it).
+    /// `leases` are (ID, granted TTL, remaining TTL), as `crate::snapshot` decodes them.
+    pub fn install_snapshot(&self, rev: i64, compacted: i64, leases: &[(i64, i64, i64)], keys: Vec<(Bytes, Vec<Version>)>) {
+        for (k, vs) in keys {
+            self.load_key(k, vs);
+        }
+        for (id, granted, remaining) in leases {
+            self.leases.restore(*id, *granted, *remaining);
+        }
+        self.set_revisions(rev, compacted);
+        if compacted > 0 {
+            self.compact_loaded(compacted);
+        }
+        // Keys whose lease the snapshot lacks stay: the leader's deletes arrive in the log.
+        let _ = self.relink_leases();
+        self.replicated_to(rev);
+    }
+
     /// Applies the revision `rev` the group committed: the versions its leader
     /// wrote, in their order (a tombstone for a delete). It must follow the newest
     /// committed revision, and each version it makes must be the leader's (create

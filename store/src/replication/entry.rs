@@ -6,6 +6,7 @@
 //!   rev > 0: one committed revision, its PUT and DELETE records (§5 "Record framing")
 //!   rev = 0: one lease change, a LEASE_GRANT or LEASE_REVOKE record (no revision, as in etcd)
 //!   rev = -1: a member's attributes, its name and client URLs (members.rs)
+//!   rev = -2: a compaction: compact_rev:i64 (LE)
 //! ```
 use bytes::Bytes;
 
@@ -22,6 +23,17 @@ pub enum Change {
     LeaseRevoke(i64),
     /// A member's name and client URLs (etcd's published attributes).
     Attributes { id: u64, name: String, client_urls: Vec<String> },
+    /// History compacted at this revision (etcd's Compact, applied on every member).
+    Compact(i64),
+}
+
+/// The entry revision that marks a compaction.
+pub const COMPACT: i64 = -2;
+
+pub fn encode_compact(rev: i64) -> Vec<u8> {
+    let mut out = COMPACT.to_le_bytes().to_vec();
+    out.extend_from_slice(&rev.to_le_bytes());
+    out
 }
 
 /// The entry of revision `rev`, whose writes are `events`.
@@ -52,6 +64,10 @@ pub fn decode(data: &[u8]) -> Result<Change, String> {
     if rev == super::members::ATTRIBUTES {
         let (id, name, client_urls) = super::members::decode_attributes(body)?;
         return Ok(Change::Attributes { id, name, client_urls });
+    }
+    if rev == COMPACT {
+        let at = body.try_into().map(i64::from_le_bytes).map_err(|_| "compaction entry without its revision")?;
+        return Ok(Change::Compact(at));
     }
     if rev < 0 {
         return Err(format!("replicated entry of unknown kind {rev}"));
@@ -114,5 +130,7 @@ mod tests {
         let mut two = encode_grant(1, 5);
         two.extend_from_slice(&encode_revoke(1)[8..]);
         assert!(decode(&two).is_err(), "one lease change per entry");
+        assert_eq!(decode(&encode_compact(77)).unwrap(), Change::Compact(77));
+        assert!(decode(&encode_compact(77)[..12]).is_err());
     }
 }

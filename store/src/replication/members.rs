@@ -52,6 +52,25 @@ pub fn decode_attributes(body: &[u8]) -> Result<(u64, String, Vec<String>), Stri
     Ok((id, v["name"].as_str().unwrap_or("").to_string(), strings(&v["clientURLs"])))
 }
 
+/// A snapshot's data: the sender (the leader the receiver fetches the store's
+/// state from) and every member's name and URLs, which the log entries a
+/// snapshot replaces carried.
+pub fn encode_members(sender: u64, ms: &[MemberInfo]) -> Vec<u8> {
+    let list: Vec<Value> = ms.iter().map(|m| json!({"id": m.id.to_string(), "name": m.name, "peerURLs": m.peer_urls, "clientURLs": m.client_urls})).collect();
+    json!({"sender": sender.to_string(), "members": list}).to_string().into_bytes()
+}
+
+pub fn decode_members(data: &[u8]) -> Result<(u64, Vec<MemberInfo>), String> {
+    let v: Value = serde_json::from_slice(data).map_err(|e| format!("snapshot data: {e}"))?;
+    let id = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| format!("snapshot data: bad member ID {v}"));
+    let sender = id(&v["sender"])?;
+    let mut out = Vec::new();
+    for m in v["members"].as_array().ok_or("snapshot data without members")? {
+        out.push(MemberInfo { id: id(&m["id"])?, name: m["name"].as_str().unwrap_or("").to_string(), peer_urls: strings(&m["peerURLs"]), client_urls: strings(&m["clientURLs"]) });
+    }
+    Ok((sender, out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -67,5 +86,8 @@ mod tests {
         assert_eq!(decode_attributes(&a[8..]).unwrap(), (7, "m0".to_string(), m.client_urls.clone()));
         assert!(decode_attributes(&a[8..12]).is_err());
         assert!(decode_attributes(&a[8..a.len() - 1]).is_err());
+        let (sender, ms) = decode_members(&encode_members(u64::MAX, &[m.clone()])).unwrap();
+        assert_eq!((sender, ms), (u64::MAX, vec![m]));
+        assert!(decode_members(b"{}").is_err());
     }
 }

@@ -7,6 +7,7 @@
 //! revision, the publication watermark) is `mvcc::kvstore_replica`.
 pub mod entry;
 pub mod identity;
+pub mod log_store;
 pub mod members;
 pub mod node;
 pub mod peer;
@@ -16,5 +17,5 @@ pub mod transport;
 mod tests;
 
 pub use members::MemberInfo;
-pub use node::{Input, Membership, Replica, ReplicaConfig, Status};
+pub use node::{Input, Membership, Replica, ReplicaConfig, SnapshotFetcher, Status};
 pub use transport::{MemNetwork, Transport};

@@ -23,9 +23,10 @@ use parking_lot::Mutex;
 use raft::prelude::{ConfChange, ConfChangeType, ConfChangeV2, ConfState, Entry, EntryType, Message, MessageType};
 use tokio::sync::oneshot;
 use raft::storage::MemStorage;
-use raft::{RawNode, StateRole};
+use raft::{RawNode, SnapshotStatus, StateRole};
 
 use super::entry;
+use super::log_store::LogStore;
 use super::members::{self, MemberInfo};
 use super::transport::Transport;
 use crate::mvcc::kvstore::{CommitSink, Held};
@@ -36,6 +37,8 @@ use crate::mvcc::Store;
 pub enum Input {
     /// A revision the store committed here, as its log entry.
     Propose { rev: i64, data: Vec<u8> },
+    /// History compacted here (on the leader: proposed).
+    ProposeCompact(i64),
     /// A lease granted or revoked here; `done` hears when the group holds it.
     ProposeLease { data: Vec<u8>, done: Option<std::sync::mpsc::Sender<()>> },
     /// A message from a peer.
@@ -47,6 +50,9 @@ pub enum Input {
     ChangeMembers(ConfChange, oneshot::Sender<Result<Membership, String>>),
     /// etcd's MoveLeader: hand leadership to this voter.
     TransferLeader(u64),
+    /// A peer's connection to this member closed between frames (its process
+    /// ended, or it reconnects).
+    PeerClosed(u64),
     Stop,
 }
 
@@ -75,6 +81,24 @@ pub struct ReplicaConfig {
     /// This member's name and client URLs, published to the group once it has
     /// a leader (members.rs); not published when empty.
     pub me: MemberInfo,
+    /// Committed entries kept in the log behind the applied index (etcd keeps
+    /// 5,000 after a snapshot for slow followers); older ones are dropped once
+    /// every member that answers has them, and a member behind gets a snapshot.
+    pub log_keep: u64,
+    /// How a member that must take a snapshot gets the store's state from the
+    /// member that sent it (a leader's Maintenance.Snapshot, over its client
+    /// URL): the `MGNSNAP1` bytes. Without one a snapshot stops the member.
+    pub fetch_snapshot: Option<SnapshotFetcher>,
+}
+
+/// Fetches the store's snapshot (`crate::snapshot`) from the member named.
+#[derive(Clone)]
+pub struct SnapshotFetcher(pub Arc<dyn Fn(&MemberInfo) -> Result<Vec<u8>, String> + Send + Sync>);
+
+impl std::fmt::Debug for SnapshotFetcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("SnapshotFetcher")
+    }
 }
 
 impl ReplicaConfig {
@@ -87,6 +111,8 @@ impl ReplicaConfig {
             rejoining: false,
             founders: Vec::new(),
             me: MemberInfo { id, ..Default::default() },
+            log_keep: 5_000,
+            fetch_snapshot: None,
         }
     }
 }
@@ -101,6 +127,9 @@ pub struct Status {
     pub term: u64,
     pub commit_index: u64,
     pub applied_index: u64,
+    /// The first entry this member's raft log still holds (older ones are
+    /// covered by snapshots).
+    pub log_first_index: u64,
     /// Still catching up after rejoining (`ReplicaConfig::rejoining`): it does not vote.
     pub catching_up: bool,
     /// It leads and has applied every entry before its term's first: the store
@@ -142,6 +171,7 @@ struct Shared {
     term: AtomicU64,
     commit: AtomicU64,
     applied: AtomicU64,
+    log_first: AtomicU64,
     catching_up: AtomicBool,
     writable: AtomicBool,
     members: Mutex<Membership>,
@@ -177,7 +207,8 @@ impl Replica {
     /// it commits are proposed. Messages leave through `transport`; peers'
     /// messages come in through `inbox()`.
     pub fn start(cfg: ReplicaConfig, store: Arc<Store>, transport: Arc<dyn Transport>) -> Result<Replica, String> {
-        let (storage, applied) = bootstrap(&cfg)?;
+        let (mem, applied) = bootstrap(&cfg)?;
+        let storage = LogStore::new(mem);
         let raft_cfg = raft::Config {
             id: cfg.id,
             applied,
@@ -197,7 +228,8 @@ impl Replica {
         let (inbox, rx) = mpsc::channel();
         let shared = Arc::new(Shared::default());
         store.hold_for_replication();
-        store.set_sink(Arc::new(ReplicationSink { inbox: inbox.clone() }));
+        let applying_compaction = Arc::new(std::sync::atomic::AtomicI64::new(0));
+        store.set_sink(Arc::new(ReplicationSink { inbox: inbox.clone(), applying_compaction: applying_compaction.clone() }));
         shared.catching_up.store(cfg.rejoining, Ordering::Release);
         let store_rev = store.committed_rev();
         let initial = raft::Storage::initial_state(&node.raft.raft_log.store).map_err(|e| format!("raft: {e}"))?;
@@ -236,6 +268,13 @@ impl Replica {
             me: cfg.me.clone(),
             next_publish: Instant::now(),
             next_self_report: Instant::now(),
+            log_keep: cfg.log_keep.max(1),
+            fetch_snapshot: cfg.fetch_snapshot.clone(),
+            snapshot_rev: None,
+            snapshots_sent: HashMap::new(),
+            snapshot_data_stale: true,
+            applying_compaction,
+            early_campaign: None,
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
@@ -265,6 +304,7 @@ impl Replica {
             term: s.term.load(Ordering::Acquire),
             commit_index: s.commit.load(Ordering::Acquire),
             applied_index: s.applied.load(Ordering::Acquire),
+            log_first_index: s.log_first.load(Ordering::Acquire),
             catching_up: s.catching_up.load(Ordering::Acquire),
             writable: s.writable.load(Ordering::Acquire),
             members: s.members.lock().clone(),
@@ -377,6 +417,9 @@ thread_local! {
 /// sequencer). Nothing is written to a local log yet (the `replicated` mode).
 struct ReplicationSink {
     inbox: Sender<Input>,
+    /// The compaction the driver is applying from the log (on a thread of its
+    /// own), which the sink must not propose again.
+    applying_compaction: Arc<std::sync::atomic::AtomicI64>,
 }
 
 /// How long a LeaseGrant waits for its group before answering anyway (the
@@ -427,11 +470,15 @@ impl CommitSink for ReplicationSink {
         true
     }
 
-    fn compacted(&self, _rev: i64) {}
+    fn compacted(&self, rev: i64) {
+        if self.applying_compaction.load(Ordering::Acquire) != rev {
+            let _ = self.inbox.send(Input::ProposeCompact(rev));
+        }
+    }
 }
 
 struct Driver {
-    node: RawNode<MemStorage>,
+    node: RawNode<LogStore>,
     store: Arc<Store>,
     transport: Arc<dyn Transport>,
     shared: Arc<Shared>,
@@ -466,7 +513,27 @@ struct Driver {
     next_publish: Instant,
     /// When a member without the log the leader counts on may say so again.
     next_self_report: Instant,
+    log_keep: u64,
+    fetch_snapshot: Option<SnapshotFetcher>,
+    /// After installing a snapshot taken at this revision: entries it already
+    /// covers (revisions up to it, lease changes before the next revision) are
+    /// passed over, until a later revision is applied.
+    snapshot_rev: Option<i64>,
+    /// Snapshots this leader sent, by receiver: one not taken within
+    /// `SNAPSHOT_PATIENCE` is reported failed, so raft sends another.
+    snapshots_sent: HashMap<u64, Instant>,
+    /// The log store's snapshot data needs refreshing (membership or attributes changed).
+    snapshot_data_stale: bool,
+    applying_compaction: Arc<std::sync::atomic::AtomicI64>,
+    /// After the leader's connection closed: which leader, and when to campaign.
+    early_campaign: Option<(u64, Instant)>,
 }
+
+/// Compactions from the log, one at a time in their order of arrival.
+static COMPACTING: Mutex<()> = Mutex::new(());
+
+/// How long a leader waits for a member to take the snapshot it sent.
+const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(30);
 
 fn conf_change(t: ConfChangeType, id: u64) -> ConfChange {
     let mut cc = ConfChange::default();
@@ -514,7 +581,8 @@ impl Driver {
     fn run(&mut self, rx: Receiver<Input>) {
         let mut next_tick = Instant::now() + self.tick;
         loop {
-            let wait = next_tick.saturating_duration_since(Instant::now());
+            let wake = self.early_campaign.map_or(next_tick, |(_, at)| at.min(next_tick));
+            let wait = wake.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(input) => {
                     // Everything already queued joins this Ready.
@@ -537,6 +605,7 @@ impl Driver {
             if let Err(e) = self.on_ready() {
                 self.fail(e);
             }
+            self.campaign_early();
             self.answer_reads();
             self.track_catch_up();
             self.report();
@@ -613,6 +682,15 @@ impl Driver {
                 }
             }
             Input::TransferLeader(to) => self.node.transfer_leader(to),
+            Input::PeerClosed(from) => self.leader_gone(from),
+            // A member that compacted while not leading (a compaction from the
+            // log, or a leader deposed meanwhile) proposes nothing: the group's
+            // compactions are its leader's.
+            Input::ProposeCompact(rev) => {
+                if self.writable() {
+                    let _ = self.node.propose(Vec::new(), entry::encode_compact(rev));
+                }
+            }
             Input::ReadIndex(tx) => self.waiting_reads.push(tx),
             Input::Propose { rev, data } => {
                 // The store applied this revision already: if it cannot be proposed,
@@ -646,7 +724,9 @@ impl Driver {
         }
         let mut rd = self.node.ready();
         if !rd.messages().is_empty() {
-            self.transport.send(rd.take_messages());
+            let msgs = rd.take_messages();
+            self.note_snapshots(&msgs);
+            self.transport.send(msgs);
         }
         for rs in rd.take_read_states() {
             let id = rs.request_ctx.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(0);
@@ -655,12 +735,10 @@ impl Driver {
             }
         }
         if !rd.snapshot().is_empty() {
-            // Nothing sends one yet (the log is never compacted); a state transfer
-            // is planned (§10).
-            return Err("a snapshot arrived and snapshots are not applied yet".into());
+            self.install_snapshot(rd.snapshot().clone())?;
         }
         self.apply(rd.take_committed_entries())?;
-        let storage = self.node.raft.raft_log.store.clone();
+        let storage = self.node.raft.raft_log.store.mem.clone();
         if !rd.entries().is_empty() {
             storage.wl().append(rd.entries()).map_err(|e| format!("raft log append: {e}"))?;
         }
@@ -677,6 +755,95 @@ impl Driver {
         self.transport.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.node.advance_apply();
+        self.compact_log()?;
+        Ok(())
+    }
+
+    /// A snapshot from the leader: this member is behind the leader's log.
+    /// The store's state comes from the sender (`fetch_snapshot`), at the
+    /// sender's published revision, at least the snapshot's; then raft's log
+    /// restarts at the snapshot's index. Only an empty store takes one: a
+    /// member holding state exits, to restart empty (rollback is planned, §10).
+    fn install_snapshot(&mut self, snap: raft::prelude::Snapshot) -> Result<(), String> {
+        let index = snap.get_metadata().index;
+        let (sender, infos) = members::decode_members(&snap.data)?;
+        if self.store.committed_rev() > 1 || self.store.key_count() > 0 {
+            return Err(format!(
+                "a snapshot at index {index} arrived for a member holding revisions up to {}: restart it with an empty store to take it",
+                self.store.committed_rev()
+            ));
+        }
+        let fetch = self.fetch_snapshot.clone().ok_or("a snapshot arrived and this member cannot fetch one")?;
+        let from = infos.iter().find(|m| m.id == sender).cloned().ok_or_else(|| format!("snapshot from {sender:x}, a member it does not list"))?;
+        let bytes = (fetch.0)(&from).map_err(|e| format!("fetching the snapshot from member {sender:x}: {e}"))?;
+        let decoded = crate::snapshot::decode(&bytes).map_err(|e| format!("the snapshot from member {sender:x}: {e}"))?;
+        let rev = decoded.rev;
+        self.store.install_snapshot(rev, decoded.compacted, &decoded.leases, decoded.keys);
+        self.applied_rev = rev;
+        self.snapshot_rev = Some(rev);
+        self.proposed.clear();
+        self.node.raft.raft_log.store.mem.wl().apply_snapshot(snap.clone()).map_err(|e| format!("raft snapshot: {e}"))?;
+        let cs = snap.get_metadata().get_conf_state();
+        *self.shared.members.lock() = Membership::of(cs);
+        {
+            let mut info = self.shared.info.lock();
+            info.clear();
+            for m in infos.into_iter().filter(|m| cs.voters.contains(&m.id) || cs.learners.contains(&m.id)) {
+                info.insert(m.id, m);
+            }
+            self.transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
+        }
+        self.snapshot_data_stale = true;
+        self.shared.applied.store(index, Ordering::Release);
+        eprintln!("meganode-store: member {:x} took a snapshot from {sender:x}: raft index {index}, revision {rev}", self.node.raft.id);
+        Ok(())
+    }
+
+    /// Records the snapshots this member sends (as leader).
+    fn note_snapshots(&mut self, msgs: &[Message]) {
+        for m in msgs.iter().filter(|m| m.get_msg_type() == MessageType::MsgSnapshot) {
+            self.snapshots_sent.insert(m.to, Instant::now());
+        }
+    }
+
+    /// Drops the log's entries older than `log_keep` behind the applied index,
+    /// as far as every member still answering has them (one that stopped
+    /// answering will take a snapshot). On a leader, a snapshot not taken in
+    /// time is reported failed so that raft sends another.
+    fn compact_log(&mut self) -> Result<(), String> {
+        if self.snapshot_data_stale {
+            self.snapshot_data_stale = false;
+            let infos: Vec<MemberInfo> = self.shared.info.lock().values().cloned().collect();
+            *self.node.raft.raft_log.store.snapshot_data.lock() = members::encode_members(self.node.raft.id, &infos);
+        }
+        let r = &self.node.raft;
+        let applied = r.raft_log.applied;
+        let first = r.raft_log.first_index();
+        if applied < first + 2 * self.log_keep {
+            return Ok(());
+        }
+        let mut upto = applied - self.log_keep;
+        if r.state == StateRole::Leader {
+            for (id, pr) in r.prs().iter() {
+                if *id != r.id && pr.recent_active && pr.state != raft::ProgressState::Snapshot {
+                    upto = upto.min(pr.matched);
+                }
+            }
+            let stuck: Vec<u64> = self
+                .snapshots_sent
+                .iter()
+                .filter(|(id, t)| t.elapsed() > SNAPSHOT_PATIENCE && r.prs().get(**id).is_some_and(|p| p.state == raft::ProgressState::Snapshot))
+                .map(|(id, _)| *id)
+                .collect();
+            for id in stuck {
+                self.snapshots_sent.remove(&id);
+                self.node.report_snapshot(id, SnapshotStatus::Failure);
+            }
+        }
+        if upto > first {
+            self.node.raft.raft_log.store.mem.wl().compact(upto).map_err(|e| format!("raft log compaction: {e}"))?;
+            self.shared.log_first.store(upto, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -691,6 +858,7 @@ impl Driver {
                 EntryType::EntryNormal => match entry::decode(&e.data)? {
                     entry::Change::Revision(rev, writes) => self.apply_revision(&e, rev, writes)?,
                     entry::Change::Attributes { id, name, client_urls } => self.apply_attributes(id, name, client_urls),
+                    entry::Change::Compact(rev) => self.apply_compaction(rev),
                     lease => self.apply_lease(&e, lease)?,
                 },
                 EntryType::EntryConfChange => {
@@ -721,6 +889,13 @@ impl Driver {
     }
 
     fn apply_revision(&mut self, e: &Entry, rev: i64, writes: Vec<(bytes::Bytes, crate::mvcc::key_history::Version)>) -> Result<(), String> {
+        // A snapshot this member took already holds it.
+        if let Some(covered) = self.snapshot_rev {
+            if rev <= covered {
+                return Ok(());
+            }
+            self.snapshot_rev = None;
+        }
         // Revisions come through the log one by one: a gap or a repeat means an
         // entry this member counted on was overwritten.
         if rev != self.applied_rev + 1 {
@@ -753,8 +928,9 @@ impl Driver {
     /// last voter removed) is refused on every member alike: not a divergence.
     fn apply_change(&mut self, index: u64, applied: raft::Result<ConfState>, added: Option<MemberInfo>) {
         let result = applied.map_err(|err| format!("membership change at index {index}: {err}"));
+        self.snapshot_data_stale = true;
         if let Ok(cs) = &result {
-            self.node.raft.raft_log.store.wl().set_conf_state(cs.clone());
+            self.node.raft.raft_log.store.mem.wl().set_conf_state(cs.clone());
             *self.shared.members.lock() = Membership::of(cs);
             let mut info = self.shared.info.lock();
             info.retain(|id, _| cs.voters.contains(id) || cs.learners.contains(id));
@@ -791,10 +967,18 @@ impl Driver {
             }
         }
         let leases = &self.store.leases;
+        if self.snapshot_rev.is_some() {
+            // The snapshot may hold this change already.
+            match &change {
+                entry::Change::LeaseGrant { id, .. } if leases.exists(*id) => return Ok(()),
+                entry::Change::LeaseRevoke(id) if !leases.exists(*id) => return Ok(()),
+                _ => {}
+            }
+        }
         let r = match change {
             entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
             entry::Change::LeaseRevoke(id) => leases.revoke(id).map(|_| ()),
-            entry::Change::Revision(..) | entry::Change::Attributes { .. } => unreachable!("decoded as a lease change"),
+            entry::Change::Revision(..) | entry::Change::Attributes { .. } | entry::Change::Compact(_) => unreachable!("decoded as a lease change"),
         };
         r.map_err(|err| format!("lease change at index {}: {err}", e.index))
     }
@@ -807,6 +991,48 @@ impl Driver {
         self.next_read += 1;
         self.reads.insert(self.next_read, std::mem::take(&mut self.waiting_reads));
         self.node.read_index(self.next_read.to_le_bytes().to_vec());
+    }
+
+    /// The leader's connection closed: a crashed process closes its sockets at
+    /// once, long before an election timeout passes without heartbeats. This
+    /// follower stops counting the leader's lease (it will vote) and campaigns
+    /// after 20 ms plus 150 ms per voter of lower ID, unless a leader is heard
+    /// meanwhile. Other
+    /// followers that still hear a live leader refuse its pre-vote (check-quorum's
+    /// lease), so a connection that closed for another reason costs a pre-vote
+    /// round, not an election; after a real crash the followers that saw the
+    /// close elect within a few hundred milliseconds, where etcd waits 1–2 s.
+    fn leader_gone(&mut self, from: u64) {
+        let r = &mut self.node.raft;
+        if from != r.leader_id || r.state != StateRole::Follower || self.catching_up.is_some() {
+            return;
+        }
+        r.election_elapsed = r.election_timeout();
+        // Voters campaign in turn, lowest ID first, 150 ms apart: two that
+        // campaign together split the vote and wait a whole election timeout.
+        let mut voters: Vec<u64> = r.prs().conf().voters().ids().iter().filter(|id| *id != from).collect();
+        voters.sort_unstable();
+        let rank = voters.iter().position(|id| *id == r.id).unwrap_or(voters.len()) as u64;
+        let mut b = [0u8; 1];
+        let _ = getrandom::getrandom(&mut b);
+        let delay = Duration::from_millis(20 + rank * 150 + u64::from(b[0]) % 20);
+        self.early_campaign = Some((from, Instant::now() + delay));
+    }
+
+    /// Campaigns once the early election's delay is over if no leader was heard since.
+    fn campaign_early(&mut self) {
+        let Some((gone, at)) = self.early_campaign else { return };
+        let r = &self.node.raft;
+        // Heard from a leader since (raft restarts the count on its messages), or
+        // no longer a follower of the one that left: nothing to do.
+        if r.leader_id != gone || r.state != StateRole::Follower || r.election_elapsed < r.election_timeout() {
+            self.early_campaign = None;
+            return;
+        }
+        if Instant::now() >= at {
+            self.early_campaign = None;
+            let _ = self.node.campaign();
+        }
     }
 
     /// A heartbeat whose commit index lies past this member's log: the leader
@@ -850,7 +1076,25 @@ impl Driver {
         }
     }
 
+    /// The leader's compaction, on a member that has not made it (the leader
+    /// made it before proposing): on a thread of its own, since it walks every
+    /// key and the driver must go on answering (compactions run one at a time,
+    /// in order, in `Store::compact`).
+    fn apply_compaction(&mut self, rev: i64) {
+        if rev <= self.store.compacted_rev() {
+            return;
+        }
+        let (store, flag) = (self.store.clone(), self.applying_compaction.clone());
+        let _ = std::thread::Builder::new().name("compact".into()).spawn(move || {
+            let _one = COMPACTING.lock();
+            flag.store(rev, Ordering::Release);
+            let _ = store.compact(rev);
+            flag.store(0, Ordering::Release);
+        });
+    }
+
     fn apply_attributes(&mut self, id: u64, name: String, client_urls: Vec<String>) {
+        self.snapshot_data_stale = true;
         let mut info = self.shared.info.lock();
         // A removed member's late attributes are not a member.
         if let Some(m) = info.get_mut(&id) {

@@ -265,8 +265,16 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     let mut payload = Vec::new();
     loop {
         let mut head = [0u8; 8];
-        if !matches!(tokio::time::timeout(IDLE, r.read_exact(&mut head)).await, Ok(Ok(_))) {
-            return;
+        match tokio::time::timeout(IDLE, r.read_exact(&mut head)).await {
+            Ok(Ok(_)) => {}
+            // Closed between frames: the sender's process ended (a crash closes
+            // its sockets at once) or it is reconnecting; the driver may start an
+            // election early if it was the leader (`Input::PeerClosed`).
+            Ok(Err(_)) => {
+                let _ = inbox.send(Input::PeerClosed(hs.from));
+                return;
+            }
+            Err(_) => return,
         }
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));

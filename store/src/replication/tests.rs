@@ -7,13 +7,19 @@ use std::time::{Duration, Instant};
 
 use etcd_client::proto::{PbDeleteRequest, PbPutRequest};
 
-use super::{MemNetwork, Replica, ReplicaConfig};
+use std::collections::HashMap;
+
+use super::node::SnapshotFetcher;
+use super::{MemNetwork, MemberInfo, Replica, ReplicaConfig};
 use crate::mvcc::Store;
 
 struct Group {
     net: Arc<MemNetwork>,
     stores: Vec<Arc<Store>>,
     members: Vec<Option<Replica>>,
+    /// Each member's store by ID, where a member taking a snapshot fetches it.
+    by_id: Arc<parking_lot::Mutex<HashMap<u64, Arc<Store>>>>,
+    log_keep: u64,
 }
 
 fn config(id: u64) -> ReplicaConfig {
@@ -24,17 +30,45 @@ fn config(id: u64) -> ReplicaConfig {
 
 impl Group {
     fn start() -> Group {
-        let net = Arc::new(MemNetwork::default());
-        let mut stores = Vec::new();
-        let mut members = Vec::new();
+        Group::start_keeping(5_000)
+    }
+
+    /// A group whose members keep `log_keep` entries behind their applied index.
+    fn start_keeping(log_keep: u64) -> Group {
+        let mut g = Group { net: Arc::new(MemNetwork::default()), stores: Vec::new(), members: Vec::new(), by_id: Arc::default(), log_keep };
         for id in 1..=3u64 {
             let store = Arc::new(Store::new());
-            let m = Replica::start(config(id), store.clone(), net.clone()).unwrap();
-            net.join(id, m.inbox());
-            stores.push(store);
-            members.push(Some(m));
+            let m = Replica::start(g.config(id), store.clone(), g.net.clone()).unwrap();
+            g.net.join(id, m.inbox());
+            g.by_id.lock().insert(id, store.clone());
+            g.stores.push(store);
+            g.members.push(Some(m));
         }
-        Group { net, stores, members }
+        g
+    }
+
+    /// `config(id)` with this group's log length and a snapshot fetcher that
+    /// encodes the sender's store as its Maintenance.Snapshot would.
+    fn config(&self, id: u64) -> ReplicaConfig {
+        let by_id = self.by_id.clone();
+        let fetch = move |m: &MemberInfo| -> Result<Vec<u8>, String> {
+            let s = by_id.lock().get(&m.id).cloned().ok_or("no such member")?;
+            Ok(crate::snapshot::encode(&s))
+        };
+        ReplicaConfig { log_keep: self.log_keep, fetch_snapshot: Some(SnapshotFetcher(Arc::new(fetch))), ..config(id) }
+    }
+
+    /// Member `id` back with an empty store (it lost what it held).
+    fn restart_empty(&mut self, id: u64) {
+        if let Some(m) = self.members[id as usize - 1].take() {
+            m.stop();
+        }
+        let store = Arc::new(Store::new());
+        let m = Replica::start(ReplicaConfig { rejoining: true, ..self.config(id) }, store.clone(), self.net.clone()).unwrap();
+        self.net.join(id, m.inbox());
+        self.by_id.lock().insert(id, store.clone());
+        self.stores[id as usize - 1] = store;
+        self.members[id as usize - 1] = Some(m);
     }
 
     fn member(&self, id: u64) -> &Replica {
@@ -387,6 +421,126 @@ fn a_member_restarted_empty_catches_up_with_an_idle_group() {
         std::thread::sleep(Duration::from_millis(5));
     }
     assert_eq!(g.member(l).status().leader, l, "the restart did not disturb the leader");
+}
+
+/// A follower told the leader's connection closed campaigns at once, and wins
+/// if the other follower saw it too; one that alone saw a close of a live
+/// leader's connection deposes nobody (the other follower still counts the
+/// leader's lease and refuses its pre-vote). Elections here take at least 5 s
+/// on their own (50 ticks of 100 ms): any leader change sooner is the early one.
+#[test]
+fn followers_that_see_the_leader_s_connection_close_elect_at_once() {
+    let net = Arc::new(MemNetwork::default());
+    let mut members: Vec<Option<Replica>> = Vec::new();
+    for id in 1..=3u64 {
+        let cfg = ReplicaConfig { tick: Duration::from_millis(100), election_ticks: 50, ..ReplicaConfig::new(id, vec![1, 2, 3]) };
+        let m = Replica::start(cfg, Arc::new(Store::new()), net.clone()).unwrap();
+        net.join(id, m.inbox());
+        members.push(Some(m));
+    }
+    let status = |ms: &Vec<Option<Replica>>, id: u64| ms[id as usize - 1].as_ref().unwrap().status();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let l = loop {
+        if let Some(l) = (1..=3).find(|id| status(&members, *id).writable) {
+            break l;
+        }
+        assert!(Instant::now() < deadline, "no first leader");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let others: Vec<u64> = (1..=3).filter(|id| *id != l).collect();
+    let term = status(&members, l).term;
+    // One follower alone sees a close: the live leader stays.
+    let _ = members[others[0] as usize - 1].as_ref().unwrap().inbox().send(super::Input::PeerClosed(l));
+    std::thread::sleep(Duration::from_millis(1000));
+    assert!(status(&members, l).writable && status(&members, l).term == term, "a live leader was deposed: {:?}", status(&members, l));
+    // The leader dies; both followers see its connections close.
+    members[l as usize - 1].take().unwrap().stop();
+    net.cut(l);
+    let start = Instant::now();
+    for o in &others {
+        let _ = members[*o as usize - 1].as_ref().unwrap().inbox().send(super::Input::PeerClosed(l));
+    }
+    loop {
+        if others.iter().any(|o| status(&members, *o).writable) {
+            break;
+        }
+        assert!(start.elapsed() < Duration::from_secs(4), "no early election: {:?}", others.iter().map(|o| status(&members, *o)).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// The leader's compaction reaches every member through the log: the same
+/// compaction point and the same history everywhere.
+#[test]
+fn a_compaction_reaches_every_member() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    put_nodes(g.store(l), 50, "a");
+    let mid = put_nodes(g.store(l), 50, "b");
+    let rev = put_nodes(g.store(l), 50, "c");
+    g.wait_published(&[1, 2, 3], rev);
+    g.store(l).compact(mid).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while (1..=3).any(|id| g.store(id).compacted_rev() != mid) {
+        assert!(Instant::now() < deadline, "compaction points: {:?}", (1..=3).map(|id| g.store(id).compacted_rev()).collect::<Vec<_>>());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The compaction point is set before the history is walked.
+    while (2..=3).any(|id| g.store(id).dump() != g.store(1).dump()) {
+        assert!(Instant::now() < deadline, "the members' histories differ after the compaction");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// Members keep 20 entries behind their applied index: a member restarted
+/// empty after the leader dropped the entries it lacks takes a snapshot (the
+/// leader's store, fetched), then the log after it; one cut off while holding
+/// state is told to restart empty (it cannot take a snapshot over its state yet).
+#[test]
+fn a_member_behind_the_leader_s_log_takes_a_snapshot() {
+    let mut g = Group::start_keeping(20);
+    let l = g.leader(&[]);
+    let lease = g.store(l).grant_lease(0, 600).unwrap().0;
+    let mut rev = put_nodes(g.store(l), 200, "ready");
+    g.wait_published(&[1, 2, 3], rev);
+    let x = (1..=3).find(|id| *id != l).unwrap();
+    g.members[x as usize - 1].take().unwrap().stop();
+    // Long enough for the leader to stop counting x as active (check-quorum rounds).
+    std::thread::sleep(Duration::from_millis(600));
+    for i in 0..200 {
+        rev = put(g.store(l), &format!("/registry/pods/ns/p{i}"), "x");
+    }
+    g.wait_published(&[l], rev);
+    let first = g.member(l).status().log_first_index;
+    assert!(first > 200, "the leader kept its log from index {first}");
+    g.restart_empty(x);
+    rev = put(g.store(l), "/registry/pods/ns/after", "y");
+    g.wait_published(&[1, 2, 3], rev);
+    g.assert_same_state(&[1, 2, 3]);
+    assert!(g.store(x).leases.exists(lease), "the snapshot's lease");
+    assert_eq!(g.member(x).status().error, None);
+
+    // A follower cut off while holding state, past the log: told to restart empty.
+    let y = (1..=3).find(|id| *id != l && *id != x).unwrap();
+    g.net.cut(y);
+    std::thread::sleep(Duration::from_millis(600));
+    for i in 0..200 {
+        rev = put(g.store(l), &format!("/registry/configmaps/ns/c{i}"), "z");
+    }
+    g.wait_published(&[l, x], rev);
+    g.net.heal(y);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(e) = g.member(y).status().error {
+            assert!(e.contains("restart it with an empty store"), "{e}");
+            break;
+        }
+        assert!(Instant::now() < deadline, "the cut-off member neither caught up nor stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    g.restart_empty(y);
+    g.wait_published(&[y], rev);
+    g.assert_same_state(&[1, 2, 3]);
 }
 
 /// etcd's membership calls on the driver: a learner added to a running group
