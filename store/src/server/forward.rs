@@ -210,7 +210,15 @@ impl Forwarder {
             Err(e) => {
                 // The connection may be gone for good (the leader died): a fresh one next time.
                 self.channels.lock().remove(url);
-                Err((Status::unavailable(format!("etcdserver: leader unreachable: {e}")), unreached(&e)))
+                let never_sent = unreached(&e);
+                // A call the leader took and never answered may or may not have been
+                // applied: etcd's answer to a proposal whose leader failed.
+                let s = if never_sent {
+                    Status::unavailable(format!("etcdserver: leader unreachable: {e}"))
+                } else {
+                    Status::unavailable("etcdserver: request timed out, possibly due to previous leader failure")
+                };
+                Err((s, never_sent))
             }
         }
     }
