@@ -164,7 +164,8 @@ fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
     let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
     let errors = Arc::new(peer::PeerErrors::default());
     for l in listeners {
-        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone()));
+        let forward = meganode_store::transport::forward::handler(meganode_store::transport::unary::Services::new(ctx.clone()));
+        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), Some(forward)));
     }
     let _ = ctx.replica.set(replica.clone());
     eprintln!(

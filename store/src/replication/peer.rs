@@ -33,6 +33,9 @@ use super::transport::Transport;
 use parking_lot::Mutex;
 
 const MAGIC: &[u8; 8] = b"MGNPEER1";
+/// A connection that carries client calls a follower forwards to its leader
+/// (the layer above speaks on it: `ForwardHandler`); same handshake.
+const FORWARD_MAGIC: &[u8; 8] = b"MGNFWD01";
 const ACCEPTED: u8 = 0;
 const CLUSTER_MISMATCH: u8 = 1;
 const NOT_THIS_MEMBER: u8 = 2;
@@ -116,11 +119,22 @@ impl Transport for PeerTransport {
     }
 }
 
+/// Serves a forwarding connection once its handshake is accepted.
+pub type ForwardHandler = Arc<dyn Fn(TcpStream) + Send + Sync>;
+
 #[derive(Clone, Copy)]
 struct Handshake {
     cluster_id: u64,
     from: u64,
     to: u64,
+}
+
+/// Opens a forwarding connection from member `from` to member `to` of
+/// `cluster_id` at `addr` (the peer URL's), handshake done.
+pub async fn connect_forward(cluster_id: u64, from: u64, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut b = Handshake { cluster_id, from, to }.encode();
+    b[..8].copy_from_slice(FORWARD_MAGIC);
+    connect_with(&b, addr).await
 }
 
 impl Handshake {
@@ -134,7 +148,7 @@ impl Handshake {
     }
 
     fn decode(b: &[u8; 32]) -> Option<Handshake> {
-        if &b[..8] != MAGIC {
+        if &b[..8] != MAGIC && &b[..8] != FORWARD_MAGIC {
             return None;
         }
         let n = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
@@ -172,11 +186,15 @@ async fn send_loop(hs: Handshake, addr: SocketAddr, mut rx: mpsc::Receiver<Messa
 }
 
 async fn connect(hs: Handshake, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    connect_with(&hs.encode(), addr).await
+}
+
+async fn connect_with(hs: &[u8; 32], addr: SocketAddr) -> std::io::Result<TcpStream> {
     let mut s = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr))
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
     s.set_nodelay(true)?;
-    s.write_all(&hs.encode()).await?;
+    s.write_all(hs).await?;
     let mut status = [0u8; 1];
     tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut status))
         .await
@@ -215,7 +233,7 @@ fn encode_frame(m: &Message, out: &mut Vec<u8>) -> std::io::Result<()> {
 
 /// Accepts peer connections for member `me` of `cluster_id`, handing each
 /// message to the member's driver.
-pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>) {
+pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, forward: Option<ForwardHandler>) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, from) = match listener.accept().await {
@@ -231,18 +249,19 @@ pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sende
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (inbox, errors) = (inbox.clone(), errors.clone());
+        let (inbox, errors, forward) = (inbox.clone(), errors.clone(), forward.clone());
         tokio::spawn(async move {
-            serve_conn(stream, from, cluster_id, me, inbox, errors).await;
+            serve_conn(stream, from, cluster_id, me, inbox, errors, forward).await;
             drop(slot);
         });
     }
 }
 
-async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>) {
-    let mut hs = [0u8; 32];
-    let read = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut hs)).await;
-    let Some(hs) = read.ok().and_then(|r| r.ok()).and_then(|_| Handshake::decode(&hs)) else {
+async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, forward: Option<ForwardHandler>) {
+    let mut raw = [0u8; 32];
+    let read = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut raw)).await;
+    let forwarding = &raw[..8] == FORWARD_MAGIC;
+    let Some(hs) = read.ok().and_then(|r| r.ok()).and_then(|_| Handshake::decode(&raw)) else {
         errors.bad_frames.fetch_add(1, Ordering::Relaxed);
         return;
     };
@@ -258,7 +277,14 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     } else {
         ACCEPTED
     };
+    let status = if forwarding && forward.is_none() { NOT_THIS_MEMBER } else { status };
     if s.write_all(&[status]).await.is_err() || status != ACCEPTED {
+        return;
+    }
+    if forwarding {
+        if let Some(f) = forward {
+            f(s);
+        }
         return;
     }
     let mut r = tokio::io::BufReader::with_capacity(256 << 10, s);

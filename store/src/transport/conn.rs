@@ -463,13 +463,10 @@ impl<T: AsyncRead + AsyncWrite + Unpin> Conn<T> {
             frame::put_rst_stream(&mut self.wbuf, id, frame::REFUSED_STREAM);
             return Ok(());
         }
-        // A replicated member's writes go to the routes while it does not lead
-        // (forwarded), and its RangeStreams always (their linearizable wait is the routes').
+        // A replicated member's RangeStreams go to the routes (their linearizable
+        // wait is the routes'); its writes stay here and are forwarded (forward.rs).
         let ctx = &self.services.ctx;
-        let hot = hot_method(fields).filter(|m| match m {
-            Method::RangeStream => ctx.replica.get().is_none(),
-            m => !(m.needs_leader() && ctx.forwards_writes()),
-        });
+        let hot = hot_method(fields).filter(|m| *m != Method::RangeStream || ctx.replica.get().is_none());
         let rpc = fields.get(b":path").and_then(|p| std::str::from_utf8(p).ok()).and_then(|p| GrpcMetrics::global().rpc(p));
         match hot {
             Some(method) => {

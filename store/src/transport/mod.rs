@@ -24,6 +24,7 @@
 //! `tls` (the handshake and the client's certificate).
 pub mod bridge;
 pub mod conn;
+pub mod forward;
 pub mod frame;
 pub mod hpack;
 #[cfg(test)]

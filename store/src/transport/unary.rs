@@ -49,7 +49,7 @@ impl Method {
     }
 
     /// Put, DeleteRange and Txn: what a replicated member that does not lead
-    /// leaves to the routes, which forward it (server/forward.rs).
+    /// sends to the leader (forward.rs).
     pub fn needs_leader(self) -> bool {
         matches!(self, Method::Put | Method::DeleteRange | Method::Txn)
     }
@@ -158,6 +158,15 @@ pub fn range_stream(s: &Services, msg: Bytes, meta: Meta) -> Result<crate::serve
 /// reads many keys under its shards' locks, which the connection's other calls
 /// should not wait behind.
 pub fn call(s: &Services, method: Method, msg: Bytes, meta: Meta) -> (CallFuture, bool) {
+    // A replicated member that does not lead sends its writes to the leader (forward.rs).
+    if method.needs_leader() && s.ctx.forwards_writes() {
+        return (Box::pin(super::forward::call(s.clone(), method, msg, meta)), false);
+    }
+    call_local(s, method, msg, meta)
+}
+
+/// `call`, run on this member.
+pub fn call_local(s: &Services, method: Method, msg: Bytes, meta: Meta) -> (CallFuture, bool) {
     let (ctx, kv) = (s.ctx.clone(), s.kv.clone());
     match method {
         Method::Range => {
