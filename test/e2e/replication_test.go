@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"crypto/sha256"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -9,6 +10,8 @@ import (
 	"net"
 	"net/url"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"sort"
 	"strings"
 	"sync"
@@ -422,6 +425,49 @@ func TestReplicatedGroupRefusesStrangers(t *testing.T) {
 		must(t, "put after the strangers", err)
 	}
 	waitSameHash(t, g, clis)
+
+	// A member started on another member's data dir: refused in one line, the dir unchanged.
+	must(t, "stop m0", g.Members[0].Stop())
+	before := dirListing(t, g.Members[0].DataDir)
+	args := append([]string(nil), g.Members[1].Cmd.Args[1:]...)
+	for i := range args {
+		if args[i] == "--data-dir" {
+			args[i+1] = g.Members[0].DataDir
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, g.Members[1].Cmd.Path, args...).CombinedOutput()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Errorf("m1 on m0's data dir: want a failed exit, got %v\n%s", err, out)
+	}
+	last := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if !strings.Contains(last[len(last)-1], "belongs to another member") {
+		t.Errorf("m1 on m0's data dir: want the refusal as the last line, got %q", out)
+	}
+	if after := dirListing(t, g.Members[0].DataDir); after != before {
+		t.Errorf("the refused start changed the data dir:\nbefore %s\nafter  %s", before, after)
+	}
+}
+
+// dirListing is every file under dir with its size and content digest.
+func dirListing(t *testing.T, dir string) string {
+	t.Helper()
+	var b strings.Builder
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(&b, "%s:%d:%x ", strings.TrimPrefix(p, dir), len(data), sha256.Sum256(data))
+		return nil
+	})
+	must(t, "list the data dir", err)
+	return b.String()
 }
 
 // TestReplicatedGroupSnapshotCatchUp: with --snapshot-count 100 the members cut
