@@ -80,26 +80,9 @@ impl Link {
         let addr = peer::peer_addr(m.peer_urls.first()?).ok()?;
         let stream = peer::connect_forward(s.ctx.cluster_id, s.ctx.member_id, leader, addr).await.ok()?;
         let (rd, wr) = stream.into_split();
-        let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-        let link = Arc::new(Link { leader, out, pending: Arc::default(), next: AtomicU64::new(1), dead: Arc::default() });
-        let dead = link.dead.clone();
-        tokio::spawn(async move {
-            let mut w = BufWriter::with_capacity(64 << 10, wr);
-            while let Some(f) = rx.recv().await {
-                let mut next = Some(f);
-                while let Some(f) = next {
-                    if w.write_all(&f).await.is_err() {
-                        dead.store(true, Ordering::Release);
-                        return;
-                    }
-                    next = rx.try_recv().ok();
-                }
-                if w.flush().await.is_err() {
-                    dead.store(true, Ordering::Release);
-                    return;
-                }
-            }
-        });
+        let dead: Arc<AtomicBool> = Arc::default();
+        let out = spawn_writer(wr, Some(dead.clone()));
+        let link = Arc::new(Link { leader, out, pending: Arc::default(), next: AtomicU64::new(1), dead });
         let (pending, dead) = (link.pending.clone(), link.dead.clone());
         tokio::spawn(async move {
             let mut r = tokio::io::BufReader::with_capacity(64 << 10, rd);
@@ -142,6 +125,30 @@ impl Link {
         }
         rx.await.unwrap_or(Answer::NotRun)
     }
+}
+
+/// A task writing the frames sent to it, flushing when none wait; on a write
+/// error it stops and sets `dead`.
+fn spawn_writer(wr: tokio::net::tcp::OwnedWriteHalf, dead: Option<Arc<AtomicBool>>) -> mpsc::UnboundedSender<Vec<u8>> {
+    let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    tokio::spawn(async move {
+        let mut w = BufWriter::with_capacity(64 << 10, wr);
+        while let Some(f) = rx.recv().await {
+            let mut next = Some(f);
+            let mut ok = true;
+            while let Some(f) = next {
+                ok = w.write_all(&f).await.is_ok();
+                next = if ok { rx.try_recv().ok() } else { None };
+            }
+            if !ok || w.flush().await.is_err() {
+                if let Some(d) = &dead {
+                    d.store(true, Ordering::Release);
+                }
+                return;
+            }
+        }
+    });
+    out
 }
 
 async fn read_frame<R: AsyncReadExt + Unpin>(r: &mut R) -> Option<(u64, u8, Bytes)> {
@@ -231,22 +238,7 @@ pub fn handler(services: Services) -> ForwardHandler {
 async fn serve(stream: TcpStream, s: Services) {
     let _ = stream.set_nodelay(true);
     let (rd, wr) = stream.into_split();
-    let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    tokio::spawn(async move {
-        let mut w = BufWriter::with_capacity(64 << 10, wr);
-        while let Some(f) = rx.recv().await {
-            let mut next = Some(f);
-            while let Some(f) = next {
-                if w.write_all(&f).await.is_err() {
-                    return;
-                }
-                next = rx.try_recv().ok();
-            }
-            if w.flush().await.is_err() {
-                return;
-            }
-        }
-    });
+    let out = spawn_writer(wr, None);
     let mut r = tokio::io::BufReader::with_capacity(64 << 10, rd);
     loop {
         let Ok(len) = r.read_u32_le().await else { return };
