@@ -40,6 +40,9 @@ type Options struct {
 	PeerPort       int // 0 picks a free port
 	InitialCluster string
 	ClusterToken   string
+	// ClusterState is etcd's --initial-cluster-state ("" keeps new; "existing" joins a
+	// running cluster after MemberAdd).
+	ClusterState string
 }
 
 // Server is a running embedded etcd.
@@ -107,6 +110,9 @@ func Start(opts Options) (*Server, error) {
 		cfg.InitialCluster = opts.InitialCluster
 		if opts.ClusterToken != "" {
 			cfg.InitialClusterToken = opts.ClusterToken
+		}
+		if opts.ClusterState != "" {
+			cfg.ClusterState = opts.ClusterState
 		}
 	}
 	if opts.MaxRequestBytes > 0 {

@@ -12,6 +12,9 @@ import (
 // restarts, and is started with etcd's cluster flags naming every member.
 type Group struct {
 	Members []*Proc
+	// InitialCluster is the --initial-cluster the members were started with
+	// (m0=http://127.0.0.1:P0,...).
+	InitialCluster string
 }
 
 // StartGroup starts n members with extraArgs each (e.g. --heartbeat-interval)
@@ -31,7 +34,7 @@ func StartGroup(n int, extraArgs []string, stderr io.Writer) (*Group, error) {
 		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, pp)
 		clients[i] = cp
 	}
-	g := &Group{Members: make([]*Proc, n)}
+	g := &Group{Members: make([]*Proc, n), InitialCluster: strings.Join(peers, ",")}
 	errs := make([]error, n)
 	var wg sync.WaitGroup
 	for i := range g.Members {
@@ -51,6 +54,18 @@ func StartGroup(n int, extraArgs []string, stderr io.Writer) (*Group, error) {
 		}
 	}
 	return g, nil
+}
+
+// Join starts a member named name at peerURL that joins the running group
+// (etcd's --initial-cluster-state existing) after a MemberAdd of peerURL; it is
+// not one of g.Members.
+func (g *Group) Join(name, peerURL string, extraArgs []string, stderr io.Writer) (*Proc, error) {
+	args := append([]string{
+		"--initial-cluster", g.InitialCluster + "," + name + "=" + peerURL,
+		"--initial-cluster-state", "existing",
+		"--listen-peer-urls", peerURL,
+	}, extraArgs...)
+	return Start(Options{Name: name, ExtraArgs: args, Stderr: stderr})
 }
 
 // Endpoints of every member, for a client given them all.

@@ -354,9 +354,6 @@ fn check_cluster(c: &mut Config) -> Result<(), String> {
         }
         return Ok(());
     }
-    if c.initial_cluster_state == "existing" {
-        return Err("--initial-cluster-state=existing: joining a running group (MemberAdd) is not built yet; start every member of a new group with the state new".into());
-    }
     if !c.durability_given {
         c.durability = "replicated".into();
     }
@@ -454,7 +451,7 @@ mod tests {
         assert!(e.contains("missing from --initial-advertise-peer-urls"), "{e}");
         assert!(with(&["--initial-advertise-peer-urls", "http://127.0.0.1:2381"]).is_ok());
         assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381"]).unwrap_err().contains("peer TLS"));
-        assert!(with(&["--initial-cluster-state", "existing"]).unwrap_err().contains("not built"));
+        assert_eq!(with(&["--initial-cluster-state", "existing"]).unwrap().initial_cluster_state, "existing");
         let c = with(&["--heartbeat-interval", "50", "--election-timeout=500", "--initial-cluster-token", "t1"]).unwrap();
         assert_eq!((c.heartbeat_interval, c.election_timeout, c.initial_cluster_token.as_str()), (Duration::from_millis(50), Duration::from_millis(500), "t1"));
         assert!(with(&["--heartbeat-interval", "500"]).unwrap_err().contains("5 times"));

@@ -136,13 +136,19 @@ fn main() {
 /// marker in the data dir restarted and lost what it held (nothing is on
 /// disk): it rejoins, catching up before it votes. A member whose replication
 /// stops (its state left the group's) exits, to be restarted and rejoin.
-fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
+fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
     use meganode_store::replication::{identity, peer, MemberInfo, Replica, ReplicaConfig, SnapshotFetcher};
     let cfg = &ctx.cfg;
-    let founders: Vec<MemberInfo> = identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token)
-        .into_iter()
-        .map(|(name, peer_urls, id)| MemberInfo { id, name, peer_urls, client_urls: Vec::new() })
-        .collect();
+    let joining = joined.is_some();
+    let founders: Vec<MemberInfo> = match joined {
+        // A member joining a running group knows every member from the roster;
+        // its log comes from the leader (no founding entries).
+        Some(j) => j.members,
+        None => identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token)
+            .into_iter()
+            .map(|(name, peer_urls, id)| MemberInfo { id, name, peer_urls, client_urls: Vec::new() })
+            .collect(),
+    };
     let (me, cluster) = (ctx.member_id, ctx.cluster_id);
     let rejoining = member_marker(std::path::Path::new(&cfg.data_dir), &cfg.name, me, cluster)?;
     let mut listeners = Vec::new();
@@ -153,7 +159,8 @@ fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
         listeners.push(TcpListener::from_std(l).map_err(|e| e.to_string())?);
     }
     let transport = peer::PeerTransport::start(&tokio::runtime::Handle::current(), cluster, me, &[]);
-    let mut rc = ReplicaConfig::new(me, founders.iter().map(|m| m.id).collect());
+    let voters = if joining { Vec::new() } else { founders.iter().map(|m| m.id).collect() };
+    let mut rc = ReplicaConfig::new(me, voters);
     rc.tick = cfg.heartbeat_interval;
     rc.election_ticks = (cfg.election_timeout.as_millis() / cfg.heartbeat_interval.as_millis().max(1)).max(2) as usize;
     rc.rejoining = rejoining;
@@ -165,25 +172,103 @@ fn start_replica(ctx: &Arc<Ctx>) -> Result<(), String> {
     let errors = Arc::new(peer::PeerErrors::default());
     for l in listeners {
         let forward = meganode_store::transport::forward::handler(meganode_store::transport::unary::Services::new(ctx.clone()));
-        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), Some(forward)));
+        let roster: peer::RosterHandler = {
+            let replica = replica.clone();
+            Arc::new(move || {
+                let learners = replica.status().members.learners;
+                let ms: Vec<_> = replica
+                    .members()
+                    .into_iter()
+                    .map(|m| meganode_store::replication::members::RosterEntry { learner: learners.contains(&m.id), member: m })
+                    .collect();
+                meganode_store::replication::members::encode_roster(cluster, &ms)
+            })
+        };
+        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), peer::Extras { forward: Some(forward), roster: Some(roster) }));
     }
     let _ = ctx.replica.set(replica.clone());
     eprintln!(
         "meganode-store: member {me:x} of cluster {cluster:x} ({} members{}), peers on {}",
         cfg.initial_cluster.len(),
-        if rejoining { ", rejoining: it held this data dir before and lost what it kept in memory" } else { "" },
+        if rejoining {
+            ", rejoining: it held this data dir before and lost what it kept in memory"
+        } else if joining {
+            ", joining the running group"
+        } else {
+            ""
+        },
         cfg.listen_peer_urls.join(",")
     );
     tokio::spawn(async move {
         loop {
             tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             if let Some(why) = replica.error() {
+                // Time for the answer to the call that caused it (a MemberRemove of this member) to leave.
+                tokio::time::sleep(std::time::Duration::from_millis(200)).await;
                 eprintln!("meganode-store: exiting: this member's replication stopped ({why}); restart it to rejoin the group");
                 std::process::exit(1);
             }
         }
     });
     Ok(())
+}
+
+/// What a member joining a running group learned from a peer.
+struct Joined {
+    me: u64,
+    cluster: u64,
+    members: Vec<meganode_store::replication::MemberInfo>,
+}
+
+/// etcd's --initial-cluster-state existing: the roster of the running group
+/// from the first other member of --initial-cluster that answers, checked
+/// against the flags as etcd checks them (ValidateClusterAndAssignIDs: the
+/// same members, matched by peer URLs); this member's ID is the one MemberAdd
+/// gave its peer URLs.
+async fn join_group(cfg: &Config) -> Result<Joined, String> {
+    use meganode_store::replication::{members, peer};
+    let own = cfg.own_peer_urls();
+    let mut last = String::from("no other member in --initial-cluster");
+    let mut got = None;
+    for (_, url) in cfg.initial_cluster.iter().filter(|(_, u)| !own.contains(u)) {
+        let addr = match peer::peer_addr(url) {
+            Ok(a) => a,
+            Err(e) => {
+                last = e;
+                continue;
+            }
+        };
+        match peer::roster(addr).await {
+            Ok(b) => {
+                got = Some(members::decode_roster(&b)?);
+                break;
+            }
+            Err(e) => last = format!("{url}: {e}"),
+        }
+    }
+    let Some((cluster, roster)) = got else {
+        return Err(format!("cannot fetch cluster info from peer urls: could not retrieve cluster information from the given URLs ({last})"));
+    };
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let local = meganode_store::replication::identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token);
+    let describe = || roster.iter().map(|e| format!("{:x}={}", e.member.id, e.member.peer_urls.join(","))).collect::<Vec<_>>().join(",");
+    if local.len() != roster.len() {
+        return Err(format!("error validating peerURLs {{{}}}: member count is unequal", describe()));
+    }
+    for (_, urls, _) in &local {
+        if !roster.iter().any(|e| sorted(e.member.peer_urls.clone()) == sorted(urls.clone())) {
+            return Err(format!("error validating peerURLs {{{}}}: unmatched member while checking PeerURLs ({})", describe(), urls.join(",")));
+        }
+    }
+    let me = roster
+        .iter()
+        .find(|e| sorted(e.member.peer_urls.clone()) == sorted(own.clone()))
+        .map(|e| e.member.id)
+        .ok_or_else(|| format!("this member's peer URLs {} are not in the group's members {{{}}}: add it with MemberAdd first", own.join(","), describe()))?;
+    Ok(Joined { me, cluster, members: roster.into_iter().map(|e| e.member).collect() })
 }
 
 /// How a member behind its leader's log gets the store's state: the sender's
@@ -299,6 +384,9 @@ async fn run(cfg: Config) -> Result<(), String> {
     for f in &cfg.ignored {
         eprintln!("meganode-store: ignoring etcd flag {f} (no meaning for a single in-memory member)");
     }
+    // A member joining a running group learns its IDs from a peer before it
+    // touches its data dir: one that cannot is refused with nothing written.
+    let joined = if cfg.is_cluster() && cfg.initial_cluster_state == "existing" { Some(join_group(&cfg).await?) } else { None };
     let store = Arc::new(Store::new());
     let (quota, why) = meganode_store::quota::resolve(cfg.quota_backend_bytes);
     store.set_quota(quota);
@@ -345,13 +433,13 @@ async fn run(cfg: Config) -> Result<(), String> {
         if enabled { "enabled" } else { "disabled" },
         cfg.auth_token.split(',').next().unwrap_or("")
     );
-    let ctx = Ctx::with_auth(store, cfg.clone(), log, Arc::new(auth));
+    let ctx = Ctx::with_auth(store, cfg.clone(), log, Arc::new(auth), joined.as_ref().map(|j| (j.me, j.cluster)));
     // Peer URLs and the downgrade target are kept by the auth state's rule (server/member_state.rs).
     if durable {
         ctx.member.keep_in(std::path::PathBuf::from(&cfg.data_dir))?;
     }
     if cfg.is_cluster() {
-        start_replica(&ctx)?;
+        start_replica(&ctx, joined)?;
     }
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {

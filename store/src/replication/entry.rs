@@ -7,6 +7,7 @@
 //!   rev = 0: one lease change, a LEASE_GRANT or LEASE_REVOKE record (no revision, as in etcd)
 //!   rev = -1: a member's attributes, its name and client URLs (members.rs)
 //!   rev = -2: a compaction: compact_rev:i64 (LE)
+//!   rev = -3: a member's new peer URLs (MemberUpdate, members.rs)
 //! ```
 use bytes::Bytes;
 
@@ -25,6 +26,8 @@ pub enum Change {
     Attributes { id: u64, name: String, client_urls: Vec<String> },
     /// History compacted at this revision (etcd's Compact, applied on every member).
     Compact(i64),
+    /// A member's new peer URLs (etcd's MemberUpdate).
+    PeerUrls { id: u64, peer_urls: Vec<String> },
 }
 
 /// The entry revision that marks a compaction.
@@ -64,6 +67,10 @@ pub fn decode(data: &[u8]) -> Result<Change, String> {
     if rev == super::members::ATTRIBUTES {
         let (id, name, client_urls) = super::members::decode_attributes(body)?;
         return Ok(Change::Attributes { id, name, client_urls });
+    }
+    if rev == super::members::PEER_URLS {
+        let (id, peer_urls) = super::members::decode_peer_urls(body)?;
+        return Ok(Change::PeerUrls { id, peer_urls });
     }
     if rev == COMPACT {
         let at = body.try_into().map(i64::from_le_bytes).map_err(|_| "compaction entry without its revision")?;

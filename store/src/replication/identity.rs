@@ -11,10 +11,24 @@ use ring::digest::{digest, SHA1_FOR_LEGACY_USE_ONLY};
 pub const DEFAULT_TOKEN: &str = "etcd-cluster";
 
 pub fn member_id(peer_urls: &[String], token: &str) -> u64 {
+    member_id_with(peer_urls, token, None)
+}
+
+/// The ID of a member added to a running group (MemberAdd): etcd appends the
+/// time of the call in seconds, so a member removed and added again with the
+/// same URLs gets a new ID.
+pub fn member_id_at(peer_urls: &[String], token: &str, unix_secs: i64) -> u64 {
+    member_id_with(peer_urls, token, Some(unix_secs))
+}
+
+fn member_id_with(peer_urls: &[String], token: &str, unix_secs: Option<i64>) -> u64 {
     let mut urls: Vec<&str> = peer_urls.iter().map(|s| s.as_str()).collect();
     urls.sort_unstable();
     let mut b = urls.concat().into_bytes();
     b.extend_from_slice(token.as_bytes());
+    if let Some(t) = unix_secs {
+        b.extend_from_slice(t.to_string().as_bytes());
+    }
     first_u64(&b)
 }
 
@@ -69,6 +83,9 @@ mod tests {
         assert_eq!(two, member_id(&["http://a:2380".into(), "http://b:2380".into()], "t"), "URLs sorted");
         assert_eq!(cluster_id(&[3, 1, 2]), cluster_id(&[1, 2, 3]));
         assert_ne!(cluster_id(&[1, 2, 3]), cluster_id(&[1, 2]));
+        let added = member_id_at(&["http://a:1".into()], "t", 1_700_000_000);
+        assert_ne!(added, member_id(&["http://a:1".into()], "t"));
+        assert_ne!(added, member_id_at(&["http://a:1".into()], "t", 1_700_000_001));
         let ms = members(
             &[("m0".into(), "http://a:1".into()), ("m1".into(), "http://b:1".into()), ("m0".into(), "http://a:2".into())],
             "t",

@@ -8,7 +8,13 @@
 //! ```text
 //! ConfChange.context = {"name": N, "peerURLs": [...]}          (JSON, etcd's field names)
 //! attributes entry   = -1:i64 LE | id:u64 LE | {"name": N, "clientURLs": [...]}
+//! peer URLs entry    = -3:i64 LE | id:u64 LE | {"peerURLs": [...]}   (MemberUpdate)
+//! roster             = {"cluster": "ID", "members": [{"id": "ID", "name": N, "peerURLs": [...],
+//!                       "clientURLs": [...], "isLearner": B}, ...]}
 //! ```
+//! A roster is what a member joining a running group (--initial-cluster-state
+//! existing) asks a peer for: the cluster ID and every member with its ID, as
+//! etcd's joining member reads a peer's /members.
 use serde_json::{json, Value};
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -21,6 +27,8 @@ pub struct MemberInfo {
 
 /// The entry revision that marks an attributes entry.
 pub const ATTRIBUTES: i64 = -1;
+/// The entry revision that marks a member's new peer URLs (MemberUpdate).
+pub const PEER_URLS: i64 = -3;
 
 fn strings(v: &Value) -> Vec<String> {
     v.as_array().map(|a| a.iter().filter_map(|s| s.as_str().map(str::to_string)).collect()).unwrap_or_default()
@@ -50,6 +58,51 @@ pub fn decode_attributes(body: &[u8]) -> Result<(u64, String, Vec<String>), Stri
     let id = u64::from_le_bytes(id.try_into().expect("8 bytes"));
     let v: Value = serde_json::from_slice(json).map_err(|e| format!("attributes of member {id:x}: {e}"))?;
     Ok((id, v["name"].as_str().unwrap_or("").to_string(), strings(&v["clientURLs"])))
+}
+
+pub fn encode_peer_urls(id: u64, urls: &[String]) -> Vec<u8> {
+    let mut out = PEER_URLS.to_le_bytes().to_vec();
+    out.extend_from_slice(&id.to_le_bytes());
+    out.extend_from_slice(json!({"peerURLs": urls}).to_string().as_bytes());
+    out
+}
+
+/// A peer URLs entry's body (after its revision): the member and its new peer URLs.
+pub fn decode_peer_urls(body: &[u8]) -> Result<(u64, Vec<String>), String> {
+    let (id, json) = body.split_at_checked(8).ok_or("peer URLs entry shorter than its member ID")?;
+    let id = u64::from_le_bytes(id.try_into().expect("8 bytes"));
+    let v: Value = serde_json::from_slice(json).map_err(|e| format!("peer URLs of member {id:x}: {e}"))?;
+    Ok((id, strings(&v["peerURLs"])))
+}
+
+/// A member as a roster lists it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RosterEntry {
+    pub member: MemberInfo,
+    pub learner: bool,
+}
+
+pub fn encode_roster(cluster: u64, ms: &[RosterEntry]) -> Vec<u8> {
+    let list: Vec<Value> = ms
+        .iter()
+        .map(|e| {
+            let m = &e.member;
+            json!({"id": m.id.to_string(), "name": m.name, "peerURLs": m.peer_urls, "clientURLs": m.client_urls, "isLearner": e.learner})
+        })
+        .collect();
+    json!({"cluster": cluster.to_string(), "members": list}).to_string().into_bytes()
+}
+
+pub fn decode_roster(data: &[u8]) -> Result<(u64, Vec<RosterEntry>), String> {
+    let v: Value = serde_json::from_slice(data).map_err(|e| format!("members list: {e}"))?;
+    let id = |v: &Value| v.as_str().and_then(|s| s.parse::<u64>().ok()).ok_or_else(|| format!("members list: bad ID {v}"));
+    let cluster = id(&v["cluster"])?;
+    let mut out = Vec::new();
+    for m in v["members"].as_array().ok_or("members list without members")? {
+        let member = MemberInfo { id: id(&m["id"])?, name: m["name"].as_str().unwrap_or("").to_string(), peer_urls: strings(&m["peerURLs"]), client_urls: strings(&m["clientURLs"]) };
+        out.push(RosterEntry { member, learner: m["isLearner"].as_bool().unwrap_or(false) });
+    }
+    Ok((cluster, out))
 }
 
 /// A snapshot's data: the sender (the leader the receiver fetches the store's
@@ -87,7 +140,14 @@ mod tests {
         assert!(decode_attributes(&a[8..12]).is_err());
         assert!(decode_attributes(&a[8..a.len() - 1]).is_err());
         let (sender, ms) = decode_members(&encode_members(u64::MAX, &[m.clone()])).unwrap();
-        assert_eq!((sender, ms), (u64::MAX, vec![m]));
+        assert_eq!((sender, ms), (u64::MAX, vec![m.clone()]));
         assert!(decode_members(b"{}").is_err());
+        let p = encode_peer_urls(7, &["http://a:1".to_string()]);
+        assert_eq!(i64::from_le_bytes(p[..8].try_into().unwrap()), PEER_URLS);
+        assert_eq!(decode_peer_urls(&p[8..]).unwrap(), (7, vec!["http://a:1".to_string()]));
+        assert!(decode_peer_urls(&p[8..10]).is_err());
+        let roster = vec![RosterEntry { member: m.clone(), learner: false }, RosterEntry { member: MemberInfo { id: 9, ..Default::default() }, learner: true }];
+        assert_eq!(decode_roster(&encode_roster(u64::MAX, &roster)).unwrap(), (u64::MAX, roster));
+        assert!(decode_roster(b"{\"members\": []}").is_err());
     }
 }

@@ -48,6 +48,8 @@ pub enum Input {
     ReadIndex(oneshot::Sender<i64>),
     /// A membership change, answered with the membership once it is applied here.
     ChangeMembers(ConfChange, oneshot::Sender<Result<Membership, String>>),
+    /// etcd's MemberUpdate: a member's new peer URLs, through the log.
+    UpdatePeerUrls(u64, Vec<String>, oneshot::Sender<Result<Membership, String>>),
     /// etcd's MoveLeader: hand leadership to this voter.
     TransferLeader(u64),
     /// A peer's connection to this member closed between frames (its process
@@ -174,13 +176,24 @@ struct Shared {
     log_first: AtomicU64,
     catching_up: AtomicBool,
     writable: AtomicBool,
+    /// This member is a learner of the membership it applied (one load on every
+    /// call a learner refuses).
+    learner: AtomicBool,
     members: Mutex<Membership>,
     /// Names and URLs of the members, by ID (members.rs).
     info: Mutex<BTreeMap<u64, MemberInfo>>,
+    /// Since when each peer has been heard from without a gap of an election
+    /// timeout (etcd's transport ActiveSince), refreshed every tick.
+    connected: Mutex<HashMap<u64, Instant>>,
     error: Mutex<Option<String>>,
 }
 
 impl Shared {
+    fn set_members(&self, me: u64, m: Membership) {
+        self.learner.store(m.learners.contains(&me), Ordering::Release);
+        *self.members.lock() = m;
+    }
+
     /// Records why this member stopped taking part (the first reason, logged
     /// once): a state that left the group's, or a panic inside raft-rs.
     fn stop(&self, id: u64, why: String) {
@@ -233,7 +246,7 @@ impl Replica {
         shared.catching_up.store(cfg.rejoining, Ordering::Release);
         let store_rev = store.committed_rev();
         let initial = raft::Storage::initial_state(&node.raft.raft_log.store).map_err(|e| format!("raft: {e}"))?;
-        *shared.members.lock() = Membership::of(&initial.conf_state);
+        shared.set_members(cfg.id, Membership::of(&initial.conf_state));
         {
             let mut info = shared.info.lock();
             for id in initial.conf_state.voters.iter().chain(&initial.conf_state.learners) {
@@ -264,6 +277,8 @@ impl Replica {
             confirmed: Vec::new(),
             catching_up: cfg.rejoining.then_some(0),
             pending_change: None,
+            heard: HashMap::new(),
+            was_member: initial.conf_state.voters.contains(&cfg.id) || initial.conf_state.learners.contains(&cfg.id),
             waiting_reads: Vec::new(),
             me: cfg.me.clone(),
             next_publish: Instant::now(),
@@ -326,6 +341,23 @@ impl Replica {
         self.shared.leader.load(Ordering::Acquire)
     }
 
+    /// Whether member `id` has been heard from without a gap for at least `d`
+    /// (this member always), as etcd's transport reports it for its
+    /// reconfiguration checks (ActiveSince).
+    pub fn connected_for(&self, id: u64, d: Duration) -> bool {
+        id == self.id || self.shared.connected.lock().get(&id).is_some_and(|since| since.elapsed() >= d)
+    }
+
+    /// Whether member `id` is heard from now.
+    pub fn connected(&self, id: u64) -> bool {
+        self.connected_for(id, Duration::ZERO)
+    }
+
+    /// Whether this member is a learner (one load): `Status::is_learner`.
+    pub fn is_learner(&self) -> bool {
+        self.shared.learner.load(Ordering::Acquire)
+    }
+
     /// Whether the store may take a write here now (one load): `Status::writable`.
     pub fn writable(&self) -> bool {
         self.shared.writable.load(Ordering::Acquire)
@@ -380,6 +412,14 @@ impl Replica {
 
     pub fn remove(&self, id: u64) -> oneshot::Receiver<Result<Membership, String>> {
         self.change_members(conf_change(ConfChangeType::RemoveNode, id))
+    }
+
+    /// etcd's MemberUpdate (on the leader): member `id`'s peer URLs become `urls`
+    /// on every member; resolved once applied here.
+    pub fn update_peer_urls(&self, id: u64, urls: Vec<String>) -> oneshot::Receiver<Result<Membership, String>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.inbox.send(Input::UpdatePeerUrls(id, urls, tx));
+        rx
     }
 
     /// etcd's MoveLeader: the leader hands over to `to` once it has caught up.
@@ -505,6 +545,11 @@ struct Driver {
     catching_up: Option<u64>,
     /// The membership change proposed here: its log index and who waits for it.
     pending_change: Option<(u64, oneshot::Sender<Result<Membership, String>>)>,
+    /// Per peer: since when it has been heard without a gap, and when last.
+    heard: HashMap<u64, (Instant, Instant)>,
+    /// This member has been in the membership it applied: its removal from it
+    /// stops it (a joining member is not in it until its own addition applies).
+    was_member: bool,
     /// Linearizable reads that arrived in this turn: one ReadIndex serves them all.
     waiting_reads: Vec<oneshot::Sender<i64>>,
     /// This member's attributes, and when to propose them again while the
@@ -601,6 +646,7 @@ impl Driver {
                     self.node.tick();
                 }
                 next_tick += self.tick;
+                self.track_connections();
             }
             if let Err(e) = self.on_ready() {
                 self.fail(e);
@@ -631,6 +677,8 @@ impl Driver {
         match input {
             Input::Stop => return false,
             Input::Raft(mut m) => {
+                let now = Instant::now();
+                self.heard.entry(m.from).and_modify(|h| h.1 = now).or_insert((now, now));
                 let vote = matches!(m.get_msg_type(), MessageType::MsgRequestVote | MessageType::MsgRequestPreVote);
                 if vote && self.catching_up.is_some() {
                     return true;
@@ -666,6 +714,8 @@ impl Driver {
                     let _ = tx.send(Err("not the leader".into()));
                 } else if self.pending_change.is_some() || self.node.raft.has_pending_conf() {
                     let _ = tx.send(Err("another membership change is in progress".into()));
+                } else if let Some(why) = self.not_ready_to_promote(&cc) {
+                    let _ = tx.send(Err(why));
                 } else {
                     let before = self.node.raft.raft_log.last_index();
                     match self.node.propose_conf_change(Vec::new(), cc) {
@@ -681,8 +731,31 @@ impl Driver {
                     }
                 }
             }
+            Input::UpdatePeerUrls(id, urls, tx) => {
+                if self.node.raft.state != StateRole::Leader {
+                    let _ = tx.send(Err("not the leader".into()));
+                } else if self.pending_change.is_some() {
+                    let _ = tx.send(Err("another membership change is in progress".into()));
+                } else {
+                    let before = self.node.raft.raft_log.last_index();
+                    match self.node.propose(Vec::new(), members::encode_peer_urls(id, &urls)) {
+                        Ok(()) if self.node.raft.raft_log.last_index() > before => {
+                            self.pending_change = Some((self.node.raft.raft_log.last_index(), tx));
+                        }
+                        Ok(()) => {
+                            let _ = tx.send(Err("the membership change was dropped".into()));
+                        }
+                        Err(e) => {
+                            let _ = tx.send(Err(e.to_string()));
+                        }
+                    }
+                }
+            }
             Input::TransferLeader(to) => self.node.transfer_leader(to),
-            Input::PeerClosed(from) => self.leader_gone(from),
+            Input::PeerClosed(from) => {
+                self.heard.remove(&from);
+                self.leader_gone(from);
+            }
             // A member that compacted while not leading (a compaction from the
             // log, or a leader deposed meanwhile) proposes nothing: the group's
             // compactions are its leader's.
@@ -784,7 +857,8 @@ impl Driver {
         self.proposed.clear();
         self.node.raft.raft_log.store.mem.wl().apply_snapshot(snap.clone()).map_err(|e| format!("raft snapshot: {e}"))?;
         let cs = snap.get_metadata().get_conf_state();
-        *self.shared.members.lock() = Membership::of(cs);
+        self.shared.set_members(self.node.raft.id, Membership::of(cs));
+        self.was_member |= cs.voters.contains(&self.node.raft.id) || cs.learners.contains(&self.node.raft.id);
         {
             let mut info = self.shared.info.lock();
             info.clear();
@@ -859,6 +933,7 @@ impl Driver {
                     entry::Change::Revision(rev, writes) => self.apply_revision(&e, rev, writes)?,
                     entry::Change::Attributes { id, name, client_urls } => self.apply_attributes(id, name, client_urls),
                     entry::Change::Compact(rev) => self.apply_compaction(rev),
+                    entry::Change::PeerUrls { id, peer_urls } => self.apply_peer_urls(e.index, id, peer_urls),
                     lease => self.apply_lease(&e, lease)?,
                 },
                 EntryType::EntryConfChange => {
@@ -931,7 +1006,7 @@ impl Driver {
         self.snapshot_data_stale = true;
         if let Ok(cs) = &result {
             self.node.raft.raft_log.store.mem.wl().set_conf_state(cs.clone());
-            *self.shared.members.lock() = Membership::of(cs);
+            self.shared.set_members(self.node.raft.id, Membership::of(cs));
             let mut info = self.shared.info.lock();
             info.retain(|id, _| cs.voters.contains(id) || cs.learners.contains(id));
             if let Some(m) = added {
@@ -947,6 +1022,14 @@ impl Driver {
                 info.entry(*id).or_insert_with(|| MemberInfo { id: *id, ..Default::default() });
             }
             self.transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
+            drop(info);
+            let me = self.node.raft.id;
+            if cs.voters.contains(&me) || cs.learners.contains(&me) {
+                self.was_member = true;
+            } else if self.was_member {
+                // etcd's removed member stops too; its data dir must not be used again.
+                self.shared.stop(me, "the member has been permanently removed from the cluster".into());
+            }
         }
         if self.pending_change.as_ref().is_some_and(|(i, _)| *i == index) {
             let (_, tx) = self.pending_change.take().expect("checked");
@@ -978,7 +1061,9 @@ impl Driver {
         let r = match change {
             entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
             entry::Change::LeaseRevoke(id) => leases.revoke(id).map(|_| ()),
-            entry::Change::Revision(..) | entry::Change::Attributes { .. } | entry::Change::Compact(_) => unreachable!("decoded as a lease change"),
+            entry::Change::Revision(..) | entry::Change::Attributes { .. } | entry::Change::Compact(_) | entry::Change::PeerUrls { .. } => {
+                unreachable!("decoded as a lease change")
+            }
         };
         r.map_err(|err| format!("lease change at index {}: {err}", e.index))
     }
@@ -1103,6 +1188,35 @@ impl Driver {
         }
     }
 
+    /// A member's new peer URLs (MemberUpdate): where its peers now reach it.
+    fn apply_peer_urls(&mut self, index: u64, id: u64, peer_urls: Vec<String>) {
+        self.snapshot_data_stale = true;
+        {
+            let mut info = self.shared.info.lock();
+            if let Some(m) = info.get_mut(&id) {
+                m.peer_urls = peer_urls;
+            }
+            self.transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
+        }
+        if self.pending_change.as_ref().is_some_and(|(i, _)| *i == index) {
+            let (_, tx) = self.pending_change.take().expect("checked");
+            let _ = tx.send(Ok(self.shared.members.lock().clone()));
+        }
+    }
+
+    /// etcd's isLearnerReady: a learner is promoted only once its log matches
+    /// at least 90 % of the leader's, so that the new voter does not hold up
+    /// the quorum while it catches up.
+    fn not_ready_to_promote(&self, cc: &ConfChange) -> Option<String> {
+        if cc.get_change_type() != ConfChangeType::AddNode || !self.shared.members.lock().learners.contains(&cc.node_id) {
+            return None;
+        }
+        let prs = self.node.raft.prs();
+        let leader = prs.get(self.node.raft.id).map_or(0, |p| p.matched);
+        let learner = prs.get(cc.node_id).map_or(0, |p| p.matched);
+        ((learner as f64) < leader as f64 * 0.9).then(|| "etcdserver: can only promote a learner member which is in sync with leader".to_string())
+    }
+
     /// Proposes this member's attributes while the group does not hold them
     /// (raft forwards a follower's proposal to the leader), once a second.
     fn publish(&mut self) {
@@ -1149,6 +1263,14 @@ impl Driver {
                 self.confirmed.push((index, txs));
             }
         }
+    }
+
+    /// A peer silent for an election timeout is no longer connected.
+    fn track_connections(&mut self) {
+        let gap = self.tick * self.node.raft.election_timeout() as u32;
+        let now = Instant::now();
+        self.heard.retain(|_, (_, last)| now.duration_since(*last) < gap);
+        *self.shared.connected.lock() = self.heard.iter().map(|(id, (since, _))| (*id, *since)).collect();
     }
 
     fn track_catch_up(&mut self) {

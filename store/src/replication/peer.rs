@@ -8,6 +8,10 @@
 //! answer    (receiver → sender): status:u8  0 accepted, 1 cluster ID mismatch, 2 not this member
 //! then frames (sender → receiver): len:u32 | crc32c(payload):u32 | payload   (little-endian;
 //!                                  payload = one raft Message in raft-proto's protobuf)
+//!
+//! roster query (a member joining, --initial-cluster-state existing, which
+//! knows neither the cluster ID nor its own member ID yet):
+//!   "MGNMEMB1" | 0:u64 | 0:u64 | 0:u64  →  status:u8 | len:u32 LE | roster (members.rs), then closed
 //! ```
 //! A frame that fails its CRC, is longer than `MAX_FRAME` or does not decode
 //! ends the connection (the sender reconnects; raft resends what matters); the
@@ -36,6 +40,8 @@ const MAGIC: &[u8; 8] = b"MGNPEER1";
 /// A connection that carries client calls a follower forwards to its leader
 /// (the layer above speaks on it: `ForwardHandler`); same handshake.
 const FORWARD_MAGIC: &[u8; 8] = b"MGNFWD01";
+/// A query for the cluster ID and the members (`roster`).
+const ROSTER_MAGIC: &[u8; 8] = b"MGNMEMB1";
 const ACCEPTED: u8 = 0;
 const CLUSTER_MISMATCH: u8 = 1;
 const NOT_THIS_MEMBER: u8 = 2;
@@ -122,6 +128,39 @@ impl Transport for PeerTransport {
 /// Serves a forwarding connection once its handshake is accepted.
 pub type ForwardHandler = Arc<dyn Fn(TcpStream) + Send + Sync>;
 
+/// Gives the roster (members.rs) a joining member asks for.
+pub type RosterHandler = Arc<dyn Fn() -> Vec<u8> + Send + Sync>;
+
+/// What a peer listener serves besides raft messages.
+#[derive(Clone, Default)]
+pub struct Extras {
+    pub forward: Option<ForwardHandler>,
+    pub roster: Option<RosterHandler>,
+}
+
+/// Asks the member at `addr` for the group's roster (cluster ID and members):
+/// how a member joining a running group learns its IDs.
+pub async fn roster(addr: SocketAddr) -> std::io::Result<Vec<u8>> {
+    let mut b = [0u8; 32];
+    b[..8].copy_from_slice(ROSTER_MAGIC);
+    let mut s = connect_with(&b, addr).await?;
+    let mut len = [0u8; 4];
+    let read = async {
+        s.read_exact(&mut len).await?;
+        let n = u32::from_le_bytes(len) as usize;
+        if n > MAX_FRAME {
+            return Err(std::io::Error::new(std::io::ErrorKind::InvalidData, "roster longer than the limit"));
+        }
+        let mut out = Vec::new();
+        (&mut s).take(n as u64).read_to_end(&mut out).await?;
+        if out.len() != n {
+            return Err(std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "roster cut short"));
+        }
+        Ok(out)
+    };
+    tokio::time::timeout(Duration::from_secs(5), read).await.map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "roster timed out"))?
+}
+
 #[derive(Clone, Copy)]
 struct Handshake {
     cluster_id: u64,
@@ -148,7 +187,7 @@ impl Handshake {
     }
 
     fn decode(b: &[u8; 32]) -> Option<Handshake> {
-        if &b[..8] != MAGIC && &b[..8] != FORWARD_MAGIC {
+        if &b[..8] != MAGIC && &b[..8] != FORWARD_MAGIC && &b[..8] != ROSTER_MAGIC {
             return None;
         }
         let n = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
@@ -233,7 +272,7 @@ fn encode_frame(m: &Message, out: &mut Vec<u8>) -> std::io::Result<()> {
 
 /// Accepts peer connections for member `me` of `cluster_id`, handing each
 /// message to the member's driver.
-pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, forward: Option<ForwardHandler>) {
+pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, extras: Extras) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, from) = match listener.accept().await {
@@ -249,15 +288,15 @@ pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sende
             continue;
         };
         let _ = stream.set_nodelay(true);
-        let (inbox, errors, forward) = (inbox.clone(), errors.clone(), forward.clone());
+        let (inbox, errors, extras) = (inbox.clone(), errors.clone(), extras.clone());
         tokio::spawn(async move {
-            serve_conn(stream, from, cluster_id, me, inbox, errors, forward).await;
+            serve_conn(stream, from, cluster_id, me, inbox, errors, extras).await;
             drop(slot);
         });
     }
 }
 
-async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, forward: Option<ForwardHandler>) {
+async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, extras: Extras) {
     let mut raw = [0u8; 32];
     let read = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut raw)).await;
     let forwarding = &raw[..8] == FORWARD_MAGIC;
@@ -265,6 +304,19 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         errors.bad_frames.fetch_add(1, Ordering::Relaxed);
         return;
     };
+    if &raw[..8] == ROSTER_MAGIC {
+        let Some(roster) = extras.roster else {
+            let _ = s.write_all(&[NOT_THIS_MEMBER]).await;
+            return;
+        };
+        let body = roster();
+        let mut out = vec![ACCEPTED];
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&body);
+        let _ = s.write_all(&out).await;
+        return;
+    }
+    let forward = extras.forward;
     let status = if hs.cluster_id != cluster_id {
         errors.cluster_mismatch.fetch_add(1, Ordering::Relaxed);
         eprintln!(

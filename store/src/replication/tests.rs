@@ -281,7 +281,7 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
         let m = Replica::start(cfg, store.clone(), transport).unwrap();
         l.set_nonblocking(true).unwrap();
         let l = { let _g = rt.enter(); tokio::net::TcpListener::from_std(l).unwrap() };
-        rt.spawn(peer::serve(l, cluster, ids[i], m.inbox(), errors[i].clone(), None));
+        rt.spawn(peer::serve(l, cluster, ids[i], m.inbox(), errors[i].clone(), peer::Extras::default()));
         stores.push(store);
         members.push(m);
     }

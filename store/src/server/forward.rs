@@ -49,6 +49,10 @@ fn needs_leader(path: &str) -> bool {
             | "/etcdserverpb.Lease/LeaseRevoke"
             | "/etcdserverpb.Lease/LeaseKeepAlive"
             | "/etcdserverpb.Lease/LeaseTimeToLive"
+            | "/etcdserverpb.Cluster/MemberAdd"
+            | "/etcdserverpb.Cluster/MemberRemove"
+            | "/etcdserverpb.Cluster/MemberUpdate"
+            | "/etcdserverpb.Cluster/MemberPromote"
     ) || path.starts_with("/v3lockpb.Lock/")
         || path.starts_with("/v3electionpb.Election/")
 }
@@ -85,8 +89,13 @@ async fn forward(State(f): State<Forwarder>, req: Request, next: Next) -> Respon
         return next.run(req).await;
     }
     let Some(r) = f.ctx.replica.get() else { return next.run(req).await };
-    if r.status().is_learner() {
-        return answer(Status::unavailable("etcdserver: rpc not supported for learner"));
+    // A learner asks the leader to promote it (etcd's learner takes MemberPromote
+    // and forwards it); it serves nothing else that needs the leader.
+    if r.is_learner() && path != "/etcdserverpb.Cluster/MemberPromote" {
+        return answer(Status::failed_precondition("etcdserver: rpc not supported for learner"));
+    }
+    if r.writable() {
+        return next.run(req).await;
     }
     let forwarded = req.headers().contains_key(FORWARDED);
     let require_leader = req.headers().get("hasleader").is_some_and(|v| v == "true");

@@ -111,11 +111,15 @@ impl Ctx {
     /// With an auth store in memory only (tests, in-process servers).
     pub fn new(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>) -> Arc<Self> {
         let auth = AuthStore::new(cfg.bcrypt_cost, cfg.auth_token_ttl, None).expect("in memory");
-        Self::with_auth(store, cfg, wal, Arc::new(auth))
+        Self::with_auth(store, cfg, wal, Arc::new(auth), None)
     }
 
-    pub fn with_auth(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>, auth: Arc<AuthStore>) -> Arc<Self> {
-        let (member_id, cluster_id) = if cfg.is_cluster() {
+    /// `ids`: this member's and its cluster's IDs when they are not the flags'
+    /// (a member that joined a running group learns them from a peer).
+    pub fn with_auth(store: Arc<Store>, cfg: Config, wal: Option<Arc<crate::wal::Wal>>, auth: Arc<AuthStore>, ids: Option<(u64, u64)>) -> Arc<Self> {
+        let (member_id, cluster_id) = if let Some(ids) = ids {
+            ids
+        } else if cfg.is_cluster() {
             // etcd's IDs for the same flags (replication/identity.rs).
             use crate::replication::identity;
             let ms = identity::members(&cfg.initial_cluster, &cfg.initial_cluster_token);
@@ -207,8 +211,8 @@ impl Ctx {
         if serializable {
             return Ok(());
         }
-        if r.status().is_learner() {
-            return Err(tonic::Status::unavailable("etcdserver: rpc not supported for learner"));
+        if r.is_learner() {
+            return Err(tonic::Status::failed_precondition("etcdserver: rpc not supported for learner"));
         }
         let deadline = tokio::time::Instant::now() + forward::REQUEST_TIMEOUT;
         loop {

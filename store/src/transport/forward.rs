@@ -193,8 +193,8 @@ async fn link(s: &Services, r: &Replica, leader: u64) -> Option<Arc<Link>> {
 /// request timeout).
 pub async fn call(s: Services, method: Method, msg: Bytes, meta: Meta) -> Result<Reply, Status> {
     let r = s.ctx.replica.get().cloned().ok_or_else(|| Status::internal("forwarding on a single member"))?;
-    if r.status().is_learner() {
-        return Err(Status::unavailable("etcdserver: rpc not supported for learner"));
+    if r.is_learner() {
+        return Err(Status::failed_precondition("etcdserver: rpc not supported for learner"));
     }
     let deadline = tokio::time::Instant::now() + crate::server::forward::REQUEST_TIMEOUT;
     loop {
