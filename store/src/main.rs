@@ -205,7 +205,19 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
             if let Some(why) = replica.error() {
                 // Time for the answer to the call that caused it (a MemberRemove of this member) to leave.
                 tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-                eprintln!("meganode-store: exiting: this member's replication stopped ({why}); restart it to rejoin the group");
+                if why.contains("permanently removed") {
+                    eprintln!("meganode-store: exiting: {why}; its data dir must not be used again");
+                    std::process::exit(1);
+                }
+                // Its state left the group's (a deposed leader's writes the group
+                // did not commit): start again as this member, which rejoins empty
+                // and takes the leader's snapshot — what a supervisor's restart
+                // would do, without waiting for one.
+                eprintln!("meganode-store: this member's replication stopped ({why}); restarting in place to rejoin the group");
+                use std::os::unix::process::CommandExt;
+                let exe = std::env::current_exe().unwrap_or_else(|_| "meganode-store".into());
+                let err = std::process::Command::new(exe).args(std::env::args_os().skip(1)).exec();
+                eprintln!("meganode-store: exiting: the restart failed ({err}); restart it to rejoin the group");
                 std::process::exit(1);
             }
         }

@@ -22,6 +22,9 @@ type loadConfig struct {
 	// Planted bug (tests of the checker only): this fraction of gets is answered
 	// from the client's cached earlier response to the same get, not by the server.
 	StaleReads float64
+	// NoSerializable makes serializable gets linearizable ones (a group's
+	// followers may answer serializable gets from behind, as etcd's do).
+	NoSerializable bool
 }
 
 const (
@@ -36,6 +39,15 @@ type cluster interface {
 	// Kill SIGKILLs the server; Start starts it again on the same data (maybe on another endpoint).
 	Kill() error
 	Start() error
+}
+
+// group is a cluster of several members: clients get every endpoint, and the
+// load's faults are the group's own (Fault), during which clients go on.
+type group interface {
+	cluster
+	Endpoints() []string
+	// Fault runs the next fault and answers the revision served after it.
+	Fault() (int64, error)
 }
 
 type runner struct {
@@ -60,7 +72,13 @@ func newClient(endpoint string) (*clientv3.Client, error) {
 func (r *runner) now() int64 { return time.Since(r.t0).Nanoseconds() }
 
 func (r *runner) client(t testing.TB) *clientv3.Client {
-	cli, err := newClient(r.srv.Endpoint())
+	var cli *clientv3.Client
+	var err error
+	if g, ok := r.srv.(group); ok {
+		cli, err = clientv3.New(clientv3.Config{Endpoints: g.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	} else {
+		cli, err = newClient(r.srv.Endpoint())
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,6 +106,9 @@ func (r *runner) setDown(d bool) {
 // restart kills and restarts the server and points every client at it; the
 // clients' calls in flight fail (unknown outcome) and the next ones wait.
 func (r *runner) restart() (int64, error) {
+	if g, ok := r.srv.(group); ok {
+		return g.Fault()
+	}
 	err := r.srv.Kill() // under load: the calls in flight now are the unknown ones
 	r.setDown(true)
 	defer r.setDown(false)
@@ -234,6 +255,8 @@ func (r *runner) drive(id int, cli *clientv3.Client, stop <-chan struct{}) {
 		op := Op{Client: id, Key: r.keys[rng.Intn(len(r.keys))]}
 		switch p := rng.Intn(100); {
 		case p < 20:
+			op.Kind = opGet
+		case p < 30 && r.cfg.NoSerializable:
 			op.Kind = opGet
 		case p < 30:
 			op.Kind = opGetSerial
