@@ -167,7 +167,7 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
     rc.log_keep = cfg.snapshot_count / 2;
     rc.founders = founders;
     rc.me = MemberInfo { id: me, name: cfg.name.clone(), peer_urls: cfg.advertise_peer_urls.clone(), client_urls: cfg.advertise_client_urls.clone() };
-    rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current()))));
+    rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current(), cluster, me))));
     let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
     let errors = Arc::new(peer::PeerErrors::default());
     for l in listeners {
@@ -184,7 +184,24 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
                 meganode_store::replication::members::encode_roster(cluster, &ms)
             })
         };
-        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), peer::Extras { forward: Some(forward), roster: Some(roster) }));
+        let snapshot: peer::ForwardHandler = {
+            let store = ctx.store.clone();
+            Arc::new(move |s: tokio::net::TcpStream| {
+                let store = store.clone();
+                tokio::task::spawn_blocking(move || {
+                    let sent = s.into_std().and_then(|s| {
+                        s.set_nonblocking(false)?;
+                        meganode_store::snapshot::write_stream(&store, s)
+                    });
+                    match sent {
+                        Ok((rev, bytes)) => eprintln!("meganode-store: sent a snapshot: revision {rev}, {bytes} bytes"),
+                        Err(e) => eprintln!("meganode-store: sending a snapshot failed: {e}"),
+                    }
+                });
+            })
+        };
+        let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot) };
+        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), extras));
     }
     let _ = ctx.replica.set(replica.clone());
     eprintln!(
@@ -284,21 +301,23 @@ async fn join_group(cfg: &Config) -> Result<Joined, String> {
 }
 
 /// How a member behind its leader's log gets the store's state: the sender's
-/// Maintenance.Snapshot over its client URL (the `MGNSNAP1` bytes), run on the
-/// runtime from the raft driver's thread.
-fn fetch_snapshot(rt: tokio::runtime::Handle) -> impl Fn(&meganode_store::replication::MemberInfo) -> Result<Vec<u8>, String> + Send + Sync {
+/// stream over its peer URL (peer::open_snapshot; crate::snapshot::write_stream),
+/// read from the raft driver's thread as it arrives.
+fn fetch_snapshot(
+    rt: tokio::runtime::Handle,
+    cluster: u64,
+    me: u64,
+) -> impl Fn(&meganode_store::replication::MemberInfo) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync {
+    use meganode_store::replication::peer;
     move |m| {
-        let url = m.client_urls.iter().find(|u| u.starts_with("http://")).ok_or("the sender has no http:// client URL")?.replace("localhost", "127.0.0.1");
-        rt.block_on(async move {
-            let opts = etcd_client::ConnectOptions::new().with_connect_timeout(std::time::Duration::from_secs(2));
-            let mut c = etcd_client::Client::connect([url.as_str()], Some(opts)).await.map_err(|e| format!("{url}: {e}"))?;
-            let mut s = c.snapshot().await.map_err(|e| format!("{url}: {e}"))?;
-            let mut out = Vec::new();
-            while let Some(r) = s.message().await.map_err(|e| format!("{url}: {e}"))? {
-                out.extend_from_slice(r.blob());
-            }
-            Ok(out)
-        })
+        let url = m.peer_urls.first().ok_or("the sender has no peer URL")?;
+        let addr = peer::peer_addr(url)?;
+        let s = rt.block_on(peer::open_snapshot(cluster, me, m.id, addr)).map_err(|e| format!("{url}: {e}"))?;
+        let s = s.into_std().map_err(|e| e.to_string())?;
+        s.set_nonblocking(false).map_err(|e| e.to_string())?;
+        // A sender that stops writing (its process hung) must not hold the driver forever.
+        s.set_read_timeout(Some(std::time::Duration::from_secs(30))).map_err(|e| e.to_string())?;
+        Ok(Box::new(s))
     }
 }
 

@@ -4,6 +4,8 @@
 //! The server's snapshots end with the auth state (`"AUTH" | len:u64 |
 //! auth.state's bytes`, crate::auth::persist) before the checksum, as etcd's
 //! snapshot holds its auth buckets; a snapshot without it still decodes.
+use std::io::{Read, Write};
+
 use bytes::{Buf, BufMut, Bytes};
 
 use crate::mvcc::key_history::Version;
@@ -160,10 +162,217 @@ pub(crate) fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Versi
     Ok(keys)
 }
 
+/// The streamed form a member sends another that must take its state
+/// (docs/design.md §10, "Snapshots"): written while the store serves, not
+/// from one copy made under every shard's lock.
+///
+/// ```text
+/// "MGNSNAP2" | rev:i64 | compacted:i64 | leases:u64 | (id:i64, granted:i64, remaining:i64)*
+///   | key* (as put_key: versions with mod_rev <= rev only) | 0xFFFFFFFF | crc32c:u32   (little-endian)
+/// ```
+/// The crc covers every byte before it.
+pub const STREAM_MAGIC: &[u8; 8] = b"MGNSNAP2";
+const STREAM_END: u32 = u32::MAX;
+/// Keys copied per shard lock: a writer to the shard waits at most one chunk.
+const STREAM_CHUNK_KEYS: usize = 2048;
+/// Bounds for a key or value length read from a stream (a garbled one must not
+/// make the reader allocate gigabytes).
+const STREAM_MAX_LEN: usize = 256 << 20;
+
+struct CrcWriter<W: std::io::Write> {
+    inner: W,
+    crc: u32,
+}
+
+impl<W: std::io::Write> CrcWriter<W> {
+    fn put(&mut self, b: &[u8]) -> std::io::Result<()> {
+        self.crc = crc32c::crc32c_append(self.crc, b);
+        self.inner.write_all(b)
+    }
+}
+
+/// Writes the store's state at its published revision to `w` as the stream
+/// above: each shard walked a chunk of keys at a time under its read lock;
+/// versions written after the revision are left out, and compactions wait
+/// until the stream is written (one would drop versions it still reads).
+/// Returns the revision and the bytes written.
+pub fn write_stream(store: &Store, w: impl std::io::Write) -> std::io::Result<(i64, u64)> {
+    let _no_compaction = store.hold_compactions();
+    let rev = store.current_rev();
+    let mut w = CrcWriter { inner: std::io::BufWriter::with_capacity(1 << 20, w), crc: 0 };
+    let mut head = Vec::with_capacity(64);
+    head.put_slice(STREAM_MAGIC);
+    head.put_i64_le(rev);
+    head.put_i64_le(store.compacted_rev());
+    let leases = store.leases.all();
+    head.put_u64_le(leases.len() as u64);
+    for (id, granted, remaining) in leases {
+        head.put_i64_le(id);
+        head.put_i64_le(granted);
+        head.put_i64_le(remaining);
+    }
+    w.put(&head)?;
+    let mut total = head.len() as u64;
+    let mut buf = Vec::with_capacity(1 << 20);
+    for shard in store.all_shards() {
+        let mut after: Option<Bytes> = None;
+        loop {
+            buf.clear();
+            let mut walked = 0;
+            {
+                let locked = store.lock_read(vec![shard.clone()]);
+                for (k, h) in locked.shards[0].1.iter_after(after.as_deref()) {
+                    let vs = h.versions();
+                    let upto = vs.partition_point(|v| v.mod_rev <= rev);
+                    if upto > 0 {
+                        put_key(&mut buf, k, &vs[..upto]);
+                    }
+                    walked += 1;
+                    if walked == STREAM_CHUNK_KEYS {
+                        after = Some(k.clone());
+                        break;
+                    }
+                }
+            }
+            w.put(&buf)?;
+            total += buf.len() as u64;
+            if walked < STREAM_CHUNK_KEYS {
+                break;
+            }
+        }
+    }
+    w.put(&STREAM_END.to_le_bytes())?;
+    let crc = w.crc;
+    w.inner.write_all(&crc.to_le_bytes())?;
+    w.inner.flush()?;
+    Ok((rev, total + 8))
+}
+
+struct CrcReader<R: std::io::Read> {
+    inner: R,
+    crc: u32,
+}
+
+impl<R: std::io::Read> CrcReader<R> {
+    fn take(&mut self, out: &mut [u8]) -> Result<(), String> {
+        self.inner.read_exact(out).map_err(|e| format!("snapshot stream: {e}"))?;
+        self.crc = crc32c::crc32c_append(self.crc, out);
+        Ok(())
+    }
+
+    fn u32(&mut self) -> Result<u32, String> {
+        let mut b = [0u8; 4];
+        self.take(&mut b)?;
+        Ok(u32::from_le_bytes(b))
+    }
+
+    fn i64(&mut self) -> Result<i64, String> {
+        let mut b = [0u8; 8];
+        self.take(&mut b)?;
+        Ok(i64::from_le_bytes(b))
+    }
+
+    fn bytes(&mut self, n: usize) -> Result<Bytes, String> {
+        if n > STREAM_MAX_LEN {
+            return Err(format!("snapshot stream: a length of {n} bytes"));
+        }
+        let mut v = vec![0u8; n];
+        self.take(&mut v)?;
+        Ok(Bytes::from(v))
+    }
+}
+
+/// Loads a stream (`write_stream`) into this empty store as it arrives, then
+/// publishes it at once (`Store::finish_snapshot`). Returns the revision and
+/// the keys. A stream that ends early or fails its checksum is an error: the
+/// store then holds part of it and must not serve (the caller stops).
+pub fn install_stream(store: &Store, r: impl std::io::Read) -> Result<(i64, u64), String> {
+    let mut r = CrcReader { inner: std::io::BufReader::with_capacity(1 << 20, r), crc: 0 };
+    let mut magic = [0u8; 8];
+    r.take(&mut magic)?;
+    if &magic != STREAM_MAGIC {
+        return Err("not a meganode snapshot stream (bad magic)".into());
+    }
+    let rev = r.i64()?;
+    let compacted = r.i64()?;
+    let nl = r.i64()? as u64;
+    if nl > 1 << 32 {
+        return Err(format!("snapshot stream: {nl} leases"));
+    }
+    let mut leases = Vec::with_capacity(nl.min(1 << 20) as usize);
+    for _ in 0..nl {
+        leases.push((r.i64()?, r.i64()?, r.i64()?));
+    }
+    let mut keys = 0u64;
+    loop {
+        let kl = r.u32()?;
+        if kl == STREAM_END {
+            break;
+        }
+        let key = r.bytes(kl as usize)?;
+        let nv = r.u32()? as usize;
+        if nv > STREAM_MAX_LEN {
+            return Err(format!("snapshot stream: {nv} versions of one key"));
+        }
+        let mut vs = Vec::with_capacity(nv.min(1 << 16));
+        for _ in 0..nv {
+            let mod_rev = r.i64()?;
+            let sub = r.u32()?;
+            let create_rev = r.i64()?;
+            let version = r.i64()?;
+            let lease = r.i64()?;
+            let vl = r.u32()? as usize;
+            let value = r.bytes(vl)?.into();
+            vs.push(Version { mod_rev, sub, create_rev, version, value, lease });
+        }
+        store.load_key(key, vs);
+        keys += 1;
+    }
+    let want = r.crc;
+    let mut tail = [0u8; 4];
+    r.inner.read_exact(&mut tail).map_err(|e| format!("snapshot stream: {e}"))?;
+    if u32::from_le_bytes(tail) != want {
+        return Err("snapshot stream checksum mismatch".into());
+    }
+    store.finish_snapshot(rev, compacted, &leases);
+    Ok((rev, keys))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use etcd_client::proto::PbPutRequest;
+
+    #[test]
+    fn a_stream_carries_the_published_state_and_a_bad_one_is_refused() {
+        let s = Store::new();
+        for i in 0..5000 {
+            s.put(&PbPutRequest { key: format!("/registry/pods/ns/p{}", i % 3000).into_bytes(), value: vec![i as u8; 10], ..Default::default() }).unwrap();
+        }
+        s.put(&PbPutRequest { key: b"/registry/minions/n".to_vec(), value: b"x".to_vec(), ..Default::default() }).unwrap();
+        s.grant_lease(99, 30).unwrap();
+        let mut out = Vec::new();
+        let (rev, n) = write_stream(&s, &mut out).unwrap();
+        assert_eq!((rev, n), (s.current_rev(), out.len() as u64));
+        let t = Store::new();
+        assert_eq!(install_stream(&t, &out[..]).unwrap(), (rev, 3001));
+        assert_eq!(t.current_rev(), rev);
+        let keys = |st: &Store| {
+            let mut d = decode(&encode(st)).unwrap();
+            d.keys.sort_by(|a, b| a.0.cmp(&b.0));
+            (d.rev, d.leases.iter().map(|l| (l.0, l.1)).collect::<Vec<_>>(), d.keys.into_iter().map(|(k, vs)| (k, vs.iter().map(|v| (v.mod_rev, v.sub, v.create_rev, v.version, v.value.cow().to_vec())).collect::<Vec<_>>())).collect::<Vec<_>>())
+        };
+        let (a, b) = (keys(&t), keys(&s));
+        assert_eq!((a.0, &a.1, a.2.len()), (b.0, &b.1, b.2.len()));
+        for (x, y) in a.2.iter().zip(&b.2) {
+            assert!(x == y, "{:?}: {:?} vs {:?}", x.0, x.1.iter().map(|v| v.0).collect::<Vec<_>>(), y.1.iter().map(|v| v.0).collect::<Vec<_>>());
+        }
+        let mut bad = out.clone();
+        bad[100] ^= 1;
+        assert!(install_stream(&Store::new(), &bad[..]).is_err(), "a flipped bit");
+        assert!(install_stream(&Store::new(), &out[..out.len() - 1]).is_err(), "cut short");
+        assert!(install_stream(&Store::new(), &out[8..]).is_err(), "no magic");
+    }
 
     #[test]
     fn snapshot_round_trip() {

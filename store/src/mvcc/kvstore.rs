@@ -805,6 +805,12 @@ impl Store {
     /// revision above the last compaction (-1 before the first, so 0 is
     /// accepted once) up to the current one; at or below it ErrCompacted,
     /// above the current revision ErrFutureRev.
+    /// Holds compactions off until the guard drops (a snapshot streamed while
+    /// the store serves reads versions a compaction would drop).
+    pub fn hold_compactions(&self) -> parking_lot::MutexGuard<'_, ()> {
+        self.compacting.lock()
+    }
+
     pub fn compact(&self, rev: i64) -> Result<i64> {
         // One compaction at a time, so their records reach the meta log in order without
         // the sequencer: its fsync under the sequencer held every writer for the sync.

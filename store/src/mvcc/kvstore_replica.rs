@@ -29,6 +29,12 @@ impl Store {
         for (k, vs) in keys {
             self.load_key(k, vs);
         }
+        self.finish_snapshot(rev, compacted, leases);
+    }
+
+    /// After a snapshot's keys are loaded (`load_key`): its leases, revision
+    /// and compaction point, published at once.
+    pub fn finish_snapshot(&self, rev: i64, compacted: i64, leases: &[(i64, i64, i64)]) {
         for (id, granted, remaining) in leases {
             self.leases.restore(*id, *granted, *remaining);
         }

@@ -93,9 +93,10 @@ pub struct ReplicaConfig {
     pub fetch_snapshot: Option<SnapshotFetcher>,
 }
 
-/// Fetches the store's snapshot (`crate::snapshot`) from the member named.
+/// Opens the stream of the store's state (`crate::snapshot::write_stream`)
+/// from the member named.
 #[derive(Clone)]
-pub struct SnapshotFetcher(pub Arc<dyn Fn(&MemberInfo) -> Result<Vec<u8>, String> + Send + Sync>);
+pub struct SnapshotFetcher(pub Arc<dyn Fn(&MemberInfo) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync>);
 
 impl std::fmt::Debug for SnapshotFetcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -848,10 +849,11 @@ impl Driver {
         }
         let fetch = self.fetch_snapshot.clone().ok_or("a snapshot arrived and this member cannot fetch one")?;
         let from = infos.iter().find(|m| m.id == sender).cloned().ok_or_else(|| format!("snapshot from {sender:x}, a member it does not list"))?;
-        let bytes = (fetch.0)(&from).map_err(|e| format!("fetching the snapshot from member {sender:x}: {e}"))?;
-        let decoded = crate::snapshot::decode(&bytes).map_err(|e| format!("the snapshot from member {sender:x}: {e}"))?;
-        let rev = decoded.rev;
-        self.store.install_snapshot(rev, decoded.compacted, &decoded.leases, decoded.keys);
+        let t0 = Instant::now();
+        let stream = (fetch.0)(&from).map_err(|e| format!("fetching the snapshot from member {sender:x}: {e}"))?;
+        // Loaded as it arrives: the sender's walk, the transfer and this load overlap.
+        let (rev, keys) = crate::snapshot::install_stream(&self.store, stream).map_err(|e| format!("the snapshot from member {sender:x}: {e}"))?;
+        let timing = format!("{keys} keys streamed and loaded in {} ms", t0.elapsed().as_millis());
         self.applied_rev = rev;
         self.snapshot_rev = Some(rev);
         self.proposed.clear();
@@ -869,7 +871,7 @@ impl Driver {
         }
         self.snapshot_data_stale = true;
         self.shared.applied.store(index, Ordering::Release);
-        eprintln!("meganode-store: member {:x} took a snapshot from {sender:x}: raft index {index}, revision {rev}", self.node.raft.id);
+        eprintln!("meganode-store: member {:x} took a snapshot from {sender:x}: raft index {index}, revision {rev}; {timing}", self.node.raft.id);
         Ok(())
     }
 

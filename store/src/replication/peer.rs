@@ -9,6 +9,9 @@
 //! then frames (sender → receiver): len:u32 | crc32c(payload):u32 | payload   (little-endian;
 //!                                  payload = one raft Message in raft-proto's protobuf)
 //!
+//! snapshot (a member that must take the sender's state): the handshake with
+//!   "MGNSNPQ1", then the sender writes crate::snapshot::write_stream's bytes and closes
+//!
 //! roster query (a member joining, --initial-cluster-state existing, which
 //! knows neither the cluster ID nor its own member ID yet):
 //!   "MGNMEMB1" | 0:u64 | 0:u64 | 0:u64  →  status:u8 | len:u32 LE | roster (members.rs), then closed
@@ -42,6 +45,8 @@ const MAGIC: &[u8; 8] = b"MGNPEER1";
 const FORWARD_MAGIC: &[u8; 8] = b"MGNFWD01";
 /// A query for the cluster ID and the members (`roster`).
 const ROSTER_MAGIC: &[u8; 8] = b"MGNMEMB1";
+/// A request for the store's state (`open_snapshot`).
+const SNAPSHOT_MAGIC: &[u8; 8] = b"MGNSNPQ1";
 const ACCEPTED: u8 = 0;
 const CLUSTER_MISMATCH: u8 = 1;
 const NOT_THIS_MEMBER: u8 = 2;
@@ -136,6 +141,16 @@ pub type RosterHandler = Arc<dyn Fn() -> Vec<u8> + Send + Sync>;
 pub struct Extras {
     pub forward: Option<ForwardHandler>,
     pub roster: Option<RosterHandler>,
+    /// Writes the store's state to a member that asks (`open_snapshot`).
+    pub snapshot: Option<ForwardHandler>,
+}
+
+/// Opens member `to`'s stream of its store's state (its `Extras::snapshot`),
+/// handshake done: what follows is crate::snapshot::write_stream's bytes.
+pub async fn open_snapshot(cluster_id: u64, from: u64, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut b = Handshake { cluster_id, from, to }.encode();
+    b[..8].copy_from_slice(SNAPSHOT_MAGIC);
+    connect_with(&b, addr).await
 }
 
 /// Asks the member at `addr` for the group's roster (cluster ID and members):
@@ -187,7 +202,7 @@ impl Handshake {
     }
 
     fn decode(b: &[u8; 32]) -> Option<Handshake> {
-        if &b[..8] != MAGIC && &b[..8] != FORWARD_MAGIC && &b[..8] != ROSTER_MAGIC {
+        if ![MAGIC, FORWARD_MAGIC, ROSTER_MAGIC, SNAPSHOT_MAGIC].iter().any(|m| &b[..8] == *m) {
             return None;
         }
         let n = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
@@ -316,7 +331,8 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         let _ = s.write_all(&out).await;
         return;
     }
-    let forward = extras.forward;
+    let snapshot = &raw[..8] == SNAPSHOT_MAGIC;
+    let forward = if snapshot { extras.snapshot } else { extras.forward };
     let status = if hs.cluster_id != cluster_id {
         errors.cluster_mismatch.fetch_add(1, Ordering::Relaxed);
         eprintln!(
@@ -329,6 +345,7 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     } else {
         ACCEPTED
     };
+    let forwarding = forwarding || snapshot;
     let status = if forwarding && forward.is_none() { NOT_THIS_MEMBER } else { status };
     if s.write_all(&[status]).await.is_err() || status != ACCEPTED {
         return;

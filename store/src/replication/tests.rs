@@ -48,12 +48,14 @@ impl Group {
     }
 
     /// `config(id)` with this group's log length and a snapshot fetcher that
-    /// encodes the sender's store as its Maintenance.Snapshot would.
+    /// streams the sender's store as its peer listener would.
     fn config(&self, id: u64) -> ReplicaConfig {
         let by_id = self.by_id.clone();
-        let fetch = move |m: &MemberInfo| -> Result<Vec<u8>, String> {
+        let fetch = move |m: &MemberInfo| -> Result<Box<dyn std::io::Read + Send>, String> {
             let s = by_id.lock().get(&m.id).cloned().ok_or("no such member")?;
-            Ok(crate::snapshot::encode(&s))
+            let mut out = Vec::new();
+            crate::snapshot::write_stream(&s, &mut out).map_err(|e| e.to_string())?;
+            Ok(Box::new(std::io::Cursor::new(out)))
         };
         ReplicaConfig { log_keep: self.log_keep, fetch_snapshot: Some(SnapshotFetcher(Arc::new(fetch))), ..config(id) }
     }
