@@ -42,19 +42,19 @@ type CatchUpRun struct {
 	TargetIndex  uint64 `json:"target_index"`
 	AppliedIndex uint64 `json:"applied_index"`
 	// Resident and anonymous memory once the learner's memory settled.
-	LeaderRSS    uint64  `json:"leader_rss_bytes"`
-	LeaderAnon   uint64  `json:"leader_anon_bytes"`
-	LearnerRSS   uint64  `json:"learner_rss_bytes"`
-	LearnerAnon  uint64  `json:"learner_anon_bytes"`
-	LearnerPeak  uint64  `json:"learner_peak_rss_bytes"`
-	AnonRatio    float64 `json:"learner_to_leader_anon"`
+	LeaderRSS   uint64  `json:"leader_rss_bytes"`
+	LeaderAnon  uint64  `json:"leader_anon_bytes"`
+	LearnerRSS  uint64  `json:"learner_rss_bytes"`
+	LearnerAnon uint64  `json:"learner_anon_bytes"`
+	LearnerPeak uint64  `json:"learner_peak_rss_bytes"`
+	AnonRatio   float64 `json:"learner_to_leader_anon"`
 	// How long after serving the learner's memory stopped changing (by 1 % in 2 s).
 	SettleSeconds float64 `json:"memory_settled_after_seconds"`
-	LearnerCPU   float64 `json:"learner_cpu_seconds"`
-	LeaderCPU    float64 `json:"leader_cpu_seconds_during_catch_up"`
-	Failed       string  `json:"failed,omitempty"`
-	ServedValue  int     `json:"served_value_bytes"`
-	LearnerLines string  `json:"learner_log_tail,omitempty"`
+	LearnerCPU    float64 `json:"learner_cpu_seconds"`
+	LeaderCPU     float64 `json:"leader_cpu_seconds_during_catch_up"`
+	Failed        string  `json:"failed,omitempty"`
+	ServedValue   int     `json:"served_value_bytes"`
+	LearnerLines  string  `json:"learner_log_tail,omitempty"`
 }
 
 func (s CatchUpSpec) logf(format string, a ...any) {
