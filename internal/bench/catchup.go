@@ -48,7 +48,7 @@ type CatchUpRun struct {
 	LearnerAnon uint64  `json:"learner_anon_bytes"`
 	LearnerPeak uint64  `json:"learner_peak_rss_bytes"`
 	AnonRatio   float64 `json:"learner_to_leader_anon"`
-	// How long after serving the learner's memory stopped changing (by 1 % in 2 s).
+	// How long after serving the learner's value packer was done (two passes, idle).
 	SettleSeconds float64 `json:"memory_settled_after_seconds"`
 	LearnerCPU    float64 `json:"learner_cpu_seconds"`
 	LeaderCPU     float64 `json:"leader_cpu_seconds_during_catch_up"`
@@ -133,11 +133,14 @@ func catchUpOnce(ctx context.Context, s CatchUpSpec, nodes int) (*CatchUpRun, er
 	defer learner.Stop()
 	res.ReadySeconds = time.Since(start).Seconds()
 	s.logf("learner ready in %.1f s; catching up to raft index %d", res.ReadySeconds, res.TargetIndex)
-	lc, err := newClient([]string{learner.Endpoint})
-	if err != nil {
-		return res, err
-	}
-	defer lc.Close()
+	// The learner may be too busy loading to take a connection within the dial timeout:
+	// connected to in the loop, as a client would retry.
+	var lc *clientv3.Client
+	defer func() {
+		if lc != nil {
+			lc.Close()
+		}
+	}()
 	for {
 		if ctx.Err() != nil {
 			return res, ctx.Err()
@@ -146,6 +149,12 @@ func catchUpOnce(ctx context.Context, s CatchUpSpec, nodes int) (*CatchUpRun, er
 			res.Failed = "the learner did not catch up within 10 minutes"
 			res.LearnerLines = learner.Tail()
 			return res, nil
+		}
+		if lc == nil {
+			if lc, err = newClient([]string{learner.Endpoint}); err != nil {
+				lc = nil
+				continue
+			}
 		}
 		c, cancel := context.WithTimeout(ctx, 2*time.Second)
 		ls, err := lc.Status(c, learner.Endpoint)
@@ -167,12 +176,25 @@ func catchUpOnce(ctx context.Context, s CatchUpSpec, nodes int) (*CatchUpRun, er
 	s.logf("learner serving in %.1f s (applied index %d)", res.ServingSeconds, res.AppliedIndex)
 	// Memory once the learner settles: its value packer compresses what the
 	// snapshot brought (as the leader's did after the load), then stops.
+	// Settled: two packer passes since serving, the last one idle (as `bench state` waits for
+	// the leader's after the load); without the packer's metrics, memory steady for 2 s.
 	settle := time.Now()
-	var last uint64
-	for time.Since(settle) < 3*time.Second || (time.Since(settle) < 2*time.Minute && !within(anonBytes(learner.Pid()), last, 0.01)) {
-		last = anonBytes(learner.Pid())
-		time.Sleep(2 * time.Second)
+	if m, err := storeMetrics(learner.Endpoint); err == nil && m["meganode_packer_passes_total"] > 0 {
+		passes := m["meganode_packer_passes_total"]
+		for time.Since(settle) < 15*time.Minute && ctx.Err() == nil {
+			time.Sleep(500 * time.Millisecond)
+			if m, err = storeMetrics(learner.Endpoint); err != nil || (m["meganode_packer_passes_total"] >= passes+2 && m["meganode_packer_idle"] == 1) {
+				break
+			}
+		}
+	} else {
+		var last uint64
+		for time.Since(settle) < 3*time.Second || (time.Since(settle) < 2*time.Minute && !within(anonBytes(learner.Pid()), last, 0.01)) {
+			last = anonBytes(learner.Pid())
+			time.Sleep(2 * time.Second)
+		}
 	}
+	time.Sleep(time.Second) // let freed memory settle before reading RSS
 	res.SettleSeconds = time.Since(settle).Seconds()
 	if ps, err := ReadProc(learner.Pid()); err == nil {
 		res.LearnerCPU = ps.CPUMicros() / 1e6
