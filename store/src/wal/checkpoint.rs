@@ -32,8 +32,8 @@ pub const CKPT_MAGIC_V2: &[u8; 8] = b"MGNCKPT2";
 /// The format written: as the second, with packed values kept packed and the
 /// dictionaries they need before them (docs/design.md §5).
 pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT3";
-const ITEM_DICT: u8 = b'D';
-const ITEM_KEY: u8 = b'K';
+pub(crate) const ITEM_DICT: u8 = b'D';
+pub(crate) const ITEM_KEY: u8 = b'K';
 
 /// Keys read per shard read lock while a checkpoint is written: the lock is
 /// held for microseconds, writers to the prefix slip in between chunks.
@@ -319,7 +319,7 @@ fn check_room(dir: &Path) -> std::io::Result<()> {
 
 /// One key as the third format stores it: a dictionary item first for each
 /// dictionary not yet in the file, then the key item (docs/design.md §5).
-fn put_key_v3(out: &mut Vec<u8>, k: &[u8], versions: &[Version], written: &mut std::collections::HashSet<u32>) {
+pub(crate) fn put_key_v3(out: &mut Vec<u8>, k: &[u8], versions: &[Version], written: &mut std::collections::HashSet<u32>) {
     for v in versions {
         if let Value::Zstd { dict, .. } = &v.value {
             if written.insert(dict.id) {
