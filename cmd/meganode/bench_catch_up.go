@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -107,17 +106,5 @@ func runBenchCatchUp(ctx context.Context, cmd *cobra.Command, f *benchCatchUpFla
 			bench.FmtBytes(all.AnonFixedBytes+all.AnonBytesPerObj*float64(million)))
 	}
 	fmt.Fprint(w, summary)
-	if f.out == "" {
-		return nil
-	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return err
-	}
-	for name, v := range map[string]any{"runs.json": runs, "model.json": model} {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		if err := os.WriteFile(filepath.Join(f.out, name), append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(f.out, "summary.txt"), []byte(summary), 0o644)
+	return writeBenchOut(f.out, map[string]any{"runs.json": runs, "model.json": model}, summary)
 }

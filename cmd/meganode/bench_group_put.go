@@ -2,11 +2,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"strconv"
 	"strings"
 
@@ -115,17 +113,5 @@ func runBenchGroupPut(ctx context.Context, cmd *cobra.Command, f *benchGroupPutF
 	}
 	summary += "3 members each on this machine; meganode-store --durability replicated (memory, a quorum holds each write), etcd v3.6 defaults (fsync to disk: etcd has no memory-only mode).\n"
 	fmt.Fprint(w, summary)
-	if f.out == "" {
-		return nil
-	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return err
-	}
-	for name, v := range map[string]any{"runs.json": runs, "medians.json": meds} {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		if err := os.WriteFile(filepath.Join(f.out, name), append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(f.out, "summary.txt"), []byte(summary), 0o644)
+	return writeBenchOut(f.out, map[string]any{"runs.json": runs, "medians.json": meds}, summary)
 }

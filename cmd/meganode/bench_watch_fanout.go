@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -87,17 +86,5 @@ func runBenchWatchFanout(ctx context.Context, cmd *cobra.Command, f *benchFanout
 			meds[0].LeaderCPUPerWriteUs/meds[1].LeaderCPUPerWriteUs, meds[0].Violations, meds[1].Violations)
 	}
 	fmt.Fprint(w, summary)
-	if f.out == "" {
-		return nil
-	}
-	if err := os.MkdirAll(f.out, 0o755); err != nil {
-		return err
-	}
-	for name, v := range map[string]any{"runs.json": runs, "medians.json": meds} {
-		b, _ := json.MarshalIndent(v, "", "  ")
-		if err := os.WriteFile(filepath.Join(f.out, name), append(b, '\n'), 0o644); err != nil {
-			return err
-		}
-	}
-	return os.WriteFile(filepath.Join(f.out, "summary.txt"), []byte(summary), 0o644)
+	return writeBenchOut(f.out, map[string]any{"runs.json": runs, "medians.json": meds}, summary)
 }

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/meganode/meganode/internal/storeproc"
 )
@@ -57,9 +58,12 @@ type CatchUpRun struct {
 	LearnerLines  string  `json:"learner_log_tail,omitempty"`
 }
 
-func (s CatchUpSpec) logf(format string, a ...any) {
-	if s.Log != nil {
-		fmt.Fprintf(s.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
+func (s CatchUpSpec) logf(format string, a ...any) { logLine(s.Log, format, a...) }
+
+// logLine writes one progress line, with the time, to w (nothing when w is nil).
+func logLine(w io.Writer, format string, a ...any) {
+	if w != nil {
+		fmt.Fprintf(w, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
 	}
 }
 
@@ -151,8 +155,10 @@ func catchUpOnce(ctx context.Context, s CatchUpSpec, nodes int) (*CatchUpRun, er
 			return res, nil
 		}
 		if lc == nil {
-			if lc, err = newClient([]string{learner.Endpoint}); err != nil {
+			// Dialled only: newClient's linearizable check read is one a learner refuses.
+			if lc, err = clientv3.New(clientv3.Config{Endpoints: []string{learner.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()}); err != nil {
 				lc = nil
+				time.Sleep(100 * time.Millisecond)
 				continue
 			}
 		}

@@ -69,9 +69,7 @@ func (c *StateConfig) normalize() {
 	}
 }
 
-func (c *StateConfig) logf(format string, a ...any) {
-	fmt.Fprintf(c.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
-}
+func (c *StateConfig) logf(format string, a ...any) { logLine(c.Log, format, a...) }
 
 // StateReport is the whole run (results.json's "state").
 type StateReport struct {

@@ -57,11 +57,7 @@ type FanoutRun struct {
 	FirstViolation   string  `json:"first_violation,omitempty"`
 }
 
-func (s FanoutSpec) logf(format string, a ...any) {
-	if s.Log != nil {
-		fmt.Fprintf(s.Log, "%s "+format+"\n", append([]any{time.Now().Format("15:04:05")}, a...)...)
-	}
-}
+func (s FanoutSpec) logf(format string, a ...any) { logLine(s.Log, format, a...) }
 
 // RunFanout runs both placements each round, their order swapped every other round.
 func RunFanout(ctx context.Context, s FanoutSpec, onRun func(*FanoutRun)) ([]*FanoutRun, error) {

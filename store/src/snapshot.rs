@@ -28,16 +28,7 @@ pub fn encode_with_auth(store: &Store, auth: Option<&[u8]>) -> Vec<u8> {
     // the snapshot only once it is published (durable).
     let rev = store.committed_rev();
     let mut out = Vec::with_capacity(1 << 16);
-    out.put_slice(MAGIC);
-    out.put_i64_le(rev);
-    out.put_i64_le(store.compacted_rev());
-    let leases = store.leases.all();
-    out.put_u64_le(leases.len() as u64);
-    for (id, granted, remaining) in leases {
-        out.put_i64_le(id);
-        out.put_i64_le(granted);
-        out.put_i64_le(remaining);
-    }
+    put_head(&mut out, MAGIC, store, rev);
     let n: usize = locked.shards.iter().map(|(_, g)| g.len()).sum();
     out.put_u64_le(n as u64);
     for (_, g) in &locked.shards {
@@ -53,6 +44,21 @@ pub fn encode_with_auth(store: &Store, auth: Option<&[u8]>) -> Vec<u8> {
     let crc = crc32c::crc32c(&out);
     out.put_u32_le(crc);
     out
+}
+
+/// What both forms start with: magic, revision, compaction point, and every
+/// lease as (ID, granted TTL, remaining TTL).
+fn put_head(out: &mut Vec<u8>, magic: &[u8; 8], store: &Store, rev: i64) {
+    out.put_slice(magic);
+    out.put_i64_le(rev);
+    out.put_i64_le(store.compacted_rev());
+    let leases = store.leases.all();
+    out.put_u64_le(leases.len() as u64);
+    for (id, granted, remaining) in leases {
+        out.put_i64_le(id);
+        out.put_i64_le(granted);
+        out.put_i64_le(remaining);
+    }
 }
 
 pub struct Decoded {
@@ -106,6 +112,50 @@ pub fn decode(buf: &[u8]) -> Result<Decoded, String> {
         return Err(format!("snapshot: {} bytes after the keys", b.remaining()));
     }
     Ok(Decoded { rev, compacted, leases, keys, auth })
+}
+
+/// The items of the third checkpoint format and of the snapshot stream.
+pub(crate) const ITEM_DICT: u8 = b'D';
+pub(crate) const ITEM_KEY: u8 = b'K';
+
+/// One key as the third checkpoint format and the snapshot stream store it: a
+/// dictionary item first for each dictionary not yet written, then the key item
+/// (docs/design.md §5).
+pub(crate) fn put_key_v3(out: &mut Vec<u8>, k: &[u8], versions: &[Version], written: &mut std::collections::HashSet<u32>) {
+    for v in versions {
+        if let Value::Zstd { dict, .. } = &v.value {
+            if written.insert(dict.id) {
+                out.put_u8(ITEM_DICT);
+                out.put_u32_le(dict.id);
+                out.put_u32_le(dict.content.len() as u32);
+                out.put_slice(&dict.content);
+            }
+        }
+    }
+    out.put_u8(ITEM_KEY);
+    out.put_u32_le(k.len() as u32);
+    out.put_slice(k);
+    out.put_u32_le(versions.len() as u32);
+    for v in versions {
+        out.put_i64_le(v.mod_rev);
+        out.put_u32_le(v.sub);
+        out.put_i64_le(v.create_rev);
+        out.put_i64_le(v.version);
+        out.put_i64_le(v.lease);
+        match &v.value {
+            Value::Raw(data) | Value::Zstd { data, .. } => {
+                out.put_u32_le(if let Value::Zstd { dict, .. } = &v.value { dict.id } else { 0 });
+                out.put_u32_le(data.len() as u32);
+                out.put_slice(data);
+            }
+            // A replaced version's value, read back from its spill file as written.
+            Value::Spilled { .. } => {
+                out.put_u32_le(0);
+                out.put_u32_le(v.value.len() as u32);
+                v.value.write_to(out);
+            }
+        }
+    }
 }
 
 /// One key with its versions, as snapshots and checkpoints store it.
@@ -207,16 +257,7 @@ pub fn write_stream(store: &Store, w: impl std::io::Write) -> std::io::Result<(i
     let rev = store.current_rev();
     let mut w = CrcWriter { inner: std::io::BufWriter::with_capacity(1 << 20, w), crc: 0 };
     let mut head = Vec::with_capacity(64);
-    head.put_slice(STREAM_MAGIC);
-    head.put_i64_le(rev);
-    head.put_i64_le(store.compacted_rev());
-    let leases = store.leases.all();
-    head.put_u64_le(leases.len() as u64);
-    for (id, granted, remaining) in leases {
-        head.put_i64_le(id);
-        head.put_i64_le(granted);
-        head.put_i64_le(remaining);
-    }
+    put_head(&mut head, STREAM_MAGIC, store, rev);
     w.put(&head)?;
     let mut total = head.len() as u64;
     let mut buf = Vec::with_capacity(1 << 20);
@@ -232,7 +273,7 @@ pub fn write_stream(store: &Store, w: impl std::io::Write) -> std::io::Result<(i
                     let vs = h.versions();
                     let upto = vs.partition_point(|v| v.mod_rev <= rev);
                     if upto > 0 {
-                        crate::wal::put_key_v3(&mut buf, k, &vs[..upto], &mut dicts);
+                        put_key_v3(&mut buf, k, &vs[..upto], &mut dicts);
                     }
                     walked += 1;
                     if walked == STREAM_CHUNK_KEYS {
@@ -321,12 +362,12 @@ pub fn install_stream(store: &Store, r: impl std::io::Read) -> Result<(i64, u64)
     loop {
         match r.u8()? {
             ITEM_END => break,
-            crate::wal::ITEM_DICT => {
+            ITEM_DICT => {
                 let id = r.u32()?;
                 let n = r.u32()? as usize;
                 dicts.insert(id, Dict::new(&r.bytes(n)?));
             }
-            crate::wal::ITEM_KEY => {
+            ITEM_KEY => {
                 let kl = r.u32()? as usize;
                 let key = r.bytes(kl)?;
                 let nv = r.u32()? as usize;

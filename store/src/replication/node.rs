@@ -718,18 +718,7 @@ impl Driver {
                 } else if let Some(why) = self.not_ready_to_promote(&cc) {
                     let _ = tx.send(Err(why));
                 } else {
-                    let before = self.node.raft.raft_log.last_index();
-                    match self.node.propose_conf_change(Vec::new(), cc) {
-                        Ok(()) if self.node.raft.raft_log.last_index() > before => {
-                            self.pending_change = Some((self.node.raft.raft_log.last_index(), tx));
-                        }
-                        Ok(()) => {
-                            let _ = tx.send(Err("the membership change was dropped".into()));
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e.to_string()));
-                        }
-                    }
+                    self.propose_change(tx, |n| n.propose_conf_change(Vec::new(), cc));
                 }
             }
             Input::UpdatePeerUrls(id, urls, tx) => {
@@ -738,18 +727,7 @@ impl Driver {
                 } else if self.pending_change.is_some() {
                     let _ = tx.send(Err("another membership change is in progress".into()));
                 } else {
-                    let before = self.node.raft.raft_log.last_index();
-                    match self.node.propose(Vec::new(), members::encode_peer_urls(id, &urls)) {
-                        Ok(()) if self.node.raft.raft_log.last_index() > before => {
-                            self.pending_change = Some((self.node.raft.raft_log.last_index(), tx));
-                        }
-                        Ok(()) => {
-                            let _ = tx.send(Err("the membership change was dropped".into()));
-                        }
-                        Err(e) => {
-                            let _ = tx.send(Err(e.to_string()));
-                        }
-                    }
+                    self.propose_change(tx, |n| n.propose(Vec::new(), members::encode_peer_urls(id, &urls)));
                 }
             }
             Input::TransferLeader(to) => self.node.transfer_leader(to),
@@ -1187,6 +1165,23 @@ impl Driver {
         if let Some(m) = info.get_mut(&id) {
             m.name = name;
             m.client_urls = client_urls;
+        }
+    }
+
+    /// Proposes a membership change (`propose` on the raw node) whose proposer
+    /// hears when it is applied (`pending_change`), or at once why it was not proposed.
+    fn propose_change(&mut self, tx: oneshot::Sender<Result<Membership, String>>, propose: impl FnOnce(&mut RawNode<LogStore>) -> raft::Result<()>) {
+        let before = self.node.raft.raft_log.last_index();
+        match propose(&mut self.node) {
+            Ok(()) if self.node.raft.raft_log.last_index() > before => {
+                self.pending_change = Some((self.node.raft.raft_log.last_index(), tx));
+            }
+            Ok(()) => {
+                let _ = tx.send(Err("the membership change was dropped".into()));
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e.to_string()));
+            }
         }
     }
 

@@ -15,6 +15,7 @@ use super::fault::FileOp;
 use super::logfile::{old_segment, LogFile};
 use super::sink::Wal;
 use crate::mvcc::key_history::{KeyHistory, Version};
+use crate::snapshot::{put_key_v3, ITEM_DICT, ITEM_KEY};
 use crate::mvcc::value::{Dict, Value};
 use crate::mvcc::kvstore::Shard;
 use crate::mvcc::Store;
@@ -32,8 +33,6 @@ pub const CKPT_MAGIC_V2: &[u8; 8] = b"MGNCKPT2";
 /// The format written: as the second, with packed values kept packed and the
 /// dictionaries they need before them (docs/design.md §5).
 pub const CKPT_MAGIC: &[u8; 8] = b"MGNCKPT3";
-pub(crate) const ITEM_DICT: u8 = b'D';
-pub(crate) const ITEM_KEY: u8 = b'K';
 
 /// Keys read per shard read lock while a checkpoint is written: the lock is
 /// held for microseconds, writers to the prefix slip in between chunks.
@@ -315,45 +314,6 @@ fn check_room(dir: &Path) -> std::io::Result<()> {
         ));
     }
     Ok(())
-}
-
-/// One key as the third format stores it: a dictionary item first for each
-/// dictionary not yet in the file, then the key item (docs/design.md §5).
-pub(crate) fn put_key_v3(out: &mut Vec<u8>, k: &[u8], versions: &[Version], written: &mut std::collections::HashSet<u32>) {
-    for v in versions {
-        if let Value::Zstd { dict, .. } = &v.value {
-            if written.insert(dict.id) {
-                out.put_u8(ITEM_DICT);
-                out.put_u32_le(dict.id);
-                out.put_u32_le(dict.content.len() as u32);
-                out.put_slice(&dict.content);
-            }
-        }
-    }
-    out.put_u8(ITEM_KEY);
-    out.put_u32_le(k.len() as u32);
-    out.put_slice(k);
-    out.put_u32_le(versions.len() as u32);
-    for v in versions {
-        out.put_i64_le(v.mod_rev);
-        out.put_u32_le(v.sub);
-        out.put_i64_le(v.create_rev);
-        out.put_i64_le(v.version);
-        out.put_i64_le(v.lease);
-        match &v.value {
-            Value::Raw(data) | Value::Zstd { data, .. } => {
-                out.put_u32_le(if let Value::Zstd { dict, .. } = &v.value { dict.id } else { 0 });
-                out.put_u32_le(data.len() as u32);
-                out.put_slice(data);
-            }
-            // A replaced version's value, read back from its spill file as written.
-            Value::Spilled { .. } => {
-                out.put_u32_le(0);
-                out.put_u32_le(v.value.len() as u32);
-                v.value.write_to(out);
-            }
-        }
-    }
 }
 
 /// The items of a third-format checkpoint: packed values stay packed, each

@@ -24,7 +24,6 @@ mod recovery;
 mod sink;
 
 pub use checkpoint::{decode_checkpoint, CKPT_MAGIC};
-pub(crate) use checkpoint::{put_key_v3, ITEM_DICT, ITEM_KEY};
 pub use logfile::LogFile;
 pub use metrics::WalMetrics;
 pub use record::{decode_records, encode_event, encode_lease_grant, encode_lease_revoke, read_log, Record, Replayed};

@@ -42,6 +42,22 @@ func binDir(t *testing.T) string {
 	return bd
 }
 
+// tearDown stops the cluster (if Up started one) when the test ends, first printing every
+// component's last log lines if the test failed.
+func tearDown(t *testing.T, st *cluster.State) {
+	if st == nil {
+		return
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			for _, c := range st.Components {
+				t.Logf("--- last lines of %s:\n%s", c.Log, lastLines(c.Log, 25))
+			}
+		}
+		_ = st.Down(10*time.Second, nil)
+	})
+}
+
 func TestClusterOnMeganodeStore(t *testing.T) {
 	bd := binDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
@@ -52,16 +68,7 @@ func TestClusterOnMeganodeStore(t *testing.T) {
 	storeArgs := strings.Fields(os.Getenv("MEGANODE_E2E_STORE_ARGS"))
 	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: stateDir, Store: cluster.StoreMeganode, StoreShards: 1, Nodes: nodes, Pods: pods,
 		BinDir: bd, StoreArgs: storeArgs})
-	if st != nil {
-		defer func() {
-			if t.Failed() {
-				for _, c := range st.Components {
-					t.Logf("--- last lines of %s:\n%s", c.Log, lastLines(c.Log, 25))
-				}
-			}
-			_ = st.Down(10*time.Second, nil)
-		}()
-	}
+	tearDown(t, st)
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}

@@ -38,16 +38,7 @@ func TestClusterOnReplicatedStore(t *testing.T) {
 	defer cancel()
 	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: filepath.Join(t.TempDir(), "cluster"), Store: cluster.StoreMeganode, StoreShards: 1,
 		StoreReplicas: 3, Nodes: rnodes, BinDir: bd})
-	if st != nil {
-		defer func() {
-			if t.Failed() {
-				for _, c := range st.Components {
-					t.Logf("--- last lines of %s:\n%s", c.Log, lastLines(c.Log, 25))
-				}
-			}
-			_ = st.Down(10*time.Second, nil)
-		}()
-	}
+	tearDown(t, st)
 	if err != nil {
 		t.Fatalf("up: %v", err)
 	}
