@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"sort"
 
 	"github.com/spf13/cobra"
@@ -62,18 +59,11 @@ func (f *benchCatchUpFlags) validate() error {
 func runBenchCatchUp(ctx context.Context, cmd *cobra.Command, f *benchCatchUpFlags) error {
 	sizes, _ := parseClients(f.nodes)
 	sort.Ints(sizes)
-	if f.storeBin != "" {
-		abs, err := filepath.Abs(f.storeBin)
-		if err != nil {
-			return err
-		}
-		os.Setenv("MEGANODE_STORE_BIN", abs)
+	storeLog, err := useStoreBin(cmd, f.storeBin, f.storeLog)
+	if err != nil {
+		return err
 	}
 	w := cmd.OutOrStdout()
-	var storeLog io.Writer
-	if f.storeLog {
-		storeLog = cmd.ErrOrStderr()
-	}
 	runs, err := bench.RunCatchUp(ctx, bench.CatchUpSpec{Nodes: sizes, Clients: f.clients, Log: cmd.ErrOrStderr(), StoreLog: storeLog}, func(r *bench.CatchUpRun) {
 		if r.Failed != "" {
 			fmt.Fprintf(w, "%8d nodes: FAILED: %s\n", r.Nodes, r.Failed)

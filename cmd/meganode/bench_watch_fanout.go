@@ -3,9 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"io"
-	"os"
-	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -58,18 +55,11 @@ func (f *benchFanoutFlags) validate() error {
 }
 
 func runBenchWatchFanout(ctx context.Context, cmd *cobra.Command, f *benchFanoutFlags) error {
-	if f.storeBin != "" {
-		abs, err := filepath.Abs(f.storeBin)
-		if err != nil {
-			return err
-		}
-		os.Setenv("MEGANODE_STORE_BIN", abs)
+	storeLog, err := useStoreBin(cmd, f.storeBin, f.storeLog)
+	if err != nil {
+		return err
 	}
 	w := cmd.OutOrStdout()
-	var storeLog io.Writer
-	if f.storeLog {
-		storeLog = cmd.ErrOrStderr()
-	}
 	runs, err := bench.RunFanout(ctx, bench.FanoutSpec{Watchers: f.watchers, Rate: f.rate, Duration: f.duration, Rounds: f.rounds, ValSize: f.valSize,
 		Log: cmd.ErrOrStderr(), StoreLog: storeLog}, func(r *bench.FanoutRun) {
 		fmt.Fprintf(w, "round %d %-6s watchers per member %v: %d writes in %.1f s; leader %.1f µs CPU per write, followers %.1f / %.1f; every watcher got every write once, in order: %v\n",

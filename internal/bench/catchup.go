@@ -87,15 +87,11 @@ func RunCatchUp(ctx context.Context, s CatchUpSpec, onRun func(*CatchUpRun)) ([]
 
 func catchUpOnce(ctx context.Context, s CatchUpSpec, nodes int) (*CatchUpRun, error) {
 	res := &CatchUpRun{Nodes: nodes}
-	g, err := storeproc.StartGroup(3, nil, s.StoreLog)
+	g, leader, err := startGroupWithLeader(ctx, s.StoreLog)
 	if err != nil {
 		return nil, err
 	}
 	defer g.Stop()
-	leader, err := groupLeaderProc(ctx, g)
-	if err != nil {
-		return nil, err
-	}
 	cfg := StateConfig{Nodes: nodes, Clients: s.Clients, Log: s.Log}
 	cfg.normalize()
 	st := &stateRun{cfg: cfg, target: &Target{Name: "meganode (3 members)", Endpoints: g.Endpoints(), Pid: leader.Pid()}, leaseRevs: make([]int64, nodes)}
@@ -220,6 +216,20 @@ func within(a, b uint64, frac float64) bool {
 	}
 	d := float64(a) - float64(b)
 	return d*d <= frac*frac*float64(b)*float64(b)
+}
+
+// startGroupWithLeader starts a fresh 3-member group and answers it with its leader.
+func startGroupWithLeader(ctx context.Context, log io.Writer) (*storeproc.Group, *storeproc.Proc, error) {
+	g, err := storeproc.StartGroup(3, nil, log)
+	if err != nil {
+		return nil, nil, err
+	}
+	leader, err := groupLeaderProc(ctx, g)
+	if err != nil {
+		g.Stop()
+		return nil, nil, err
+	}
+	return g, leader, nil
 }
 
 // groupLeaderProc answers the member every member names as leader.

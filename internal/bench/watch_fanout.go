@@ -89,15 +89,11 @@ type fanWatcher struct {
 }
 
 func fanoutOnce(ctx context.Context, s FanoutSpec, placement string, round int) (*FanoutRun, error) {
-	g, err := storeproc.StartGroup(3, nil, s.StoreLog)
+	g, leader, err := startGroupWithLeader(ctx, s.StoreLog)
 	if err != nil {
 		return nil, err
 	}
 	defer g.Stop()
-	leader, err := groupLeaderProc(ctx, g)
-	if err != nil {
-		return nil, err
-	}
 	members := []*storeproc.Proc{leader}
 	for _, m := range g.Members {
 		if m != leader {
