@@ -191,6 +191,9 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
                 tokio::task::spawn_blocking(move || {
                     let sent = s.into_std().and_then(|s| {
                         s.set_nonblocking(false)?;
+                        // A receiver that stops reading (cut off mid-stream) must not
+                        // hold compactions off for ever (write_stream holds them).
+                        s.set_write_timeout(Some(std::time::Duration::from_secs(30)))?;
                         meganode_store::snapshot::write_stream(&store, s)
                     });
                     match sent {

@@ -986,9 +986,15 @@ impl Driver {
         self.snapshot_data_stale = true;
         if let Ok(cs) = &result {
             self.node.raft.raft_log.store.mem.wl().set_conf_state(cs.clone());
+            let before = self.shared.members.lock().clone();
             self.shared.set_members(self.node.raft.id, Membership::of(cs));
             let mut info = self.shared.info.lock();
-            info.retain(|id, _| cs.voters.contains(id) || cs.learners.contains(id));
+            // Only a member this change removed is forgotten: a member replaying the
+            // log from its start (a joiner) knows later members from its roster, and
+            // must go on reaching them — its leader among them — while it applies the
+            // founders' entries.
+            let now = |id: &u64| cs.voters.contains(id) || cs.learners.contains(id);
+            info.retain(|id, _| now(id) || !(before.voters.contains(id) || before.learners.contains(id)));
             if let Some(m) = added {
                 let e = info.entry(m.id).or_insert_with(|| MemberInfo { id: m.id, ..Default::default() });
                 if !m.peer_urls.is_empty() {

@@ -227,7 +227,9 @@ impl ClusterService {
         // etcd's mayAddMember (strict reconfiguration): a new voter must leave the
         // started voters a quorum, and the leader must have been connected to
         // every voter for HealthInterval.
-        if !req.is_learner && started_voters(g, voters).len() < (voters.len() + 1) / 2 + 1 {
+        // (etcd's exception: the one voter of a group of one may add a second.)
+        let started = started_voters(g, voters).len();
+        if !req.is_learner && started < (voters.len() + 1) / 2 + 1 && !(started == 1 && voters.len() == 1) {
             return Err(not_enough_started());
         }
         if !voters.iter().all(|v| g.connected_for(*v, HEALTH_INTERVAL)) {
