@@ -15,6 +15,8 @@ import (
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -49,6 +51,8 @@ var kinds = map[string]func() any{
 	"rbac.authorization.k8s.io/v1/ClusterRoleBinding":                func() any { return &rbacv1.ClusterRoleBinding{} },
 	"admissionregistration.k8s.io/v1/ValidatingWebhookConfiguration": func() any { return &admissionregistrationv1.ValidatingWebhookConfiguration{} },
 	"monitoring.coreos.com/v1/ServiceMonitor":                        func() any { return &serviceMonitor{} },
+	"policy/v1/PodDisruptionBudget":                                  func() any { return &policyv1.PodDisruptionBudget{} },
+	"networking.k8s.io/v1/NetworkPolicy":                             func() any { return &networkingv1.NetworkPolicy{} },
 }
 
 const withCRD = "--api-versions=monitoring.coreos.com/v1/ServiceMonitor"
@@ -58,6 +62,8 @@ type rendered struct {
 	docs     []manifesttest.Doc
 	services map[string]*corev1.Service
 	sets     map[string]*appsv1.StatefulSet
+	pdbs     []*policyv1.PodDisruptionBudget
+	policies []*networkingv1.NetworkPolicy
 	monitors []*serviceMonitor
 	hooks    []*admissionregistrationv1.ValidatingWebhookConfiguration
 }
@@ -79,6 +85,10 @@ func render(t *testing.T, release, ns string, args ...string) rendered {
 			r.monitors = append(r.monitors, o)
 		case *admissionregistrationv1.ValidatingWebhookConfiguration:
 			r.hooks = append(r.hooks, o)
+		case *policyv1.PodDisruptionBudget:
+			r.pdbs = append(r.pdbs, o)
+		case *networkingv1.NetworkPolicy:
+			r.policies = append(r.policies, o)
 		}
 	}
 	return r
@@ -92,7 +102,9 @@ func (r rendered) stores(t *testing.T) map[string]map[string]string {
 		if s.Spec.Template.Labels["app.kubernetes.io/name"] != "meganode-store" {
 			continue
 		}
-		t.Run(name, func(t *testing.T) { manifesttest.CheckStore(t, s, r.services) })
+		t.Run(name, func(t *testing.T) {
+			manifesttest.CheckStore(t, s, manifesttest.StoreObjects{Services: r.services, PDBs: r.pdbs, NetworkPolicies: r.policies})
+		})
 		out[name] = manifesttest.Flags(s.Spec.Template.Spec.Containers[0])
 	}
 	return out
