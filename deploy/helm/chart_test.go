@@ -1,8 +1,10 @@
 // Package helm holds the Helm chart deploy/helm/meganode. This test renders it with `helm
 // template` (bin/helm, `make helm`) under several value sets, decodes every object strictly
 // into the k8s.io/api types, and runs the checks the plain manifests of deploy/store and
-// deploy/scheduler pass (manifesttest.CheckStore, CheckScheduler) on the result, plus the
-// durability plan, the ServiceMonitor's guard and the values' validation. The apiserver's own
+// deploy/scheduler pass (manifesttest.CheckStore, CheckScheduler) on the result — for a store
+// group: --initial-cluster naming every pod, the Services' peer port, the disruption budget,
+// anti-affinity and the NetworkPolicy — plus the durability plan, the ServiceMonitor's guard
+// and the values' validation (an even store.replicas fails the render). The apiserver's own
 // validation of the rendered objects runs in test/e2e/scheduler (server-side dry run on an
 // `up` cluster).
 package helm
@@ -117,15 +119,30 @@ func TestChartDefaults(t *testing.T) {
 	if len(stores) != 1 || main == nil {
 		t.Fatalf("stores %v, want meganode-store only", stores)
 	}
-	// The durability plan of deploy/store/statefulset.yaml.
-	if main["--durability"] != "fsync" || main["--durability-prefix"] != "/registry/events/=none,/registry/leases/=buffered" {
+	// A 3-member group (deploy/store/statefulset.yaml's): every member in memory, writes
+	// answered by a quorum; the claim holds only the member marker.
+	if n := *r.sets["meganode-store"].Spec.Replicas; n != 3 {
+		t.Errorf("replicas %d, want 3", n)
+	}
+	if main["--durability"] != "replicated" || main["--durability-prefix"] != "" {
 		t.Errorf("durability plan: --durability=%s --durability-prefix=%s", main["--durability"], main["--durability-prefix"])
+	}
+	if want := "meganode-store-0=http://meganode-store-0.meganode-store-headless.meganode-system.svc:2380," +
+		"meganode-store-1=http://meganode-store-1.meganode-store-headless.meganode-system.svc:2380," +
+		"meganode-store-2=http://meganode-store-2.meganode-store-headless.meganode-system.svc:2380"; main["--initial-cluster"] != want {
+		t.Errorf("--initial-cluster=%s\nwant            %s", main["--initial-cluster"], want)
 	}
 	if !strings.HasPrefix(main["--listen-client-urls"], "https://") || main["--trusted-ca-file"] == "" {
 		t.Errorf("the client port serves TLS with client certificates by default: %v", main)
 	}
-	if c := r.sets["meganode-store"].Spec.VolumeClaimTemplates; len(c) != 1 || c[0].Spec.Resources.Requests.Storage().String() != "20Gi" {
-		t.Errorf("claim templates %+v, want one of 20Gi", c)
+	if c := r.sets["meganode-store"].Spec.VolumeClaimTemplates; len(c) != 1 || c[0].Spec.Resources.Requests.Storage().String() != "1Gi" {
+		t.Errorf("claim templates %+v, want one of 1Gi", c)
+	}
+	if a := r.sets["meganode-store"].Spec.Template.Spec.Affinity; a == nil || a.PodAntiAffinity == nil || len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) != 1 {
+		t.Errorf("affinity %+v, want the required anti-affinity", a)
+	}
+	if len(r.pdbs) != 1 || len(r.policies) != 1 {
+		t.Errorf("%d PodDisruptionBudgets, %d NetworkPolicies, want one of each", len(r.pdbs), len(r.policies))
 	}
 	manifesttest.CheckScheduler(t, r.docs, "meganode")
 	if s := r.sets["meganode-shard"]; s == nil || *s.Spec.Replicas != 4 {
@@ -193,11 +210,12 @@ func TestChartServiceMonitor(t *testing.T) {
 	}
 }
 
-// A large, webhook-intake install under another release name: the leases and events stores,
-// TLS off, a durability plan of its own, 25 shards (a root relay over 3 leaf relays).
+// A large, webhook-intake install under another release name: single-member stores (the main,
+// leases and events ones), TLS off, a durability plan of its own, 25 shards (a root relay over 3
+// leaf relays).
 func TestChartValues(t *testing.T) {
 	r := render(t, "prod", "sched", "--set=scheduler.shards=25,scheduler.collectors=3,scheduler.intake=webhook",
-		"--set=store.shards.leases.enabled=true,store.shards.events.enabled=true,store.tls.enabled=false",
+		"--set=store.replicas=1,store.shards.leases.enabled=true,store.shards.events.enabled=true,store.tls.enabled=false",
 		"--set=store.durability=buffered,store.durabilityPrefixes[0].prefix=/registry/pods/,store.durabilityPrefixes[0].mode=fsync",
 		"--set=image.tag=0.1.0-abc1234,store.persistence.storageClassName=local-nvme")
 	stores := r.stores(t)
@@ -216,6 +234,10 @@ func TestChartValues(t *testing.T) {
 	}
 	if sc := r.sets["prod-meganode-store"].Spec.VolumeClaimTemplates[0].Spec.StorageClassName; sc == nil || *sc != "local-nvme" {
 		t.Errorf("storageClassName %v", sc)
+	}
+	if len(r.pdbs) != 0 || len(r.policies) != 0 || r.sets["prod-meganode-store"].Spec.Template.Spec.Affinity != nil {
+		t.Errorf("single members: %d PodDisruptionBudgets, %d NetworkPolicies, affinity %+v, want none",
+			len(r.pdbs), len(r.policies), r.sets["prod-meganode-store"].Spec.Template.Spec.Affinity)
 	}
 	manifesttest.CheckScheduler(t, r.docs, "prod-meganode")
 	root := manifesttest.Flags(r.sets["prod-meganode-relay"].Spec.Template.Spec.Containers[0])["--children"]
@@ -239,9 +261,64 @@ func TestChartValues(t *testing.T) {
 	}
 }
 
+// One member (store.replicas=1) keeps the single-member durability plan of before: fsync, events
+// none, leases buffered, 20Gi for the write-ahead logs, no cluster flags.
+func TestChartSingleMember(t *testing.T) {
+	r := render(t, "meganode", "one", "--set=store.replicas=1")
+	main := r.stores(t)["meganode-store"]
+	if main["--durability"] != "fsync" || main["--durability-prefix"] != "/registry/events/=none,/registry/leases/=buffered" {
+		t.Errorf("durability plan: --durability=%s --durability-prefix=%s", main["--durability"], main["--durability-prefix"])
+	}
+	if c := r.sets["meganode-store"].Spec.VolumeClaimTemplates; len(c) != 1 || c[0].Spec.Resources.Requests.Storage().String() != "20Gi" {
+		t.Errorf("claim templates %+v, want one of 20Gi", c)
+	}
+	if main["--initial-cluster"] != "" || main["--listen-client-urls"] != "https://0.0.0.0:2379" || len(r.pdbs)+len(r.policies) != 0 {
+		t.Errorf("a single member with cluster flags, a forward listener, a budget or a policy: %v", main)
+	}
+}
+
+// A group of 5 under another release name, TLS off (no forward port: the client URL is plain
+// already), preferred anti-affinity, the leases and events stores as groups of 5 as well.
+func TestChartGroupOfFive(t *testing.T) {
+	r := render(t, "prod", "cp", "--set=store.replicas=5,store.tls.enabled=false,store.podAntiAffinity=preferred",
+		"--set=store.shards.leases.enabled=true,store.shards.events.enabled=true")
+	stores := r.stores(t)
+	if len(stores) != 3 || len(r.pdbs) != 3 || len(r.policies) != 3 {
+		t.Fatalf("%d stores, %d PodDisruptionBudgets, %d NetworkPolicies, want 3 of each", len(stores), len(r.pdbs), len(r.policies))
+	}
+	for name, f := range stores {
+		if n := *r.sets[name].Spec.Replicas; n != 5 || len(strings.Split(f["--initial-cluster"], ",")) != 5 {
+			t.Errorf("%s: replicas %d, --initial-cluster=%s", name, n, f["--initial-cluster"])
+		}
+		if f["--durability"] != "replicated" || f["--listen-client-urls"] != "http://0.0.0.0:2379" || f["--initial-cluster-token"] != name {
+			t.Errorf("%s: %v", name, f)
+		}
+		if a := r.sets[name].Spec.Template.Spec.Affinity.PodAntiAffinity; len(a.PreferredDuringSchedulingIgnoredDuringExecution) != 1 || len(a.RequiredDuringSchedulingIgnoredDuringExecution) != 0 {
+			t.Errorf("%s: anti-affinity %+v, want preferred", name, a)
+		}
+	}
+	if !strings.Contains(stores["prod-meganode-store-leases"]["--initial-cluster"],
+		"prod-meganode-store-leases-4=http://prod-meganode-store-leases-4.prod-meganode-store-leases.cp.svc:2380") {
+		t.Errorf("leases --initial-cluster=%s", stores["prod-meganode-store-leases"]["--initial-cluster"])
+	}
+	// The checks must see a broken render: a group's --initial-cluster naming one member fewer.
+	s := r.sets["prod-meganode-store"].DeepCopy()
+	args := s.Spec.Template.Spec.Containers[0].Args
+	for i, a := range args {
+		if strings.HasPrefix(a, "--initial-cluster=") {
+			args[i] = a[:strings.LastIndexByte(a, ',')]
+		}
+	}
+	if p := manifesttest.StoreProblems(s, manifesttest.StoreObjects{Services: r.services, PDBs: r.pdbs, NetworkPolicies: r.policies}); !strings.Contains(strings.Join(p, "\n"), "names 4 members, replicas is 5") {
+		t.Errorf("a member dropped from --initial-cluster: problems %v", p)
+	}
+}
+
 // Values the store or the scheduler would refuse fail the render, not the pod.
 func TestChartRejectsBadValues(t *testing.T) {
-	for _, set := range []string{"store.durability=sometimes", "store.durabilityPrefixes[0].mode=always", "scheduler.intake=poll", "scheduler.shards=0"} {
+	for _, set := range []string{"store.durability=sometimes", "store.durabilityPrefixes[0].mode=always", "scheduler.intake=poll", "scheduler.shards=0",
+		"store.replicas=2", "store.replicas=4", "store.replicas=0", "store.replicas=1.5", "store.durability=fsync", "store.shards.leases.enabled=true,store.shards.leases.durability=buffered",
+		"store.replicas=1,store.durability=replicated", "store.podAntiAffinity=sometimes"} {
 		if out := manifesttest.Helm(t, "meganode", "x", true, "--set="+set); !strings.Contains(string(out), "want") {
 			t.Errorf("--set %s: %s", set, out)
 		}

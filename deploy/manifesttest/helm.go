@@ -2,6 +2,7 @@ package manifesttest
 
 import (
 	"bytes"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -43,6 +44,17 @@ func Helm(t *testing.T, release, namespace string, wantErr bool, args ...string)
 	}
 	if _, err := os.Stat(helm); err != nil {
 		t.Fatalf("%v (build helm with `make helm`, or set MEGANODE_HELM)", err)
+	}
+	// Read the chart here too: `go test` caches a result by the files the test process opened,
+	// and helm reads the chart in a process of its own, so an edited chart would get the cached
+	// result of the one before.
+	if err := filepath.WalkDir(Chart(t), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && !d.IsDir() {
+			_, err = os.ReadFile(p)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
 	}
 	var out, errOut bytes.Buffer
 	cmd := exec.Command(helm, append([]string{"template", release, Chart(t), "--namespace", namespace}, args...)...)
