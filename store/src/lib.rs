@@ -7,6 +7,7 @@ pub mod auto_tls;
 pub mod background;
 pub mod config;
 pub mod errors;
+pub mod histogram;
 pub mod lease;
 pub mod mvcc;
 pub mod quota;

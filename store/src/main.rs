@@ -185,12 +185,23 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
             })
         };
         let snapshot: peer::ForwardHandler = {
-            let store = ctx.store.clone();
+            let (store, replica) = (ctx.store.clone(), replica.clone());
             Arc::new(move |s: tokio::net::TcpStream| {
-                let store = store.clone();
+                let (store, replica) = (store.clone(), replica.clone());
                 tokio::task::spawn_blocking(move || {
-                    let sent = s.into_std().and_then(|s| {
+                    let sent = s.into_std().and_then(|mut s| {
                         s.set_nonblocking(false)?;
+                        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+                        let mut index = [0u8; 8];
+                        std::io::Read::read_exact(&mut s, &mut index)?;
+                        let index = u64::from_le_bytes(index);
+                        // This member's state is the one the snapshot stands for only if
+                        // it has applied that far (it made the snapshot, then restarted
+                        // empty, or stopped): else it says nothing and the receiver asks again.
+                        let st = replica.status();
+                        if st.applied_index < index || st.catching_up || st.error.is_some() {
+                            return Err(std::io::Error::other(format!("refused: asked for the state at raft index {index}, this member applied {}", st.applied_index)));
+                        }
                         // A receiver that stops reading (cut off mid-stream) must not
                         // hold compactions off for ever (write_stream holds them).
                         s.set_write_timeout(Some(std::time::Duration::from_secs(30)))?;
@@ -310,12 +321,12 @@ fn fetch_snapshot(
     rt: tokio::runtime::Handle,
     cluster: u64,
     me: u64,
-) -> impl Fn(&meganode_store::replication::MemberInfo) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync {
+) -> impl Fn(&meganode_store::replication::MemberInfo, u64) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync {
     use meganode_store::replication::peer;
-    move |m| {
+    move |m, index| {
         let url = m.peer_urls.first().ok_or("the sender has no peer URL")?;
         let addr = peer::peer_addr(url)?;
-        let s = rt.block_on(peer::open_snapshot(cluster, me, m.id, addr)).map_err(|e| format!("{url}: {e}"))?;
+        let s = rt.block_on(peer::open_snapshot(cluster, me, m.id, addr, index)).map_err(|e| format!("{url}: {e}"))?;
         let s = s.into_std().map_err(|e| e.to_string())?;
         s.set_nonblocking(false).map_err(|e| e.to_string())?;
         // A sender that stops writing (its process hung) must not hold the driver forever.

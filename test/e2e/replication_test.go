@@ -13,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -235,6 +236,7 @@ func TestReplicatedGroup(t *testing.T) {
 		t.Errorf("leader after MoveLeader: m%d, want m%d", nl, f1)
 	}
 	l = f1
+	groupMetricsAsEtcd(t, g, l)
 
 	// The leader killed: the others go on; restarted, it catches up.
 	must(t, "kill", g.Members[l].Kill())
@@ -512,5 +514,51 @@ func TestReplicatedGroupSnapshotCatchUp(t *testing.T) {
 	must(t, "time to live", err)
 	if ttl.TTL <= 0 || len(ttl.Keys) != 50 {
 		t.Errorf("the lease after the snapshot: TTL %d, %d keys; want > 0 and 50", ttl.TTL, len(ttl.Keys))
+	}
+}
+
+// groupMetricsAsEtcd: etcd's raft metrics as a dashboard reads them, after an
+// election and a MoveLeader to member l — every member has a leader and has
+// seen two changes, only l says it leads, no learner, nothing pending or failed,
+// the leader times a round trip to each of its two peers.
+func groupMetricsAsEtcd(t *testing.T, g *storeproc.Group, l int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		var bad []string
+		for i, m := range g.Members {
+			s := scrape(t, m.MetricsURL)
+			want := map[string]string{"etcd_server_has_leader": "1", "etcd_server_is_leader": "0", "etcd_server_is_learner": "0", "etcd_server_proposals_failed_total": "0"}
+			if i == l {
+				want["etcd_server_is_leader"] = "1"
+			}
+			for k, v := range want {
+				if s[k] != v {
+					bad = append(bad, fmt.Sprintf("m%d %s=%q want %s", i, k, s[k], v))
+				}
+			}
+			if n, _ := strconv.Atoi(s["etcd_server_leader_changes_seen_total"]); n < 2 {
+				bad = append(bad, fmt.Sprintf("m%d leader changes %q, want ≥ 2", i, s["etcd_server_leader_changes_seen_total"]))
+			}
+			if c, _ := strconv.Atoi(s["etcd_server_proposals_committed_total"]); c == 0 || s["etcd_server_proposals_applied_total"] == "" {
+				bad = append(bad, fmt.Sprintf("m%d proposals committed %q applied %q", i, s["etcd_server_proposals_committed_total"], s["etcd_server_proposals_applied_total"]))
+			}
+			peers := 0
+			for k, v := range s {
+				if strings.HasPrefix(k, "etcd_network_peer_round_trip_time_seconds_count{") && v != "0" {
+					peers++
+				}
+			}
+			if i == l && peers != 2 {
+				bad = append(bad, fmt.Sprintf("leader m%d times round trips to %d peers, want 2", i, peers))
+			}
+		}
+		if len(bad) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("raft metrics: %s", strings.Join(bad, "; "))
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

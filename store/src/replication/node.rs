@@ -29,6 +29,7 @@ use super::entry;
 use super::log_store::LogStore;
 use super::members::{self, MemberInfo};
 use super::transport::Transport;
+use crate::histogram::Histogram;
 use crate::mvcc::kvstore::{CommitSink, Held};
 use crate::mvcc::watch_hub::Event;
 use crate::mvcc::Store;
@@ -55,6 +56,11 @@ pub enum Input {
     /// A peer's connection to this member closed between frames (its process
     /// ended, or it reconnects).
     PeerClosed(u64),
+    /// A peer's connection to this member is up: it opened, or an idle one
+    /// carried its keepalive (peer.rs). Every pair of members keeps one, so a
+    /// new leader knows how long each voter has been connected (etcd's
+    /// ActiveSince) without waiting to hear raft messages from it.
+    PeerAlive(u64),
     Stop,
 }
 
@@ -88,15 +94,16 @@ pub struct ReplicaConfig {
     /// every member that answers has them, and a member behind gets a snapshot.
     pub log_keep: u64,
     /// How a member that must take a snapshot gets the store's state from the
-    /// member that sent it (a leader's Maintenance.Snapshot, over its client
-    /// URL): the `MGNSNAP1` bytes. Without one a snapshot stops the member.
+    /// member that sent it (its peer listener's stream, `MGNSNAP2`), given the
+    /// snapshot's raft index: a sender that has not applied that far refuses.
+    /// Without one a snapshot stops the member.
     pub fetch_snapshot: Option<SnapshotFetcher>,
 }
 
 /// Opens the stream of the store's state (`crate::snapshot::write_stream`)
 /// from the member named.
 #[derive(Clone)]
-pub struct SnapshotFetcher(pub Arc<dyn Fn(&MemberInfo) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync>);
+pub struct SnapshotFetcher(pub Arc<dyn Fn(&MemberInfo, u64) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync>);
 
 impl std::fmt::Debug for SnapshotFetcher {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -145,6 +152,14 @@ pub struct Status {
     pub error: Option<String>,
 }
 
+/// `Replica::counters`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Counters {
+    pub leader_changes: u64,
+    pub pending: u64,
+    pub failed: u64,
+}
+
 impl Status {
     /// Whether this member is a learner of the membership it applied.
     pub fn is_learner(&self) -> bool {
@@ -187,6 +202,12 @@ struct Shared {
     /// timeout (etcd's transport ActiveSince), refreshed every tick.
     connected: Mutex<HashMap<u64, Instant>>,
     error: Mutex<Option<String>>,
+    /// etcd's raft metrics (`Replica::counters`).
+    leader_changes: AtomicU64,
+    pending: AtomicU64,
+    failed: AtomicU64,
+    /// Heartbeat round trips to each peer, measured on the leader.
+    round_trips: Mutex<BTreeMap<u64, Arc<Histogram>>>,
 }
 
 impl Shared {
@@ -291,6 +312,7 @@ impl Replica {
             snapshot_data_stale: true,
             applying_compaction,
             early_campaign: None,
+            heartbeats_sent: HashMap::new(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
@@ -310,6 +332,24 @@ impl Replica {
     /// Where this member's peer messages go (a transport's receiving end).
     pub fn inbox(&self) -> Sender<Input> {
         self.inbox.clone()
+    }
+
+    /// etcd's raft counters: leader changes seen, proposals pending (made here,
+    /// not yet applied) and failed (made here and never committed: dropped at
+    /// a leader change, or refused).
+    pub fn counters(&self) -> Counters {
+        let s = &self.shared;
+        Counters {
+            leader_changes: s.leader_changes.load(Ordering::Relaxed),
+            pending: s.pending.load(Ordering::Relaxed),
+            failed: s.failed.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Heartbeat round trips to each peer (etcd's peer round-trip time),
+    /// measured while this member leads.
+    pub fn round_trips(&self) -> Vec<(u64, Arc<Histogram>)> {
+        self.shared.round_trips.lock().iter().map(|(id, h)| (*id, h.clone())).collect()
     }
 
     pub fn status(&self) -> Status {
@@ -573,6 +613,8 @@ struct Driver {
     applying_compaction: Arc<std::sync::atomic::AtomicI64>,
     /// After the leader's connection closed: which leader, and when to campaign.
     early_campaign: Option<(u64, Instant)>,
+    /// Heartbeats sent and not yet answered, by peer: when (round trips).
+    heartbeats_sent: HashMap<u64, Instant>,
 }
 
 /// Compactions from the log, one at a time in their order of arrival.
@@ -580,6 +622,8 @@ static COMPACTING: Mutex<()> = Mutex::new(());
 
 /// How long a leader waits for a member to take the snapshot it sent.
 const SNAPSHOT_PATIENCE: Duration = Duration::from_secs(30);
+/// Times a member asks for a snapshot's state before it gives up and restarts.
+const SNAPSHOT_ATTEMPTS: u32 = 10;
 
 fn conf_change(t: ConfChangeType, id: u64) -> ConfChange {
     let mut cc = ConfChange::default();
@@ -688,8 +732,10 @@ impl Driver {
                     self.lost_log(m.from, m.index);
                     return true;
                 }
-                if m.get_msg_type() == MessageType::MsgHeartbeat {
-                    self.heard_heartbeat(&mut m);
+                match m.get_msg_type() {
+                    MessageType::MsgHeartbeat => self.heard_heartbeat(&mut m),
+                    MessageType::MsgHeartbeatResponse => self.heartbeat_answered(m.from),
+                    _ => {}
                 }
                 // The leader's commit index, as its appends and heartbeats carry it:
                 // what a rejoining member must apply before it may vote again.
@@ -703,8 +749,10 @@ impl Driver {
             Input::ProposeLease { data, done } => {
                 let before = self.node.raft.raft_log.last_index();
                 if !self.writable() {
+                    self.shared.failed.fetch_add(1, Ordering::Relaxed);
                     self.fail("a lease changed on a member that is not a writable leader".into());
                 } else if let Err(e) = self.node.propose(Vec::new(), data) {
+                    self.shared.failed.fetch_add(1, Ordering::Relaxed);
                     self.fail(format!("a lease change could not be proposed: {e}"));
                 } else if self.node.raft.raft_log.last_index() > before {
                     self.proposed_leases.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, done));
@@ -735,6 +783,10 @@ impl Driver {
                 self.heard.remove(&from);
                 self.leader_gone(from);
             }
+            Input::PeerAlive(from) => {
+                let now = Instant::now();
+                self.heard.entry(from).and_modify(|h| h.1 = now).or_insert((now, now));
+            }
             // A member that compacted while not leading (a compaction from the
             // log, or a leader deposed meanwhile) proposes nothing: the group's
             // compactions are its leader's.
@@ -748,8 +800,10 @@ impl Driver {
                 // The store applied this revision already: if it cannot be proposed,
                 // this member's state has left the group's.
                 if !self.writable() {
+                    self.shared.failed.fetch_add(1, Ordering::Relaxed);
                     self.fail(format!("revision {rev} was written on a member that is not a writable leader"));
                 } else if let Err(e) = self.node.propose(Vec::new(), data) {
+                    self.shared.failed.fetch_add(1, Ordering::Relaxed);
                     self.fail(format!("revision {rev} could not be proposed: {e}"));
                 } else {
                     self.proposed.insert(rev, self.node.raft.term);
@@ -760,6 +814,8 @@ impl Driver {
     }
 
     fn fail(&self, why: String) {
+        // What this member proposed and the group has not applied will not be applied here.
+        self.shared.failed.fetch_add((self.proposed.len() + self.proposed_leases.len()) as u64, Ordering::Relaxed);
         self.shared.stop(self.node.raft.id, why);
     }
 
@@ -777,8 +833,7 @@ impl Driver {
         let mut rd = self.node.ready();
         if !rd.messages().is_empty() {
             let msgs = rd.take_messages();
-            self.note_snapshots(&msgs);
-            self.transport.send(msgs);
+            self.send(msgs);
         }
         for rs in rd.take_read_states() {
             let id = rs.request_ctx.as_slice().try_into().map(u64::from_le_bytes).unwrap_or(0);
@@ -798,13 +853,13 @@ impl Driver {
             storage.wl().set_hardstate(hs.clone());
         }
         if !rd.persisted_messages().is_empty() {
-            self.transport.send(rd.take_persisted_messages());
+            self.send(rd.take_persisted_messages());
         }
         let mut light = self.node.advance(rd);
         if let Some(commit) = light.commit_index() {
             storage.wl().mut_hard_state().set_commit(commit);
         }
-        self.transport.send(light.take_messages());
+        self.send(light.take_messages());
         self.apply(light.take_committed_entries())?;
         self.node.advance_apply();
         self.compact_log()?;
@@ -828,9 +883,26 @@ impl Driver {
         let fetch = self.fetch_snapshot.clone().ok_or("a snapshot arrived and this member cannot fetch one")?;
         let from = infos.iter().find(|m| m.id == sender).cloned().ok_or_else(|| format!("snapshot from {sender:x}, a member it does not list"))?;
         let t0 = Instant::now();
-        let stream = (fetch.0)(&from).map_err(|e| format!("fetching the snapshot from member {sender:x}: {e}"))?;
-        // Loaded as it arrives: the sender's walk, the transfer and this load overlap.
-        let (rev, keys) = crate::snapshot::install_stream(&self.store, stream).map_err(|e| format!("the snapshot from member {sender:x}: {e}"))?;
+        let mut attempt = 0;
+        let (rev, keys) = loop {
+            attempt += 1;
+            // Loaded as it arrives: the sender's walk, the transfer and this load overlap.
+            let got = (fetch.0)(&from, index)
+                .map_err(|e| format!("fetching the snapshot from member {sender:x}: {e}"))
+                .and_then(|stream| crate::snapshot::install_stream(&self.store, stream).map_err(|e| format!("the snapshot from member {sender:x}: {e}")));
+            match got {
+                Ok(done) => break done,
+                // Nothing loaded yet (the sender refused, busy or not caught up,
+                // or the connection failed before the first key): ask again.
+                // Past the first key the store holds part of a state: the
+                // member stops and restarts empty.
+                Err(e) if attempt < SNAPSHOT_ATTEMPTS && self.store.key_count() == 0 && self.store.committed_rev() <= 1 => {
+                    eprintln!("meganode-store: member {:x}: {e}; asking again", self.node.raft.id);
+                    std::thread::sleep(Duration::from_millis(500));
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let timing = format!("{keys} keys streamed and loaded in {} ms", t0.elapsed().as_millis());
         self.applied_rev = rev;
         self.snapshot_rev = Some(rev);
@@ -853,10 +925,33 @@ impl Driver {
         Ok(())
     }
 
-    /// Records the snapshots this member sends (as leader).
-    fn note_snapshots(&mut self, msgs: &[Message]) {
-        for m in msgs.iter().filter(|m| m.get_msg_type() == MessageType::MsgSnapshot) {
-            self.snapshots_sent.insert(m.to, Instant::now());
+    /// Sends raft's messages, noting the snapshots (whose taking it waits
+    /// for) and heartbeats (whose answers time the round trip) among them.
+    fn send(&mut self, msgs: Vec<Message>) {
+        if msgs.is_empty() {
+            return;
+        }
+        let now = Instant::now();
+        for m in &msgs {
+            match m.get_msg_type() {
+                MessageType::MsgSnapshot => {
+                    self.snapshots_sent.insert(m.to, now);
+                }
+                // The oldest unanswered one: a lost answer shows as a long round trip.
+                MessageType::MsgHeartbeat => {
+                    self.heartbeats_sent.entry(m.to).or_insert(now);
+                }
+                _ => {}
+            }
+        }
+        self.transport.send(msgs);
+    }
+
+    /// A heartbeat's answer: the round trip to its sender.
+    fn heartbeat_answered(&mut self, from: u64) {
+        if let Some(t) = self.heartbeats_sent.remove(&from) {
+            let h = self.shared.round_trips.lock().entry(from).or_default().clone();
+            h.observe(t.elapsed().as_secs_f64());
         }
     }
 
@@ -1036,13 +1131,16 @@ impl Driver {
             }
         }
         let leases = &self.store.leases;
-        if self.snapshot_rev.is_some() {
-            // The snapshot may hold this change already.
-            match &change {
-                entry::Change::LeaseGrant { id, .. } if leases.exists(*id) => return Ok(()),
-                entry::Change::LeaseRevoke(id) if !leases.exists(*id) => return Ok(()),
-                _ => {}
-            }
+        // A snapshot this member took may hold this change already: the
+        // sender reads its leases as its stream starts, later than the raft
+        // index the snapshot stands for, so a grant or revoke committed in
+        // between is in it. (A leader proposes only a grant of a new ID and a
+        // revoke of a lease it holds, so on a member that took no snapshot
+        // these never match.)
+        match &change {
+            entry::Change::LeaseGrant { id, .. } if leases.exists(*id) => return Ok(()),
+            entry::Change::LeaseRevoke(id) if !leases.exists(*id) => return Ok(()),
+            _ => {}
         }
         let r = match change {
             entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
@@ -1293,12 +1391,20 @@ impl Driver {
         }
         if !leads {
             if let Some((_, tx)) = self.pending_change.take() {
+                self.shared.failed.fetch_add(1, Ordering::Relaxed);
                 let _ = tx.send(Err("leadership changed before the membership change was applied".into()));
             }
         }
         self.led = leads;
         self.shared.writable.store(self.writable(), Ordering::Release);
         let r = &self.node.raft;
+        if r.leader_id != 0 && self.shared.leader.load(Ordering::Relaxed) != r.leader_id {
+            self.shared.leader_changes.fetch_add(1, Ordering::Relaxed);
+        }
+        if !leads {
+            self.heartbeats_sent.clear();
+        }
+        self.shared.pending.store((self.proposed.len() + self.proposed_leases.len()) as u64, Ordering::Relaxed);
         self.shared.leader.store(r.leader_id, Ordering::Release);
         self.shared.term.store(r.term, Ordering::Release);
         self.shared.commit.store(r.raft_log.committed, Ordering::Release);

@@ -7,10 +7,15 @@
 //! handshake (sender → receiver): "MGNPEER1" | cluster_id:u64 | from:u64 | to:u64   (big-endian)
 //! answer    (receiver → sender): status:u8  0 accepted, 1 cluster ID mismatch, 2 not this member
 //! then frames (sender → receiver): len:u32 | crc32c(payload):u32 | payload   (little-endian;
-//!                                  payload = one raft Message in raft-proto's protobuf)
+//!                                  payload = one raft Message in raft-proto's protobuf;
+//!                                  len 0 and crc 0: a keepalive, sent every 200 ms a
+//!                                  connection is idle, so every pair of members stays
+//!                                  connected and counts each other's link as up)
 //!
 //! snapshot (a member that must take the sender's state): the handshake with
-//!   "MGNSNPQ1", then the sender writes crate::snapshot::write_stream's bytes and closes
+//!   "MGNSNPQ1" and the raft index of the snapshot (u64 LE), then the sender
+//!   writes crate::snapshot::write_stream's bytes and closes (at once, writing
+//!   nothing, if it has not applied that index: it restarted empty)
 //!
 //! roster query (a member joining, --initial-cluster-state existing, which
 //! knows neither the cluster ID nor its own member ID yet):
@@ -74,37 +79,49 @@ pub struct PeerTransport {
     rt: tokio::runtime::Handle,
     cluster_id: u64,
     me: u64,
-    queues: Mutex<HashMap<u64, (SocketAddr, mpsc::Sender<Message>)>>,
+    /// Each peer's host:port as its URL names it (resolved at every connection
+    /// attempt: a restarted pod comes back at another address under its name)
+    /// and its sender task's queue.
+    queues: Mutex<HashMap<u64, (String, mpsc::Sender<Message>)>>,
     pub dropped: Arc<AtomicU64>,
 }
 
 impl PeerTransport {
     /// A transport whose sender tasks run on `rt`; `peers` (this member
     /// excluded) are reached at once, others once `set_peers` names them.
-    pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, SocketAddr)]) -> Arc<PeerTransport> {
+    pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, String)]) -> Arc<PeerTransport> {
         let t = PeerTransport { rt: rt.clone(), cluster_id, me, queues: Mutex::default(), dropped: Arc::default() };
-        for &(id, addr) in peers {
-            t.reach(id, addr);
+        for (id, target) in peers {
+            t.reach(*id, target.clone());
         }
         Arc::new(t)
     }
 
-    fn reach(&self, id: u64, addr: SocketAddr) {
+    fn reach(&self, id: u64, target: String) {
         let mut queues = self.queues.lock();
-        if queues.get(&id).is_some_and(|(a, _)| *a == addr) {
+        if queues.get(&id).is_some_and(|(a, _)| *a == target) {
             return;
         }
         let (tx, rx) = mpsc::channel(MAX_QUEUE);
-        self.rt.spawn(send_loop(Handshake { cluster_id: self.cluster_id, from: self.me, to: id }, addr, rx));
+        self.rt.spawn(send_loop(Handshake { cluster_id: self.cluster_id, from: self.me, to: id }, target.clone(), rx));
         // A replaced sender's task ends when its queue closes.
-        queues.insert(id, (addr, tx));
+        queues.insert(id, (target, tx));
+    }
+}
+
+/// The host:port of a peer URL (http://host:port), not resolved.
+pub fn peer_host_port(url: &str) -> Result<&str, String> {
+    let rest = url.strip_prefix("http://").ok_or_else(|| format!("peer URL {url:?}: want http://host:port (peer TLS is not built yet)"))?;
+    let hp = rest.trim_end_matches('/');
+    match hp.rsplit_once(':') {
+        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(hp),
+        _ => Err(format!("peer URL {url:?}: want http://host:port")),
     }
 }
 
 /// The socket address of a peer URL (http://host:port; a name resolved now).
 pub fn peer_addr(url: &str) -> Result<SocketAddr, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("peer URL {url:?}: want http://host:port (peer TLS is not built yet)"))?;
-    let hp = rest.trim_end_matches('/');
+    let hp = peer_host_port(url)?;
     std::net::ToSocketAddrs::to_socket_addrs(hp).ok().and_then(|mut a| a.next()).ok_or_else(|| format!("peer URL {url:?}: cannot resolve {hp:?}"))
 }
 
@@ -122,8 +139,10 @@ impl Transport for PeerTransport {
 
     fn set_peers(&self, members: &[MemberInfo]) {
         for m in members.iter().filter(|m| m.id != self.me) {
-            if let Some(addr) = m.peer_urls.first().and_then(|u| peer_addr(u).ok()) {
-                self.reach(m.id, addr);
+            // A name that does not resolve yet (a pod not yet scheduled) is
+            // still reached: its sender retries the lookup with the connection.
+            if let Some(hp) = m.peer_urls.first().and_then(|u| peer_host_port(u).ok()) {
+                self.reach(m.id, hp.to_string());
             }
         }
         self.queues.lock().retain(|id, _| members.iter().any(|m| m.id == *id));
@@ -145,12 +164,16 @@ pub struct Extras {
     pub snapshot: Option<ForwardHandler>,
 }
 
-/// Opens member `to`'s stream of its store's state (its `Extras::snapshot`),
-/// handshake done: what follows is crate::snapshot::write_stream's bytes.
-pub async fn open_snapshot(cluster_id: u64, from: u64, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+/// Opens member `to`'s stream of its store's state (its `Extras::snapshot`)
+/// for a raft snapshot at `index`: the handshake, then the index (u64 LE) the
+/// sender must have applied; what follows is crate::snapshot::write_stream's
+/// bytes, or nothing if the sender refuses.
+pub async fn open_snapshot(cluster_id: u64, from: u64, to: u64, addr: SocketAddr, index: u64) -> std::io::Result<TcpStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(SNAPSHOT_MAGIC);
-    connect_with(&b, addr).await
+    let mut s = connect_with(&b, addr).await?;
+    s.write_all(&index.to_le_bytes()).await?;
+    Ok(s)
 }
 
 /// Asks the member at `addr` for the group's roster (cluster ID and members):
@@ -210,11 +233,15 @@ impl Handshake {
     }
 }
 
-async fn send_loop(hs: Handshake, addr: SocketAddr, mut rx: mpsc::Receiver<Message>) {
+async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message>) {
     let mut backoff = Duration::from_millis(20);
     let mut refused = false;
     loop {
-        match connect(hs, addr).await {
+        let attempt = async {
+            let addr = tokio::net::lookup_host(target.as_str()).await?.next().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))?;
+            connect(hs, addr).await
+        };
+        match attempt.await {
             Ok(stream) => {
                 backoff = Duration::from_millis(20);
                 refused = false;
@@ -225,7 +252,7 @@ async fn send_loop(hs: Handshake, addr: SocketAddr, mut rx: mpsc::Receiver<Messa
             }
             Err(e) => {
                 if e.kind() == std::io::ErrorKind::PermissionDenied && !std::mem::replace(&mut refused, true) {
-                    eprintln!("meganode-store: peer {:x} at {addr}: {e}", hs.to);
+                    eprintln!("meganode-store: peer {:x} at {target}: {e}", hs.to);
                 }
                 // What queued while the peer was away is stale: raft resends.
                 while rx.try_recv().is_ok() {}
@@ -260,11 +287,26 @@ async fn connect_with(hs: &[u8; 32], addr: SocketAddr) -> std::io::Result<TcpStr
     }
 }
 
-/// Writes every queued message, flushing when the queue is empty.
+/// How often an idle connection carries a keepalive (an empty frame): well
+/// within an election timeout, so the receiver counts its peer connected
+/// (`Input::PeerAlive`) and never closes it as idle.
+const KEEPALIVE: Duration = Duration::from_millis(200);
+
+/// Writes every queued message, flushing when the queue is empty; a keepalive
+/// when nothing was queued for `KEEPALIVE`.
 async fn write_messages(stream: TcpStream, rx: &mut mpsc::Receiver<Message>) -> std::io::Result<()> {
     let mut w = BufWriter::with_capacity(256 << 10, stream);
     let mut frame = Vec::new();
-    while let Some(m) = rx.recv().await {
+    loop {
+        let m = match tokio::time::timeout(KEEPALIVE, rx.recv()).await {
+            Ok(Some(m)) => m,
+            Ok(None) => return Ok(()),
+            Err(_) => {
+                w.write_all(&[0u8; 8]).await?;
+                w.flush().await?;
+                continue;
+            }
+        };
         let mut next = Some(m);
         while let Some(m) = next {
             frame.clear();
@@ -274,7 +316,6 @@ async fn write_messages(stream: TcpStream, rx: &mut mpsc::Receiver<Message>) -> 
         }
         w.flush().await?;
     }
-    Ok(())
 }
 
 fn encode_frame(m: &Message, out: &mut Vec<u8>) -> std::io::Result<()> {
@@ -358,6 +399,9 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     }
     let mut r = tokio::io::BufReader::with_capacity(256 << 10, s);
     let mut payload = Vec::new();
+    if inbox.send(Input::PeerAlive(hs.from)).is_err() {
+        return;
+    }
     loop {
         let mut head = [0u8; 8];
         match tokio::time::timeout(IDLE, r.read_exact(&mut head)).await {
@@ -373,6 +417,16 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         }
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        if len == 0 {
+            // A keepalive (raft messages are never empty: they name both members).
+            if crc != 0 {
+                return garbled(&errors, from, "a keepalive with a checksum");
+            }
+            if inbox.send(Input::PeerAlive(hs.from)).is_err() {
+                return;
+            }
+            continue;
+        }
         if len > MAX_FRAME {
             return garbled(&errors, from, "frame longer than the limit");
         }

@@ -51,7 +51,7 @@ impl Group {
     /// streams the sender's store as its peer listener would.
     fn config(&self, id: u64) -> ReplicaConfig {
         let by_id = self.by_id.clone();
-        let fetch = move |m: &MemberInfo| -> Result<Box<dyn std::io::Read + Send>, String> {
+        let fetch = move |m: &MemberInfo, _index: u64| -> Result<Box<dyn std::io::Read + Send>, String> {
             let s = by_id.lock().get(&m.id).cloned().ok_or("no such member")?;
             let mut out = Vec::new();
             crate::snapshot::write_stream(&s, &mut out).map_err(|e| e.to_string())?;
@@ -276,7 +276,7 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
     let mut stores = Vec::new();
     let mut members = Vec::new();
     for (i, l) in listeners.into_iter().enumerate() {
-        let peers: Vec<(u64, std::net::SocketAddr)> = (0..3).filter(|j| *j != i).map(|j| (ids[j], addrs[j])).collect();
+        let peers: Vec<(u64, String)> = (0..3).filter(|j| *j != i).map(|j| (ids[j], addrs[j].to_string())).collect();
         let transport = PeerTransport::start(rt.handle(), cluster, ids[i], &peers);
         let store = Arc::new(Store::new());
         let cfg = ReplicaConfig { tick: Duration::from_millis(25), ..ReplicaConfig::new(ids[i], ids.clone()) };
@@ -336,6 +336,19 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
     assert_eq!(errors[leader].bad_frames.load(std::sync::atomic::Ordering::Relaxed), 1);
     for m in &members {
         assert_eq!(m.status().error, None);
+    }
+    // Every pair stays connected, followers too (they exchange no raft
+    // messages, only keepalives): a leader elected later counts each voter
+    // connected since the link came up (etcd's ActiveSince), not since it won.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let pairs: Vec<(usize, usize)> = (0..3).flat_map(|i| (0..3).filter(move |j| *j != i).map(move |j| (i, j))).collect();
+        let down: Vec<&(usize, usize)> = pairs.iter().filter(|(i, j)| !members[*i].connected_for(ids[*j], Duration::from_millis(500))).collect();
+        if down.is_empty() {
+            break;
+        }
+        assert!(Instant::now() < deadline, "members not connected for 500 ms (member, peer): {down:?}");
+        std::thread::sleep(Duration::from_millis(20));
     }
     drop(members);
 }
@@ -608,6 +621,47 @@ fn members_are_added_as_learners_promoted_removed_and_lead_on_request() {
     let r4 = put(g.store(4), "/registry/pods/ns/led-by-4", "x");
     g.wait_published(&[l, others[0], 4], r4);
     g.assert_same_state(&[l, others[0], 4]);
+}
+
+/// etcd's raft metrics as a dashboard reads them: every member counts the
+/// leader it saw elected and the one leadership moved to; the leader times a
+/// heartbeat round trip to each peer; nothing stays pending or failed after
+/// writes the group committed.
+#[test]
+fn members_count_leader_changes_proposals_and_peer_round_trips() {
+    let g = Group::start();
+    let l = g.leader(&[]);
+    let rev = put_nodes(g.store(l), 50, "ready");
+    g.wait_published(&[1, 2, 3], rev);
+    for id in 1..=3 {
+        let c = g.member(id).counters();
+        assert!(c.leader_changes >= 1, "member {id}: {c:?}");
+        assert_eq!(c.failed, 0, "member {id}: {c:?}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = g.member(l).counters();
+        let rtt: Vec<(u64, u64)> = g.member(l).round_trips().iter().map(|(id, h)| (*id, h.count())).collect();
+        if c.pending == 0 && rtt.len() == 2 && rtt.iter().all(|(id, n)| *id != l && *n > 0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "leader {l}: {c:?}, round trips {rtt:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let before: Vec<u64> = (1..=3).map(|id| g.member(id).counters().leader_changes).collect();
+    let to = (1..=3).find(|id| *id != l).unwrap();
+    g.member(l).move_leader(to);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while g.leader(&[]) != to {
+        assert!(Instant::now() < deadline, "leadership stayed with {l}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while (1..=3).any(|id| g.member(id).counters().leader_changes <= before[id as usize - 1]) {
+        let now: Vec<u64> = (1..=3).map(|id| g.member(id).counters().leader_changes).collect();
+        assert!(Instant::now() < deadline, "leader changes before {before:?}, after {now:?}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// Leases only through the log: a grant answered on the leader is on every

@@ -131,6 +131,7 @@ impl PbClusterService for ClusterService {
         self.admin(&r)?;
         if let Some(g) = self.0.replica.get() {
             let PbMemberUpdateRequest { id, peer_ur_ls } = r.into_inner();
+            reachable_peer_urls(&peer_ur_ls)?;
             let ms = g.members();
             if !ms.iter().any(|m| m.id == id) {
                 return Err(not_found());
@@ -215,6 +216,16 @@ fn started_voters(g: &Replica, voters: &[u64]) -> Vec<u64> {
     g.members().into_iter().filter(|m| voters.contains(&m.id) && !m.name.is_empty()).map(|m| m.id).collect()
 }
 
+/// In a group the members dial each other's first peer URL, over plain TCP:
+/// an https:// or unix:// URL etcd would take names a member nobody here could
+/// reach (peer TLS is not built), so it is refused before it enters the log.
+fn reachable_peer_urls(urls: &[String]) -> Result<(), Status> {
+    match urls.iter().find_map(|u| crate::replication::peer::peer_host_port(u.trim()).err()) {
+        Some(e) => Err(Status::invalid_argument(format!("etcdserver: given member URLs are invalid: {e}"))),
+        None => Ok(()),
+    }
+}
+
 impl ClusterService {
     /// MemberAdd in a group: etcd's checks (a peer URL already a member's, too
     /// many learners, a voter the started members could not outvote), then the
@@ -222,6 +233,7 @@ impl ClusterService {
     /// member (its URLs, the token and the time).
     async fn group_add(&self, g: &Replica, req: PbMemberAddRequest) -> Result<Response<PbMemberAddResponse>, Status> {
         let urls: Vec<String> = req.peer_ur_ls.iter().map(|u| u.trim().to_string()).collect();
+        reachable_peer_urls(&urls)?;
         let status = g.status();
         let voters = &status.members.voters;
         // etcd's mayAddMember (strict reconfiguration): a new voter must leave the

@@ -9,6 +9,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
 use super::Ctx;
+pub use crate::histogram::Histogram;
 
 #[derive(Default)]
 pub struct Metrics {
@@ -31,37 +32,6 @@ pub const RANGE: usize = 0;
 pub const PUT: usize = 1;
 pub const DELETE: usize = 2;
 pub const TXN: usize = 3;
-
-/// Upper bounds of the latency buckets in seconds (etcd's gRPC handling buckets start at 100 µs too).
-const LATENCY_BOUNDS: [f64; 14] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5];
-
-/// A Prometheus histogram: one counter per bucket (not cumulative: rendering sums them), the sum in µs.
-#[derive(Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; LATENCY_BOUNDS.len() + 1],
-    sum_us: AtomicU64,
-}
-
-impl Histogram {
-    pub fn observe(&self, secs: f64) {
-        let i = LATENCY_BOUNDS.iter().position(|b| secs <= *b).unwrap_or(LATENCY_BOUNDS.len());
-        self.buckets[i].fetch_add(1, Ordering::Relaxed);
-        self.sum_us.fetch_add((secs * 1e6) as u64, Ordering::Relaxed);
-    }
-
-    /// The series of one histogram: cumulative `_bucket`s, `_sum`, `_count`, with `labels` (`k="v"`) on each.
-    fn render(&self, name: &str, labels: &str, o: &mut String) {
-        let mut n = 0;
-        for (i, b) in LATENCY_BOUNDS.iter().enumerate() {
-            n += self.buckets[i].load(Ordering::Relaxed);
-            o.push_str(&format!("{name}_bucket{{{labels},le=\"{b}\"}} {n}\n"));
-        }
-        n += self.buckets[LATENCY_BOUNDS.len()].load(Ordering::Relaxed);
-        o.push_str(&format!("{name}_bucket{{{labels},le=\"+Inf\"}} {n}\n"));
-        o.push_str(&format!("{name}_sum{{{labels}}} {}\n", self.sum_us.load(Ordering::Relaxed) as f64 / 1e6));
-        o.push_str(&format!("{name}_count{{{labels}}} {n}\n"));
-    }
-}
 
 /// Counts a request of a method and, when dropped (on every return path), records its handling time.
 pub struct Timed<'a> {
@@ -99,7 +69,24 @@ pub fn render(ctx: &Ctx) -> String {
     let mut g = |name: &str, help: &str, kind: &str, v: String| {
         o.push_str(&format!("# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {v}\n"));
     };
-    g("etcd_server_has_leader", "Whether a leader exists (always: single member).", "gauge", "1".into());
+    // etcd's raft gauges. A single member leads itself, and each write is one
+    // "proposal", committed and applied at once: its revision counts them.
+    let group = ctx.replica.get();
+    let st = group.map(|r| r.status());
+    let c = group.map(|r| r.counters()).unwrap_or_default();
+    let (has_leader, is_leader, is_learner) = match &st {
+        Some(st) => (st.leader != 0, st.leader == st.id && st.leader != 0, st.is_learner()),
+        None => (true, true, false),
+    };
+    let (committed, applied) = st.as_ref().map_or((s.current_rev() as u64, s.current_rev() as u64), |st| (st.commit_index, st.applied_index));
+    g("etcd_server_has_leader", "Whether or not a leader exists. 1 is existence, 0 is not.", "gauge", u8::from(has_leader).to_string());
+    g("etcd_server_is_leader", "Whether or not this member is a leader. 1 if is, 0 otherwise.", "gauge", u8::from(is_leader).to_string());
+    g("etcd_server_is_learner", "Whether or not this member is a learner. 1 if is, 0 otherwise.", "gauge", u8::from(is_learner).to_string());
+    g("etcd_server_leader_changes_seen_total", "The number of leader changes seen.", "counter", c.leader_changes.max(u64::from(st.is_none())).to_string());
+    g("etcd_server_proposals_committed_total", "The total number of consensus proposals committed (the raft commit index; a single member: its revision).", "gauge", committed.to_string());
+    g("etcd_server_proposals_applied_total", "The total number of consensus proposals applied (the raft applied index; a single member: its revision).", "gauge", applied.to_string());
+    g("etcd_server_proposals_pending", "The current number of pending proposals to commit.", "gauge", c.pending.to_string());
+    g("etcd_server_proposals_failed_total", "The total number of failed proposals seen.", "counter", c.failed.to_string());
     let acc = s.accounted();
     g("etcd_server_quota_backend_bytes", "Current backend storage quota size in bytes (--quota-backend-bytes or the machine's default).", "gauge", s.quota().to_string());
     g("etcd_mvcc_db_total_size_in_bytes", "Accounted size the quota bounds: keys, history, leases, watch state.", "gauge", acc.total().to_string());
@@ -132,6 +119,12 @@ pub fn render(ctx: &Ctx) -> String {
     o.push_str("# HELP meganode_accounted_bytes Accounted size by part (docs/design.md, memory quota).\n# TYPE meganode_accounted_bytes gauge\n");
     for (part, v) in [("kv", acc.kv), ("leases", acc.leases), ("watch_log", acc.watch_log), ("watchers", acc.watchers)] {
         o.push_str(&format!("meganode_accounted_bytes{{part=\"{part}\"}} {v}\n"));
+    }
+    if let Some(r) = group {
+        o.push_str("# HELP etcd_network_peer_round_trip_time_seconds Round-Trip-Time histogram between peers (a heartbeat and its answer, measured on the leader)\n# TYPE etcd_network_peer_round_trip_time_seconds histogram\n");
+        for (id, h) in r.round_trips() {
+            h.render("etcd_network_peer_round_trip_time_seconds", &format!("To=\"{id:x}\""), &mut o);
+        }
     }
     // etcd's alarm gauge: one series per raised alarm, labelled with the member id in hex as etcd's.
     o.push_str("# HELP etcd_debugging_server_alarms Alarms for every member in cluster. 1 for 'server_id' label with current ID. 2 for 'alarm_type' label with type of this alarm\n# TYPE etcd_debugging_server_alarms gauge\n");
@@ -226,9 +219,9 @@ mod tests {
         {
             let _t = m.request(PUT);
             assert_eq!(m.put.load(Ordering::Relaxed), 1);
-            assert_eq!(m.latency[PUT].buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum::<u64>(), 0);
+            assert_eq!(m.latency[PUT].count(), 0);
         }
-        assert_eq!(m.latency[PUT].buckets.iter().map(|b| b.load(Ordering::Relaxed)).sum::<u64>(), 1);
+        assert_eq!(m.latency[PUT].count(), 1);
         assert_eq!(m.txn.load(Ordering::Relaxed), 0);
         assert!(rss_bytes() > 0);
     }
