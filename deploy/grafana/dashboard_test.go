@@ -33,7 +33,8 @@ func TestMetricNames(t *testing.T) {
 }
 
 // The dashboard is importable (a datasource variable, every panel and target on it, unique
-// ids) and plots what issue 13 asks for; test/e2e/scheduler checks that each name is exported.
+// ids, no two panels on the same grid cells) and plots what issue 13 asks for and the
+// replication row of issue 36; test/e2e/scheduler checks that each name is exported.
 func TestDashboard(t *testing.T) {
 	var d struct {
 		UID        string `json:"uid"`
@@ -42,10 +43,11 @@ func TestDashboard(t *testing.T) {
 			List []struct{ Name, Type, Query any } `json:"list"`
 		} `json:"templating"`
 		Panels []struct {
-			ID         int             `json:"id"`
-			Type       string          `json:"type"`
-			Title      string          `json:"title"`
-			Datasource json.RawMessage `json:"datasource"`
+			ID         int                      `json:"id"`
+			Type       string                   `json:"type"`
+			Title      string                   `json:"title"`
+			Datasource json.RawMessage          `json:"datasource"`
+			GridPos    struct{ H, W, X, Y int } `json:"gridPos"`
 			Targets    []struct {
 				Datasource json.RawMessage `json:"datasource"`
 				Expr       string          `json:"expr"`
@@ -59,12 +61,24 @@ func TestDashboard(t *testing.T) {
 		t.Fatalf("uid %q title %q variables %+v", d.UID, d.Title, d.Templating.List)
 	}
 	ids := map[int]bool{}
+	cells := map[[2]int]string{} // grid cell (x, y) → the panel on it
 	const ds = `{"type":"prometheus","uid":"${datasource}"}`
 	for _, p := range d.Panels {
 		if ids[p.ID] {
 			t.Errorf("panel id %d twice", p.ID)
 		}
 		ids[p.ID] = true
+		for x := p.GridPos.X; x < p.GridPos.X+p.GridPos.W; x++ {
+			for y := p.GridPos.Y; y < p.GridPos.Y+p.GridPos.H; y++ {
+				if other, ok := cells[[2]int{x, y}]; ok {
+					t.Errorf("panels %q and %q overlap at (%d, %d)", other, p.Title, x, y)
+				}
+				cells[[2]int{x, y}] = p.Title
+			}
+		}
+		if p.GridPos.X+p.GridPos.W > 24 || p.GridPos.W <= 0 || p.GridPos.H <= 0 {
+			t.Errorf("panel %q: gridPos %+v outside the 24 columns", p.Title, p.GridPos)
+		}
 		if p.Type == "row" {
 			continue
 		}
@@ -97,6 +111,15 @@ func TestDashboard(t *testing.T) {
 		"pod startup latency (SLO)":       "kubelet_pod_start_sli_duration_seconds_bucket",
 		"the store job variable's metric": "meganode_requests_total",
 		"apiserver → store latency":       "etcd_request_duration_seconds_bucket",
+		"has leader":                      "etcd_server_has_leader",
+		"is leader per member":            "etcd_server_is_leader",
+		"learners":                        "etcd_server_is_learner",
+		"leader changes":                  "etcd_server_leader_changes_seen_total",
+		"proposals committed":             "etcd_server_proposals_committed_total",
+		"proposals applied":               "etcd_server_proposals_applied_total",
+		"proposals pending":               "etcd_server_proposals_pending",
+		"proposals failed":                "etcd_server_proposals_failed_total",
+		"peer round-trip p99 by To":       "etcd_network_peer_round_trip_time_seconds_bucket",
 	} {
 		if len(uses[name]) == 0 {
 			t.Errorf("%s: no query uses %s", what, name)
