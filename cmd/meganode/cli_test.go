@@ -144,6 +144,7 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"scheduler", "bench", "--shards", "two"},
 		{"scheduler", "simulate", "--binds", "maybe"},
 		{"doctor", "plan", "--format", "xml"},
+		{"doctor", "plan", "--nodes", "10", "--store-replicas", "0"},
 		{"doctor", "host", "--role", "toaster"},
 		{"etcd-proxy"},
 		{"etcd-proxy", "replay", "--in", "x"},
@@ -275,8 +276,12 @@ func TestFlagsLandInOptions(t *testing.T) {
 		t.Errorf("bench state: %+v", b)
 	}
 	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000000", "--json")
-	if p := o.(*doctorPlanFlags); p.nodes != 1000000 || p.format != "json" {
+	if p := o.(*doctorPlanFlags); p.nodes != 1000000 || p.format != "json" || p.replicas != 1 {
 		t.Errorf("doctor plan: %+v", p)
+	}
+	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000", "--store-replicas", "3")
+	if p := o.(*doctorPlanFlags); p.replicas != 3 {
+		t.Errorf("doctor plan --store-replicas 3: %+v", p)
 	}
 }
 

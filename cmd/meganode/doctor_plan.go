@@ -32,6 +32,7 @@ type doctorPlanFlags struct {
 	cidr        string
 	kver        string
 	bridgePorts int
+	replicas    int
 }
 
 func newDoctorPlanCmd() *cobra.Command {
@@ -47,6 +48,7 @@ the committed docs/benchmarks.md run), the scheduler's from 'meganode scheduler 
 Exit 1 when a target cannot be met.`,
 		Example: `  meganode doctor plan --nodes 1000000
   meganode doctor plan --nodes 5000 --pods 150000 --format flags
+  meganode doctor plan --nodes 100000 --pods 1000000 --store-replicas 3
   meganode doctor plan --nodes 100000 --bench-json bin/bench-results/lease-flood/results.json --simulate-json /tmp/sim.json`,
 		Args: noArgs,
 		RunE: action(f, func(ctx context.Context, cmd *cobra.Command, f *doctorPlanFlags) error {
@@ -71,6 +73,7 @@ Exit 1 when a target cannot be met.`,
 	fs.StringVar(&f.cidr, "pod-cidr", doctor.DefaultPodCIDRv4, "IPv4 pod range to check")
 	fs.StringVar(&f.kver, "kube-version", "1.36", "Kubernetes version (feature gates and flags differ)")
 	fs.IntVar(&f.bridgePorts, "bridge-ports", doctor.BridgeMaxPorts, "bridge port limit (from 'doctor bridge --probe')")
+	fs.IntVar(&f.replicas, "store-replicas", 1, "members of each store's replicated group (as 'meganode up --store-replicas'): memory and cores per member and in total; odd (3 tolerates one member's loss)")
 	completeValues(cmd, "format", "table", "yaml", "flags", "json")
 	return cmd
 }
@@ -85,6 +88,9 @@ func (f *doctorPlanFlags) validate() error {
 	if _, err := kubeMinor(f.kver); err != nil {
 		return usageError{msg: err.Error()}
 	}
+	if f.replicas < 1 {
+		return usagef("--store-replicas must be ≥ 1")
+	}
 	return nil
 }
 
@@ -95,7 +101,7 @@ func (f *doctorPlanFlags) run(ctx context.Context, stdout, stderr io.Writer) err
 	}
 	in := doctor.PlanInput{Nodes: f.nodes, Pods: f.pods, CoresPerNode: f.cores, LeaseDurationSeconds: f.lease,
 		PodsPerSecond: f.podRate, ScheduleSeconds: f.schedSecs, APIServerMemoryGiB: f.mem, StoreHost: f.host,
-		StoreBasePort: f.port, PodCIDRv4: f.cidr, KubeMinor: minor, BridgePorts: f.bridgePorts}
+		StoreBasePort: f.port, PodCIDRv4: f.cidr, KubeMinor: minor, BridgePorts: f.bridgePorts, StoreReplicas: f.replicas}
 	if f.bench != "" {
 		data, err := os.ReadFile(f.bench)
 		if err != nil {

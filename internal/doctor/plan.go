@@ -61,6 +61,9 @@ type PlanInput struct {
 	PodCIDRv4            string  `json:"pod_cidr_v4"`
 	KubeMinor            int     `json:"kube_minor"`
 	BridgePorts          int     `json:"bridge_ports"`
+	// StoreReplicas is the members of each store's replicated group; 0 or 1: single members
+	// (the plan is then what it was before groups existed).
+	StoreReplicas int `json:"store_replicas,omitempty"`
 	// SimProjections are `meganode scheduler simulate` projections to size the scheduler
 	// from (SimulateProjections), and SimSource where they came from; none: the committed run's.
 	SimProjections []SimProjection `json:"-"`
@@ -100,6 +103,9 @@ func (in PlanInput) normalise() PlanInput {
 	if in.BridgePorts <= 0 {
 		in.BridgePorts = BridgeMaxPorts
 	}
+	if in.StoreReplicas == 1 {
+		in.StoreReplicas = 0
+	}
 	if in.APIServerMemoryGiB <= 0 {
 		// k8s-1m: an apiserver peaked at ~256 GB at 1M nodes; scale linearly, ≥ 8 GiB.
 		in.APIServerMemoryGiB = math.Max(8, math.Ceil(256*float64(in.Nodes)/1e6))
@@ -114,6 +120,9 @@ func (in PlanInput) Validate() error {
 	}
 	if in.Pods < 0 {
 		return fmt.Errorf("--pods must be ≥ 0")
+	}
+	if in.StoreReplicas < 0 {
+		return fmt.Errorf("--store-replicas must be ≥ 1")
 	}
 	if _, err := netip.ParsePrefix(in.normalise().PodCIDRv4); err != nil {
 		return fmt.Errorf("--pod-cidr: %w", err)
@@ -258,6 +267,7 @@ type AddressPlan struct {
 type PlanOutput struct {
 	Input             PlanInput             `json:"input"`
 	Store             StorePlan             `json:"store"`
+	StoreGroup        *StoreGroupPlan       `json:"store_group,omitempty"` // with --store-replicas > 1
 	APIServer         APIServerPlan         `json:"apiserver"`
 	ControllerManager ControllerManagerPlan `json:"controller_manager"`
 	Kubelet           KubeletPlan           `json:"kubelet"`
@@ -448,6 +458,15 @@ func Plan(in PlanInput) PlanOutput {
 			StoreOverride("pods", StoreEndpoint(in.StoreHost, in.StoreBasePort, "pods"))))
 	}
 
+	// --- store groups ---
+	var groupFigures []Figure
+	if in.StoreReplicas > 1 {
+		out.StoreGroup = planStoreGroup(in, *sp)
+		var notes []string
+		notes, groupFigures = groupNotes(in, out.StoreGroup)
+		out.Notes = append(out.Notes, notes...)
+	}
+
 	// --- apiserver ---
 	ap := &out.APIServer
 	ap.Sources = []string{"tuning-guide", "design-5", "k8s-1m", "k8s-apiserver", "k8s-feature-gates"}
@@ -589,6 +608,7 @@ func Plan(in PlanInput) PlanOutput {
 		{"scheduler (shards, cores, shape, estimate, relays)", fmt.Sprintf("%d shards, %d cores, %.1f s for %d pods", sc.Shards, sc.Cores, sc.Seconds, in.Pods), in.SimSource},
 		{"apiserver count", fmt.Sprint(ap.Count), "not measured here: " + ap.CountBasis},
 	}
+	out.Figures = append(out.Figures, groupFigures...)
 	return out
 }
 

@@ -190,6 +190,17 @@ func (p PlanOutput) WriteTable(w io.Writer) {
 		row("flag", f, "")
 	}
 
+	if g := p.StoreGroup; g != nil {
+		head(fmt.Sprintf("STORE GROUPS (%d members per store)", g.Replicas), []string{"meganode-bench-group", "design-10"})
+		row("members", fmt.Sprintf("%d per store, quorum %d", g.Replicas, g.Quorum), fmt.Sprintf("%d may be down at once; one member per machine (pod anti-affinity)", g.Tolerates))
+		for _, s := range g.Stores {
+			row("store "+s.Name, fmt.Sprintf("per member %.2f GiB, cores %d", s.MemoryGiBPerMember, s.CoresPerMember),
+				fmt.Sprintf("%d objects (%s); leader %.2f cores, followers %.2f each; a member restarted empty serves again after ≈ %.1f s",
+					s.Objects, s.ObjectsBasis, s.LeaderCores, s.FollowerCores, s.CatchUpSeconds))
+		}
+		row("total", fmt.Sprintf("%d machines, %d cores, %.1f GiB", g.Machines, g.Cores, g.MemoryGiB), g.Basis)
+	}
+
 	a := p.APIServer
 	head("KUBE-APISERVER", a.Sources)
 	row("count", fmt.Sprint(a.Count), a.CountBasis)

@@ -1,6 +1,9 @@
 package doctor
 
-import "sort"
+import (
+	"fmt"
+	"sort"
+)
 
 // Source is where a recommendation comes from. Every rule and every plan figure
 // names at least one, so the report (and docs/doctor.md) can say why.
@@ -24,6 +27,11 @@ var Sources = map[string]Source{
 		"shared/seeds/004_*.txt: masters 200→3, 1000→5, 2500→7, 4000→9, 5000→11; inflight 3000/1000; watch-cache-sizes; --goaway-chance=0.001; etcd split pods/leases/events/rest with --etcd-servers-overrides; controller-manager concurrency and QPS; conntrack-max-per-core; per-client qps ≈ apiserver qps / nodes"},
 	"meganode-bench": {"meganode-bench", "meganode's own store benchmark (`meganode bench`, docs/benchmarks.md)",
 		"docs/bench/results.json (2026-11-28, 2 CPUs): meganode-store lease-flood 51,563 writes/s at 1000 clients (median of 3 rounds), 6.1 µs server CPU per write; or --bench-json from the target machine"},
+	"meganode-bench-group": {"meganode-bench-group", "meganode's own replicated-store measurements (`meganode bench catch-up`, `meganode bench group-put`)",
+		fmt.Sprintf("docs/bench/catch-up/model.json (2 cores): a member's memory %.0f MiB + %.0f B per object of Nodes, Pods and Leases, serving after %.2f s + %.2f µs per object from an empty start; docs/bench/replicated-put/leader-only.txt: CPU per put %.1f µs on the leader, %.1f µs on each follower, every member an endpoint",
+			GroupMemberFixedBytes/float64(1<<20), GroupMemberBytesPerObject, CatchUpFixedSeconds, CatchUpMicrosPerObject, GroupLeaderMicrosPerWrite, GroupFollowerMicrosPerWrite)},
+	"design-10": {"design-10", "meganode-store design §10 (docs/design.md, Replication)",
+		"a group answers a write once a quorum holds it in memory (durability replicated); a member that restarts empty rejoins by the leader's snapshot; all members down at once lose the data; peer traffic is plain TCP"},
 	"scheduler-simulate": {"scheduler-simulate", "meganode's own scheduler measurement (`meganode scheduler simulate --json`)",
 		"docs/bench/scheduler-sim/run-100k.json (2026-11-25, 2 cores): per-pod costs measured on this code, projected by the model to 1M pods on 1M nodes per shape (S, d, K, batch) with the cores used; or --simulate-json"},
 	"k8s-1m": {"k8s-1m", "k8s-1m article (one million nodes; Russian translation)",
