@@ -214,7 +214,11 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
                 });
             })
         };
-        let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot) };
+        let removed = {
+            let replica = replica.clone();
+            Arc::new(move |id: u64| replica.was_removed(id))
+        };
+        let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot), removed: Some(removed) };
         tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), extras));
     }
     let _ = ctx.replica.set(replica.clone());

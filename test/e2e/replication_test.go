@@ -562,3 +562,43 @@ func groupMetricsAsEtcd(t *testing.T, g *storeproc.Group, l int) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestRemovedMemberStops: a member removed while it was down (it never
+// applies its own removal: the group sends it nothing more) learns it from its
+// peers when it comes back — they answer its connections that it was removed,
+// as etcd's peers answer 410 Gone — and exits with etcd's message; the two
+// left go on writing.
+func TestRemovedMemberStops(t *testing.T) {
+	g, clis := startGroup(t)
+	l := groupLeader(t, g, clis, -1)
+	f := (l + 1) % 3
+	st, err := clis[f].Status(ctxT(t), g.Members[f].Endpoint)
+	must(t, "status", err)
+	_, err = clis[l].Put(ctxT(t), "k/before", "1")
+	must(t, "put", err)
+	must(t, "kill", g.Members[f].Kill())
+	// Removed once the leader counts it down (its connection closed): etcd's
+	// mayRemoveMember lets a down member go without the 5 s of health a
+	// connected one's removal needs from the others.
+	time.Sleep(500 * time.Millisecond)
+	_, err = clis[l].MemberRemove(ctxT(t), st.Header.MemberId)
+	must(t, "remove the member that is down", err)
+	_, err = clis[l].Put(ctxT(t), "k/after", "1")
+	must(t, "put after the removal", err)
+	// Back on its data dir: it may open its ports before a peer answers it.
+	if err := g.Members[f].Restart(); err != nil && !strings.Contains(err.Error(), "exited before it was ready") {
+		t.Fatalf("restart: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	exited, werr := g.Members[f].Exited(ctx)
+	if !exited {
+		t.Fatalf("the removed member still runs 15 s after its restart:\n%s", g.Members[f].Tail())
+	}
+	if werr == nil || !strings.Contains(g.Members[f].Tail(), "permanently removed from the cluster") {
+		t.Errorf("the removed member exited with %v, want exit 1 with etcd's message:\n%s", werr, g.Members[f].Tail())
+	}
+	o := (l + 2) % 3
+	_, err = clis[o].Put(ctxT(t), "k/last", "1")
+	must(t, "put through the other member left", err)
+}

@@ -208,6 +208,11 @@ struct Shared {
     failed: AtomicU64,
     /// Heartbeat round trips to each peer, measured on the leader.
     round_trips: Mutex<BTreeMap<u64, Arc<Histogram>>>,
+    /// Members removed by a change this member applied (etcd's removed
+    /// members: their peer connections are refused); `any_removed` spares the
+    /// lock on every peer frame while there are none.
+    removed: Mutex<std::collections::HashSet<u64>>,
+    any_removed: AtomicBool,
 }
 
 impl Shared {
@@ -344,6 +349,11 @@ impl Replica {
             pending: s.pending.load(Ordering::Relaxed),
             failed: s.failed.load(Ordering::Relaxed),
         }
+    }
+
+    /// Whether member `id` was removed from the group (by a change applied here).
+    pub fn was_removed(&self, id: u64) -> bool {
+        self.shared.any_removed.load(Ordering::Acquire) && self.shared.removed.lock().contains(&id)
     }
 
     /// Heartbeat round trips to each peer (etcd's peer round-trip time),
@@ -692,6 +702,9 @@ impl Driver {
                 }
                 next_tick += self.tick;
                 self.track_connections();
+                if self.transport.removed() {
+                    self.shared.stop(self.node.raft.id, super::peer::REMOVED_MESSAGE.into());
+                }
             }
             if let Err(e) = self.on_ready() {
                 self.fail(e);
@@ -1089,6 +1102,11 @@ impl Driver {
             // must go on reaching them — its leader among them — while it applies the
             // founders' entries.
             let now = |id: &u64| cs.voters.contains(id) || cs.learners.contains(id);
+            let gone: Vec<u64> = before.voters.iter().chain(&before.learners).filter(|id| !now(id)).copied().collect();
+            if !gone.is_empty() {
+                self.shared.removed.lock().extend(gone);
+                self.shared.any_removed.store(true, Ordering::Release);
+            }
             info.retain(|id, _| now(id) || !(before.voters.contains(id) || before.learners.contains(id)));
             if let Some(m) = added {
                 let e = info.entry(m.id).or_insert_with(|| MemberInfo { id: m.id, ..Default::default() });
@@ -1109,7 +1127,7 @@ impl Driver {
                 self.was_member = true;
             } else if self.was_member {
                 // etcd's removed member stops too; its data dir must not be used again.
-                self.shared.stop(me, "the member has been permanently removed from the cluster".into());
+                self.shared.stop(me, super::peer::REMOVED_MESSAGE.into());
             }
         }
         if self.pending_change.as_ref().is_some_and(|(i, _)| *i == index) {

@@ -5,7 +5,10 @@
 //!
 //! ```text
 //! handshake (sender → receiver): "MGNPEER1" | cluster_id:u64 | from:u64 | to:u64   (big-endian)
-//! answer    (receiver → sender): status:u8  0 accepted, 1 cluster ID mismatch, 2 not this member
+//! answer    (receiver → sender): status:u8  0 accepted, 1 cluster ID mismatch, 2 not this member,
+//!                                            3 the sender was removed from the group (it stops;
+//!                                            a removed member's open connections are closed
+//!                                            at its next frame, so it reconnects and hears it)
 //! then frames (sender → receiver): len:u32 | crc32c(payload):u32 | payload   (little-endian;
 //!                                  payload = one raft Message in raft-proto's protobuf;
 //!                                  len 0 and crc 0: a keepalive, sent every 200 ms a
@@ -28,7 +31,7 @@
 //! Peer TLS (etcd's --peer-* flags) is planned (docs/design.md §10).
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
@@ -55,6 +58,10 @@ const SNAPSHOT_MAGIC: &[u8; 8] = b"MGNSNPQ1";
 const ACCEPTED: u8 = 0;
 const CLUSTER_MISMATCH: u8 = 1;
 const NOT_THIS_MEMBER: u8 = 2;
+/// The sender was removed from the group (etcd answers its HTTP 410 Gone).
+const REMOVED: u8 = 3;
+/// What a removed member's peers tell it; it stops on hearing it.
+pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from the cluster";
 /// An append carries at most 1 MiB of entries (`max_size_per_msg`) plus one entry
 /// that may be larger on its own (a request of up to --max-request-bytes).
 pub const MAX_FRAME: usize = 64 << 20;
@@ -84,13 +91,15 @@ pub struct PeerTransport {
     /// and its sender task's queue.
     queues: Mutex<HashMap<u64, (String, mpsc::Sender<Message>)>>,
     pub dropped: Arc<AtomicU64>,
+    /// A peer answered that this member was removed from the group.
+    removed: Arc<AtomicBool>,
 }
 
 impl PeerTransport {
     /// A transport whose sender tasks run on `rt`; `peers` (this member
     /// excluded) are reached at once, others once `set_peers` names them.
     pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, String)]) -> Arc<PeerTransport> {
-        let t = PeerTransport { rt: rt.clone(), cluster_id, me, queues: Mutex::default(), dropped: Arc::default() };
+        let t = PeerTransport { rt: rt.clone(), cluster_id, me, queues: Mutex::default(), dropped: Arc::default(), removed: Arc::default() };
         for (id, target) in peers {
             t.reach(*id, target.clone());
         }
@@ -103,7 +112,7 @@ impl PeerTransport {
             return;
         }
         let (tx, rx) = mpsc::channel(MAX_QUEUE);
-        self.rt.spawn(send_loop(Handshake { cluster_id: self.cluster_id, from: self.me, to: id }, target.clone(), rx));
+        self.rt.spawn(send_loop(Handshake { cluster_id: self.cluster_id, from: self.me, to: id }, target.clone(), rx, self.removed.clone()));
         // A replaced sender's task ends when its queue closes.
         queues.insert(id, (target, tx));
     }
@@ -147,6 +156,10 @@ impl Transport for PeerTransport {
         }
         self.queues.lock().retain(|id, _| members.iter().any(|m| m.id == *id));
     }
+
+    fn removed(&self) -> bool {
+        self.removed.load(Ordering::Acquire)
+    }
 }
 
 /// Serves a forwarding connection once its handshake is accepted.
@@ -162,6 +175,8 @@ pub struct Extras {
     pub roster: Option<RosterHandler>,
     /// Writes the store's state to a member that asks (`open_snapshot`).
     pub snapshot: Option<ForwardHandler>,
+    /// Whether a member was removed from the group (`Replica::was_removed`).
+    pub removed: Option<Arc<dyn Fn(u64) -> bool + Send + Sync>>,
 }
 
 /// Opens member `to`'s stream of its store's state (its `Extras::snapshot`)
@@ -233,7 +248,7 @@ impl Handshake {
     }
 }
 
-async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message>) {
+async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message>, removed: Arc<AtomicBool>) {
     let mut backoff = Duration::from_millis(20);
     let mut refused = false;
     loop {
@@ -251,6 +266,9 @@ async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message
                 }
             }
             Err(e) => {
+                if e.kind() == std::io::ErrorKind::PermissionDenied && e.to_string() == REMOVED_MESSAGE {
+                    removed.store(true, Ordering::Release);
+                }
                 if e.kind() == std::io::ErrorKind::PermissionDenied && !std::mem::replace(&mut refused, true) {
                     eprintln!("meganode-store: peer {:x} at {target}: {e}", hs.to);
                 }
@@ -283,6 +301,7 @@ async fn connect_with(hs: &[u8; 32], addr: SocketAddr) -> std::io::Result<TcpStr
     match status[0] {
         ACCEPTED => Ok(s),
         CLUSTER_MISMATCH => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "cluster ID mismatch")),
+        REMOVED => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, REMOVED_MESSAGE)),
         _ => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the member at this address is not the one named")),
     }
 }
@@ -383,6 +402,8 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         CLUSTER_MISMATCH
     } else if hs.to != me {
         NOT_THIS_MEMBER
+    } else if extras.removed.as_ref().is_some_and(|r| r(hs.from)) {
+        REMOVED
     } else {
         ACCEPTED
     };
@@ -417,6 +438,10 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         }
         let len = u32::from_le_bytes(head[..4].try_into().expect("4 bytes")) as usize;
         let crc = u32::from_le_bytes(head[4..].try_into().expect("4 bytes"));
+        if extras.removed.as_ref().is_some_and(|r| r(hs.from)) {
+            // Closed: the sender reconnects and its handshake is answered REMOVED.
+            return;
+        }
         if len == 0 {
             // A keepalive (raft messages are never empty: they name both members).
             if crc != 0 {

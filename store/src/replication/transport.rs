@@ -17,6 +17,12 @@ pub trait Transport: Send + Sync + 'static {
     /// The group's members as this member applied them (itself included):
     /// where to reach each. Called at start and after each membership change.
     fn set_peers(&self, _members: &[super::members::MemberInfo]) {}
+
+    /// Whether a peer said this member was removed from the group (a member
+    /// removed while it was cut off never applies its own removal).
+    fn removed(&self) -> bool {
+        false
+    }
 }
 
 /// Members of one process, each reached through its driver's inbox.
