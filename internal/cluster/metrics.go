@@ -156,6 +156,41 @@ func labelsMatch(l, match map[string]string) bool {
 	return true
 }
 
+// Counters sums the samples named name by the values of the labels in by (joined with "|").
+func (s *Snapshot) Counters(name string, by ...string) map[string]float64 {
+	out := map[string]float64{}
+	if s == nil {
+		return out
+	}
+	for _, smp := range s.Samples {
+		if smp.Name != name {
+			continue
+		}
+		parts := make([]string, len(by))
+		for i, k := range by {
+			parts[i] = smp.Labels[k]
+		}
+		out[strings.Join(parts, "|")] += smp.Value
+	}
+	return out
+}
+
+// CounterDelta is after − before per key (a key absent before, or a counter that went
+// backwards, counts from zero); keys that did not grow are left out.
+func CounterDelta(after, before map[string]float64) map[string]float64 {
+	out := map[string]float64{}
+	for k, a := range after {
+		d := a
+		if b, ok := before[k]; ok && b <= a {
+			d = a - b
+		}
+		if d > 0 {
+			out[k] = d
+		}
+	}
+	return out
+}
+
 // Hist is a cumulative histogram: upper bounds and counts (the last bound is +Inf).
 type Hist struct {
 	Bounds []float64

@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/util/flowcontrol"
 
@@ -21,6 +22,16 @@ import (
 // Clientset is a client-go clientset for the admin kubeconfig, without client-side rate limits
 // (load generators must not be throttled by their own client).
 func Clientset(st *State) (*kubernetes.Clientset, error) {
+	cfg, err := RESTConfig(st)
+	if err != nil {
+		return nil, err
+	}
+	return kubernetes.NewForConfig(cfg)
+}
+
+// RESTConfig is Clientset's configuration (admin credentials, no client-side rate limit, 60 s
+// per request), for a caller that wraps its transport.
+func RESTConfig(st *State) (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", st.Kubeconfig)
 	if err != nil {
 		return nil, err
@@ -28,7 +39,7 @@ func Clientset(st *State) (*kubernetes.Clientset, error) {
 	cfg.RateLimiter = flowcontrol.NewFakeAlwaysRateLimiter()
 	cfg.UserAgent = "meganode"
 	cfg.Timeout = 60 * time.Second
-	return kubernetes.NewForConfig(cfg)
+	return cfg, nil
 }
 
 // NodeOptions describe a batch of KWOK nodes.

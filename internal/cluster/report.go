@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -49,6 +50,23 @@ type StoreOp struct {
 	P99       float64 `json:"p99_seconds"`
 }
 
+// APIErrorCount is how many requests kube-apiserver answered with one error code
+// (apiserver_request_total, code ≥ 400) for a verb and resource in the window, all clients.
+type APIErrorCount struct {
+	Verb     string  `json:"verb"`
+	Resource string  `json:"resource"`
+	Code     string  `json:"code"`
+	Count    float64 `json:"count"`
+}
+
+// StoreErrorCount is kube-apiserver's failed store requests by operation and object type
+// (etcd_request_errors_total) in the window.
+type StoreErrorCount struct {
+	Operation string  `json:"operation"`
+	Type      string  `json:"type"`
+	Count     float64 `json:"count"`
+}
+
 // Usage is one component's CPU and memory over the window.
 type Usage struct {
 	Name       string  `json:"name"`
@@ -78,16 +96,18 @@ type Report struct {
 	API         []APILatency `json:"api_latency"`
 	// APIByVerb is the same latency per verb over every resource (the demo's comparison rows:
 	// per verb/resource rows differ between schedulers, per verb they line up).
-	APIByVerb         []APILatency `json:"api_latency_by_verb"`
-	APISLOMet         bool         `json:"api_slo_met"`
-	PodStartupSLOMet  bool         `json:"pod_startup_slo_met"`
-	StoreOps          []StoreOp    `json:"store_ops"`
-	StoreOpsPerSec    float64      `json:"store_ops_per_sec"`
-	StoreP99          float64      `json:"store_p99_seconds"`
-	LeaseWritesPerSec float64      `json:"lease_writes_per_sec"`
-	LeaseTimeline     []RatePoint  `json:"lease_writes_timeline"`
-	Components        []Usage      `json:"components"`
-	Notes             []string     `json:"notes,omitempty"`
+	APIByVerb         []APILatency      `json:"api_latency_by_verb"`
+	APISLOMet         bool              `json:"api_slo_met"`
+	PodStartupSLOMet  bool              `json:"pod_startup_slo_met"`
+	APIErrors         []APIErrorCount   `json:"api_errors,omitempty"`
+	StoreErrors       []StoreErrorCount `json:"store_errors,omitempty"`
+	StoreOps          []StoreOp         `json:"store_ops"`
+	StoreOpsPerSec    float64           `json:"store_ops_per_sec"`
+	StoreP99          float64           `json:"store_p99_seconds"`
+	LeaseWritesPerSec float64           `json:"lease_writes_per_sec"`
+	LeaseTimeline     []RatePoint       `json:"lease_writes_timeline"`
+	Components        []Usage           `json:"components"`
+	Notes             []string          `json:"notes,omitempty"`
 }
 
 // Recorder measures a window: apiserver metrics at both ends, lease write rate and RSS while it runs.
@@ -103,7 +123,7 @@ type Recorder struct {
 	leases  []RatePoint
 }
 
-var metricPrefixes = []string{"apiserver_request_duration_seconds", "apiserver_request_total", "etcd_request_duration_seconds"}
+var metricPrefixes = []string{"apiserver_request_duration_seconds", "apiserver_request_total", "etcd_request_duration_seconds", "etcd_request_errors_total"}
 
 // StartRecorder takes the first snapshot and starts sampling every interval.
 func StartRecorder(ctx context.Context, st *State, interval time.Duration) (*Recorder, error) {
@@ -212,6 +232,12 @@ func (r *Recorder) Stop(ctx context.Context, pods *PodRun) (*Report, error) {
 		rep.APIByVerb = append(rep.APIByVerb, APILatency{Verb: verb, Count: h.Count(), PerSec: h.Count() / win, P50: h.Quantile(0.5), P99: h.Quantile(0.99)})
 	}
 	sort.Slice(rep.APIByVerb, func(i, j int) bool { return rep.APIByVerb[i].Count > rep.APIByVerb[j].Count })
+	rep.APIErrors = apiErrors(after, r.before)
+	for k, n := range CounterDelta(after.Counters("etcd_request_errors_total", "operation", "type"), r.before.Counters("etcd_request_errors_total", "operation", "type")) {
+		p := strings.Split(k, "|")
+		rep.StoreErrors = append(rep.StoreErrors, StoreErrorCount{Operation: p[0], Type: p[1], Count: n})
+	}
+	sort.Slice(rep.StoreErrors, func(i, j int) bool { return rep.StoreErrors[i].Count > rep.StoreErrors[j].Count })
 	// Store requests as kube-apiserver issued them.
 	sd := Delta(after.Histograms("etcd_request_duration_seconds", "operation"), r.before.Histograms("etcd_request_duration_seconds", "operation"))
 	all := Delta(after.Histograms("etcd_request_duration_seconds"), r.before.Histograms("etcd_request_duration_seconds"))
@@ -245,6 +271,27 @@ func (r *Recorder) Stop(ctx context.Context, pods *PodRun) (*Report, error) {
 	}
 	rep.PodStartupSLOMet = pods == nil || (pods.Running == pods.Count && pods.StartupP99Sec <= SLOPodStartupSeconds)
 	return rep, nil
+}
+
+// apiErrors: the requests answered with a code ≥ 400 between two scrapes, per verb, resource
+// and code, most first.
+func apiErrors(after, before *Snapshot) []APIErrorCount {
+	by := []string{"verb", "resource", "code"}
+	var out []APIErrorCount
+	for k, n := range CounterDelta(after.Counters("apiserver_request_total", by...), before.Counters("apiserver_request_total", by...)) {
+		p := strings.Split(k, "|")
+		if code, err := strconv.Atoi(p[2]); err != nil || code < 400 {
+			continue
+		}
+		out = append(out, APIErrorCount{Verb: p[0], Resource: p[1], Code: p[2], Count: n})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Count != out[j].Count {
+			return out[i].Count > out[j].Count
+		}
+		return out[i].Verb+out[i].Resource+out[i].Code < out[j].Verb+out[j].Resource+out[j].Code
+	})
+	return out
 }
 
 func secs(v float64) string {
