@@ -88,6 +88,9 @@ demo-store: build
 # compacted (BENCH_MEMORY_KEYS=0 skips it; 1M takes ~8 min, mostly etcd), and `bench state` (issue 14) with BENCH_STATE_NODES
 # nodes + as many pods and leases loaded, listed, watched and restarted (default 0 = skipped; 100000 takes ~4 min, its memory
 # ~3 GiB for etcd on tmpfs, 300000 three times that). Writes docs/benchmarks.md and docs/bench/ from the JSON results.
+# Then `bench apiserver-failover` (issue 36): kube-apiserver on a 3-member store group with BENCH_APIFAILOVER_NODES KWOK
+# nodes, the store's leader SIGKILLed while pods are created at 20/s, 30 s windows before and after (0 skips it; it
+# needs `make k8s-bins`; about 3 minutes at 100 nodes); its output goes to BENCH_APIFAILOVER_OUT, not into the report.
 BENCH_DURATION ?= 10s
 BENCH_ROUNDS ?= 3
 BENCH_FSYNC ?= 1
@@ -95,8 +98,10 @@ BENCH_MEMORY_KEYS ?= 1000000
 BENCH_STATE_NODES ?= 0
 BENCH_OUT ?= $(BIN)/bench-results
 BENCH_DISK_DIR ?= $(BIN)/bench-disk
+BENCH_APIFAILOVER_NODES ?= 100
+BENCH_APIFAILOVER_OUT ?= $(BIN)/bench-apiserver-failover
 BENCH_FLAGS = --duration $(BENCH_DURATION) --rounds $(BENCH_ROUNDS) --target both
-bench: build
+bench: build $(if $(filter-out 0,$(BENCH_APIFAILOVER_NODES)),k8s-bins)
 	@rm -rf $(BENCH_OUT) && mkdir -p $(BENCH_OUT) $(BENCH_DISK_DIR)
 	-$(MEGANODE_BIN) bench put $(BENCH_FLAGS) --label buffered --clients 1,16,100,1000 --conns 10 \
 	  --key-size 48 --val-size 1024 --key-space-size 100000 --store-args=--durability=buffered --out $(BENCH_OUT)/put-buffered
@@ -113,6 +118,8 @@ bench: build
 	  --out $(BENCH_OUT)/memory; fi
 	-if [ "$(BENCH_STATE_NODES)" != 0 ]; then $(MEGANODE_BIN) bench state --nodes $(BENCH_STATE_NODES) --target both \
 	  --out $(BENCH_OUT)/state; fi
+	-if [ "$(BENCH_APIFAILOVER_NODES)" != 0 ]; then $(MEGANODE_BIN) bench apiserver-failover --nodes $(BENCH_APIFAILOVER_NODES) \
+	  --rate 20 --warmup 10s --window 30s --downtime 5s --state-dir $(BIN)/bench-apiserver-failover-state --out $(BENCH_APIFAILOVER_OUT); fi
 	$(MEGANODE_BIN) bench report --in $$(ls -d $(BENCH_OUT)/*/ | paste -sd, -) --md docs/benchmarks.md --charts docs/bench
 
 # Real Kubernetes components for `meganode up`: kube-apiserver, kube-controller-manager and kube-scheduler from
