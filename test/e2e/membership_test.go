@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"sort"
 	"strings"
@@ -264,6 +265,7 @@ func membershipScript(t *testing.T, g *memberGroup) []string {
 	step("a put through the learner", answer(err, "put"))
 	st, err := lc.Status(ctx(), ep)
 	step("the learner's status", answer(err, fmt.Sprintf("isLearner=%v", st != nil && st.IsLearner)))
+	step("the learner's /readyz", readyzNonLearner(ep))
 	var promoted error
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
 		if promoted = promote(id); promoted == nil || !strings.Contains(promoted.Error(), "in sync") {
@@ -311,4 +313,22 @@ func TestMembershipAsEtcd(t *testing.T) {
 			t.Logf("%s", w)
 		}
 	}
+}
+
+// readyzNonLearner: the status of GET /readyz?verbose on a client URL and its
+// non_learner line (a learner is not ready for clients' writes and linearizable reads).
+func readyzNonLearner(endpoint string) string {
+	resp, err := http.Get("http://" + endpoint + "/readyz?verbose")
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	line := "no non_learner line"
+	for _, l := range strings.Split(string(body), "\n") {
+		if strings.Contains(l, "non_learner") {
+			line = l
+		}
+	}
+	return fmt.Sprintf("%d %s", resp.StatusCode, line)
 }

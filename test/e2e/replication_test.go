@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -260,6 +261,13 @@ func TestReplicatedGroup(t *testing.T) {
 	must(t, "get on the restarted member", err)
 	if r.Count != 151 {
 		t.Errorf("the restarted member counts %d keys, want 151", r.Count)
+	}
+	// Caught up, every member is ready again (/readyz's linearizable_read
+	// fails while a member knows no leader or catches up).
+	for i, m := range g.Members {
+		if got := readyz(t, m.MetricsURL); got != 200 {
+			t.Errorf("m%d: /readyz %d after the catch-up, want 200", i, got)
+		}
 	}
 
 	// The follower's watch: every put and delete once, in revision order.
@@ -601,4 +609,12 @@ func TestRemovedMemberStops(t *testing.T) {
 	o := (l + 2) % 3
 	_, err = clis[o].Put(ctxT(t), "k/last", "1")
 	must(t, "put through the other member left", err)
+}
+
+func readyz(t *testing.T, base string) int {
+	t.Helper()
+	resp, err := http.Get(base + "/readyz")
+	must(t, "GET /readyz", err)
+	resp.Body.Close()
+	return resp.StatusCode
 }

@@ -19,6 +19,10 @@ const READYZ: [&str; 4] = ["data_corruption", "serializable_read", "linearizable
 
 const TEXT: &str = "text/plain; charset=utf-8";
 
+/// Entries a ready member may have committed and not yet applied (a busy
+/// member applies a few behind its commit index all the time).
+const CAUGHT_UP_SLACK: u64 = 1000;
+
 /// The answer to an HTTP GET of one of etcd's endpoints, served here and on
 /// --listen-metrics-urls: (status line, content type, body); None for any
 /// other path.
@@ -71,17 +75,32 @@ fn health(ctx: &Ctx, excluded: &[String]) -> (&'static str, &'static str, String
 
 /// etcd's /livez and /readyz: every check not excluded, `[+]name ok` or
 /// `[-]name failed: why` per line; 503 with the lines when one fails, else
-/// "ok" (after the lines with ?verbose). Reads cannot fail here (memory), and
-/// there is no learner, so only data_corruption (the CORRUPT alarm) can fail.
+/// "ok" (after the lines with ?verbose). Serializable reads cannot fail here
+/// (memory). data_corruption fails on the CORRUPT alarm; in a group,
+/// non_learner on a learner, and linearizable_read on a member that knows no
+/// leader or is still catching up after a restart (its reads would wait, as a
+/// partitioned etcd member's do: its readiness probe takes it out of the
+/// client Service meanwhile).
 fn checks(ctx: &Ctx, list: &[&str], excluded: &[String], verbose: bool) -> (&'static str, &'static str, String) {
     let mut lines = String::new();
     let mut failed = false;
+    let st = ctx.replica.get().map(|r| r.status());
     for name in list.iter().filter(|c| !excluded.iter().any(|e| e == *c)) {
-        if *name == "data_corruption" && ctx.store.alarms.corrupt() {
-            failed = true;
-            lines.push_str("[-]data_corruption failed: alarm activated: CORRUPT\n");
-        } else {
-            lines.push_str(&format!("[+]{name} ok\n"));
+        let why = match (*name, &st) {
+            ("data_corruption", _) if ctx.store.alarms.corrupt() => Some("alarm activated: CORRUPT"),
+            ("non_learner", Some(st)) if st.is_learner() => Some("not supported for learner"),
+            ("linearizable_read", Some(st)) if st.leader == 0 => Some("etcdserver: no leader"),
+            ("linearizable_read", Some(st)) if st.catching_up || st.applied_index < st.commit_index.saturating_sub(CAUGHT_UP_SLACK) => {
+                Some("catching up with the group's log")
+            }
+            _ => None,
+        };
+        match why {
+            Some(why) => {
+                failed = true;
+                lines.push_str(&format!("[-]{name} failed: {why}\n"));
+            }
+            None => lines.push_str(&format!("[+]{name} ok\n")),
         }
     }
     if failed {
