@@ -224,6 +224,42 @@ func membershipScript(t *testing.T, g *memberGroup) []string {
 		}
 		return fmt.Sprintf("http://127.0.0.1:%d", p)
 	}
+	// Two learners at once: one is added; the other is not (etcd refuses it as it
+	// applies the change and its caller waits out its deadline; the store checks
+	// one change at a time and answers "too many learner members in cluster" —
+	// logged, not compared). The one added is removed again (a learner goes freely).
+	var race sync.WaitGroup
+	raced := make([]error, 2)
+	racedID := make([]uint64, 2)
+	for i := range raced {
+		race.Add(1)
+		go func(i int, url string) {
+			defer race.Done()
+			c, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+			defer cancel()
+			r, err := cc.MemberAdd(c, &pb.MemberAddRequest{PeerURLs: []string{url}, IsLearner: true})
+			raced[i] = err
+			if r != nil {
+				racedID[i] = r.Member.ID
+			}
+		}(i, freePeer())
+	}
+	race.Wait()
+	addedInRace := 0
+	for _, err := range raced {
+		if err == nil {
+			addedInRace++
+		} else {
+			t.Logf("the learner not added in the race: %v", err)
+		}
+	}
+	step("two learners added at once", fmt.Sprintf("%d added", addedInRace))
+	for i, err := range raced {
+		if err == nil {
+			_, err = cc.MemberRemove(ctx(), &pb.MemberRemoveRequest{ID: racedID[i]})
+			step("remove the learner added in the race", answer(err, "removed"))
+		}
+	}
 	newPeer := freePeer()
 	added, err := add(newPeer)
 	step("add a learner", answer(err, "added, learner="+fmt.Sprint(added != nil && added.Member.IsLearner)))

@@ -111,6 +111,7 @@ impl PbClusterService for ClusterService {
     async fn member_remove(&self, r: Request<PbMemberRemoveRequest>) -> Result<Response<PbMemberRemoveResponse>, Status> {
         self.admin(&r)?;
         if let Some(g) = self.0.replica.get() {
+            let _one = ONE_CHANGE.lock().await;
             let id = r.get_ref().id;
             if !g.members().iter().any(|m| m.id == id) {
                 return Err(not_found());
@@ -132,6 +133,7 @@ impl PbClusterService for ClusterService {
         if let Some(g) = self.0.replica.get() {
             let PbMemberUpdateRequest { id, peer_ur_ls } = r.into_inner();
             reachable_peer_urls(&peer_ur_ls)?;
+            let _one = ONE_CHANGE.lock().await;
             let ms = g.members();
             if !ms.iter().any(|m| m.id == id) {
                 return Err(not_found());
@@ -175,6 +177,7 @@ impl PbClusterService for ClusterService {
     async fn member_promote(&self, r: Request<PbMemberPromoteRequest>) -> Result<Response<PbMemberPromoteResponse>, Status> {
         self.admin(&r)?;
         if let Some(g) = self.0.replica.get() {
+            let _one = ONE_CHANGE.lock().await;
             let id = r.get_ref().id;
             if !g.members().iter().any(|m| m.id == id) {
                 return Err(not_found());
@@ -216,6 +219,12 @@ fn started_voters(g: &Replica, voters: &[u64]) -> Vec<u64> {
     g.members().into_iter().filter(|m| voters.contains(&m.id) && !m.name.is_empty()).map(|m| m.id).collect()
 }
 
+/// One membership change at a time on this member, from its checks to its
+/// application: two MemberAdds that each pass "too many learners" or the
+/// quorum checks alone must not both go through (etcd checks under its
+/// cluster's lock as it applies).
+static ONE_CHANGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// In a group the members dial each other's first peer URL, over plain TCP:
 /// an https:// or unix:// URL etcd would take names a member nobody here could
 /// reach (peer TLS is not built), so it is refused before it enters the log.
@@ -234,6 +243,7 @@ impl ClusterService {
     async fn group_add(&self, g: &Replica, req: PbMemberAddRequest) -> Result<Response<PbMemberAddResponse>, Status> {
         let urls: Vec<String> = req.peer_ur_ls.iter().map(|u| u.trim().to_string()).collect();
         reachable_peer_urls(&urls)?;
+        let _one = ONE_CHANGE.lock().await;
         let status = g.status();
         let voters = &status.members.voters;
         // etcd's mayAddMember (strict reconfiguration): a new voter must leave the
