@@ -8,6 +8,7 @@ package main
 // (every create call and every HTTP attempt under it) — then every pod checked.
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,6 +32,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
@@ -67,6 +69,9 @@ type apiFailoverWindow struct {
 	Attempts      []bench.CallStats  `json:"client_http_attempts"`
 	CallErrors    []bench.ErrorCount `json:"client_call_errors,omitempty"`
 	AttemptErrors []bench.ErrorCount `json:"client_attempt_errors,omitempty"`
+	// ServerLogErrors: the errors kube-apiserver answered with a 500 to any client, as its log
+	// names them ("apiserver received an error that is not an metav1.Status").
+	ServerLogErrors []bench.ErrorCount `json:"server_log_errors,omitempty"`
 	// The machine: busy (user+nice+system) CPU seconds over all cores, the cores' count, and
 	// this bench's own CPU (the load generator shares the cores).
 	HostBusyCPUSeconds float64 `json:"host_busy_cpu_seconds"`
@@ -125,10 +130,11 @@ type apiFailoverResult struct {
 	Check    apiFailoverCheck     `json:"check"`
 	Timeline []bench.TimelineStep `json:"create_timeline"` // per second, from 10 s before the kill to the window's end
 	// Over the whole run.
-	CallErrors    []bench.ErrorCount `json:"client_call_errors_all,omitempty"`
-	AttemptErrors []bench.ErrorCount `json:"client_attempt_errors_all,omitempty"`
-	Target        apiFailoverTarget  `json:"target"`
-	Error         string             `json:"error,omitempty"`
+	CallErrors      []bench.ErrorCount `json:"client_call_errors_all,omitempty"`
+	AttemptErrors   []bench.ErrorCount `json:"client_attempt_errors_all,omitempty"`
+	ServerLogErrors []bench.ErrorCount `json:"server_log_errors_all,omitempty"`
+	Target          apiFailoverTarget  `json:"target"`
+	Error           string             `json:"error,omitempty"`
 }
 
 // apiFailoverTarget is issue 36's target, judged on the window after the kill.
@@ -181,13 +187,28 @@ func normalizeErr(s string) string {
 	return s
 }
 
-// classifyErr is a client-go error's class and whether it is a timeout.
+// statusClass is an error answer's class: code, reason (when there is one), message.
+func statusClass(code int, reason, msg string) string {
+	if reason != "" {
+		return normalizeErr(fmt.Sprintf("%d %s: %s", code, reason, msg))
+	}
+	return normalizeErr(fmt.Sprintf("%d: %s", code, msg))
+}
+
+// storeTimedOut: the store's own timeout passed through by kube-apiserver as a 500 with no
+// reason — etcd's "request timed out" (ErrTimeout), "…, possibly due to previous leader
+// failure" (ErrTimeoutDueToLeaderFail, a write whose leader died before answering), "…, possibly
+// due to connection lost" — which client-go does not retry (no Retry-After); its caller does.
+func storeTimedOut(msg string) bool { return strings.Contains(msg, "etcdserver: request timed out") }
+
+// classifyErr is a client-go error's class and whether it is a timeout (kube-apiserver's
+// Timeout or ServerTimeout, the store's, or the client's deadline).
 func classifyErr(err error) (string, bool) {
 	var st apierrors.APIStatus
 	if errors.As(err, &st) {
 		s := st.Status()
-		to := apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || s.Code == http.StatusGatewayTimeout
-		return normalizeErr(fmt.Sprintf("%d %s: %s", s.Code, s.Reason, s.Message)), to
+		to := apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || s.Code == http.StatusGatewayTimeout || storeTimedOut(s.Message)
+		return statusClass(int(s.Code), string(s.Reason), s.Message), to
 	}
 	var ne net.Error
 	to := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
@@ -220,18 +241,81 @@ func (a *attemptRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 		resp.Body.Close()
 		resp.Body = io.NopCloser(bytes.NewReader(b))
-		var st metav1.Status
 		reason, msg := "", strings.TrimSpace(string(b))
-		if json.Unmarshal(b, &st) == nil && st.Kind == "Status" {
+		if st, ok := decodeStatus(b); ok {
 			reason, msg = string(st.Reason), st.Message
 		}
-		s.Err = normalizeErr(fmt.Sprintf("%d %s: %s", resp.StatusCode, reason, msg))
+		s.Err = statusClass(resp.StatusCode, reason, msg)
 		s.RetryAfter = resp.Header.Get("Retry-After") != ""
 		s.Timeout = resp.StatusCode == http.StatusGatewayTimeout || reason == string(metav1.StatusReasonTimeout) ||
-			reason == string(metav1.StatusReasonServerTimeout)
+			reason == string(metav1.StatusReasonServerTimeout) || storeTimedOut(msg)
 	}
 	a.log.add(s)
 	return resp, nil
+}
+
+// decodeStatus decodes an error answer's Status, JSON or protobuf (client-go asks for
+// protobuf for built-in types).
+func decodeStatus(b []byte) (*metav1.Status, bool) {
+	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
+	if err == nil {
+		if st, ok := obj.(*metav1.Status); ok {
+			return st, true
+		}
+	}
+	var st metav1.Status
+	if json.Unmarshal(b, &st) == nil && st.Kind == "Status" {
+		return &st, true
+	}
+	return nil, false
+}
+
+// unhandledPrefix starts the message kube-apiserver logs for each request it answers with a
+// 500 because the error was no Status (the store's errors among them).
+const unhandledPrefix = "apiserver received an error that is not an metav1.Status: "
+
+// apiserverLogErrors reads kube-apiserver's log for the requests it failed with an error that
+// was no Status (klog: E1128 23:43:51.670991 … "Unhandled Error" err="apiserver received an
+// error that is not an metav1.Status: <Go value>: <message>"), each a sample at its time
+// (klog's local time, in ref's year) with the message as its class.
+func apiserverLogErrors(r io.Reader, ref time.Time) []bench.CallSample {
+	var out []bench.CallSample
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 1<<20), 16<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		i := strings.Index(line, `err="`)
+		if len(line) < 21 || line[0] != 'E' || i < 0 || !strings.Contains(line, unhandledPrefix) {
+			continue
+		}
+		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
+		if err != nil {
+			continue
+		}
+		at = at.AddDate(ref.Year(), 0, 0)
+		// The quoted value: up to the first quote not escaped.
+		j := i + len(`err=`)
+		k := j + 1
+		for k < len(line) && line[k] != '"' {
+			if line[k] == '\\' {
+				k++
+			}
+			k++
+		}
+		if k >= len(line) {
+			continue
+		}
+		msg, err := strconv.Unquote(line[j : k+1])
+		if err != nil {
+			continue
+		}
+		msg = strings.TrimPrefix(msg, unhandledPrefix)
+		if c := strings.Index(msg, "}: "); c >= 0 {
+			msg = msg[c+3:]
+		}
+		out = append(out, bench.CallSample{Start: at, Verb: "?", Code: http.StatusInternalServerError, Err: normalizeErr("500: " + msg), Timeout: storeTimedOut(msg)})
+	}
+	return out
 }
 
 // requestVerb names a request as kube-apiserver's metrics do (verb, resource).
@@ -438,6 +522,7 @@ func (l *podLoad) createdSet() map[string]bool {
 // podWatch follows the load's pods from before the first create: resourceVersions in order,
 // every create's ADDED, resumed from the last resourceVersion when the stream ends.
 type podWatch struct {
+	logf     func(string, ...any)
 	mu       sync.Mutex
 	order    bench.RVOrder
 	added    map[string]bool
@@ -502,7 +587,9 @@ func (w *podWatch) run(ctx context.Context, cs kubernetes.Interface, ns, selecto
 		if ctx.Err() == nil {
 			w.mu.Lock()
 			w.restarts++
+			last := w.order.Last
 			w.mu.Unlock()
+			w.logf("the pods' watch ended (resourceVersion %d): resuming from %s", last, rv)
 		}
 	}
 }
@@ -543,7 +630,7 @@ func startWindow(ctx context.Context, st *cluster.State, name string) (*windowMe
 	return m, nil
 }
 
-func (m *windowMeter) stop(ctx context.Context, calls, attempts []bench.CallSample) (apiFailoverWindow, error) {
+func (m *windowMeter) stop(ctx context.Context) (apiFailoverWindow, error) {
 	to := time.Now()
 	rep, err := m.rec.Stop(ctx, nil)
 	host, _ := bench.ReadHostCPU()
@@ -565,11 +652,17 @@ func (m *windowMeter) stop(ctx context.Context, calls, attempts []bench.CallSamp
 		w.HostBusyPercent = 100 * float64(host.Busy-m.host.Busy) / float64(host.Total-m.host.Total)
 	}
 	w.BenchCPUSeconds = self.CPUMicros / 1e6
+	return w, nil
+}
+
+// clientSide fills in the window's client figures (once every call has returned: a call
+// belongs to the window it started in) and kube-apiserver's failures its log names.
+func (w *apiFailoverWindow) clientSide(calls, attempts, serverLog []bench.CallSample) {
 	w.Calls = bench.SummarizeCalls(calls, w.Window)
 	w.Attempts = bench.SummarizeCalls(attempts, w.Window)
 	w.CallErrors = bench.CountErrors(calls, w.Window)
 	w.AttemptErrors = bench.CountErrors(attempts, w.Window)
-	return w, nil
+	w.ServerLogErrors = bench.CountErrors(serverLog, w.Window)
 }
 
 // cpuCount is the cores /proc/stat lists.
@@ -641,7 +734,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	if err != nil {
 		return res, err
 	}
-	pw := &podWatch{added: map[string]bool{}, bound: map[string]bool{}}
+	pw := &podWatch{logf: s.logf, added: map[string]bool{}, bound: map[string]bool{}}
 	wctx, stopWatch := context.WithCancel(ctx)
 	watchDone := make(chan struct{})
 	go func() { defer close(watchDone); pw.run(wctx, cs, ns, selector, first.ResourceVersion) }()
@@ -706,8 +799,15 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	if err != nil {
 		return res, err
 	}
-	wb, err := before.stop(context.WithoutCancel(ctx), load.calls.all(), attempts.all())
+	wb, err := before.stop(context.WithoutCancel(ctx))
 	res.Windows = append(res.Windows, wb)
+	if err != nil {
+		return res, err
+	}
+	// The window after the kill takes its first scrape before it: while a member is down,
+	// kube-apiserver's /metrics waits up to a second per storage for its size (a Status to a
+	// random member, the dead one among them), some 20 s in all.
+	after, err := startWindow(ctx, st, "after-kill")
 	if err != nil {
 		return res, err
 	}
@@ -718,11 +818,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 		return res, err
 	}
 	kill := time.Now()
-	res.Kill.At = kill
-	after, err := startWindow(ctx, st, "after-kill")
-	if err != nil {
-		return res, err
-	}
+	res.Kill.At, after.from = kill, kill
 	s.logf("SIGKILL store leader %s (pid %d) at %s; window after the kill starts", leader.Name, leader.Pid, kill.Format("15:04:05.000"))
 	newLeader := make(chan struct{})
 	go func() {
@@ -771,7 +867,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	}()
 	ticker(kill.Add(s.Window))
 	<-restarted // the restart is inside the window (validate: Downtime < Window)
-	wa, err := after.stop(context.WithoutCancel(ctx), load.calls.all(), attempts.all())
+	wa, err := after.stop(context.WithoutCancel(ctx))
 	res.Windows = append(res.Windows, wa)
 	if err != nil {
 		return res, err
@@ -790,6 +886,17 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	whole := bench.Window{Name: "run", From: res.Start, To: time.Now().Add(time.Hour)}
 	res.CallErrors = bench.CountErrors(calls, whole)
 	res.AttemptErrors = bench.CountErrors(attempts.all(), whole)
+	var serverLog []bench.CallSample
+	if api := st.Component("kube-apiserver"); api != nil {
+		if f, err := os.Open(api.Log); err == nil {
+			serverLog = apiserverLogErrors(f, res.Start)
+			f.Close()
+		}
+	}
+	res.ServerLogErrors = bench.CountErrors(serverLog, whole)
+	for i := range res.Windows {
+		res.Windows[i].clientSide(calls, attempts.all(), serverLog)
+	}
 
 	// The end: every pod bound (or the settle timeout), a quorum list, the watch, HashKV.
 	created := load.createdSet()
@@ -882,10 +989,15 @@ func judgeAPIFailover(r *apiFailoverResult) apiFailoverTarget {
 			t.Over = append(t.Over, fmt.Sprintf("client %s %s p99 %.0f ms", c.Verb, c.Resource, c.P99Ms))
 		}
 	}
-	for _, e := range append(append([]bench.ErrorCount(nil), r.CallErrors...), r.AttemptErrors...) {
-		if !e.Timeout {
-			t.OnlyRetriedTimeouts = false
-			t.Failures = append(t.Failures, fmt.Sprintf("%d× %s", e.Count, e.Error))
+	for _, set := range []struct {
+		who  string
+		errs []bench.ErrorCount
+	}{{"this client's calls", r.CallErrors}, {"this client's HTTP attempts", r.AttemptErrors}, {"kube-apiserver's log (any client)", r.ServerLogErrors}} {
+		for _, e := range set.errs {
+			if !e.Timeout {
+				t.OnlyRetriedTimeouts = false
+				t.Failures = append(t.Failures, fmt.Sprintf("%s: %d× %s", set.who, e.Count, e.Error))
+			}
 		}
 	}
 	if r.Check.FailedPods > 0 {

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,9 +12,13 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
@@ -220,6 +226,15 @@ func TestJudgeAPIFailover(t *testing.T) {
 		t.Errorf("an internal error: %+v", tg)
 	}
 	r = ok()
+	r.ServerLogErrors = []bench.ErrorCount{{Error: "500: etcdserver: request timed out", Count: 3, Timeout: true}}
+	if tg := judgeAPIFailover(r); !tg.Met {
+		t.Errorf("store timeouts another client got: %+v", tg)
+	}
+	r.ServerLogErrors = append(r.ServerLogErrors, bench.ErrorCount{Error: "500: rpc error: code = Unavailable desc = connection reset by peer", Count: 2})
+	if tg := judgeAPIFailover(r); tg.Met || tg.OnlyRetriedTimeouts || len(tg.Failures) != 1 {
+		t.Errorf("a connection reset another client got: %+v", tg)
+	}
+	r = ok()
 	r.Check.Missing = 1
 	if tg := judgeAPIFailover(r); tg.Met || tg.AllPresent {
 		t.Errorf("a missing pod: %+v", tg)
@@ -231,5 +246,61 @@ func TestJudgeAPIFailover(t *testing.T) {
 	}
 	if tg := judgeAPIFailover(&apiFailoverResult{}); tg.Met {
 		t.Error("no window measured: met")
+	}
+}
+
+// kube-apiserver's log names the errors it answered with a 500 (its metric has the code only).
+func TestAPIServerLogErrors(t *testing.T) {
+	log := `I1128 23:43:50.000001   22853 something.go:1] fine
+E1128 23:43:51.670991   22853 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: rpctypes.EtcdError{code:0xe, desc:\"etcdserver: request timed out, possibly due to previous leader failure\"}: etcdserver: request timed out, possibly due to previous leader failure" logger="UnhandledError"
+E1128 23:43:51.678818   22853 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: &status.Error{s:(*status.Status)(0x232214680780)}: rpc error: code = Unavailable desc = error reading from server: connection reset by peer" logger="UnhandledError"
+E1128 23:42:01.654972   22853 controller.go:156] "Error while syncing ConfigMap" err="namespaces \"kube-system\" not found" logger="UnhandledError"
+`
+	ref := time.Date(2026, 11, 28, 23, 40, 0, 0, time.Local)
+	got := apiserverLogErrors(strings.NewReader(log), ref)
+	if len(got) != 2 {
+		t.Fatalf("%d errors, want 2: %+v", len(got), got)
+	}
+	if want := time.Date(2026, 11, 28, 23, 43, 51, 670991000, time.Local); !got[0].Start.Equal(want) {
+		t.Errorf("time %v, want %v", got[0].Start, want)
+	}
+	if got[0].Err != "500: etcdserver: request timed out, possibly due to previous leader failure" || !got[0].Timeout {
+		t.Errorf("first: %+v", got[0])
+	}
+	if got[1].Err != "500: rpc error: code = Unavailable desc = error reading from server: connection reset by peer" || got[1].Timeout {
+		t.Errorf("second: %+v", got[1])
+	}
+	// Counted per window as the client's errors are.
+	errs := bench.CountErrors(got, bench.Window{From: ref, To: ref.Add(5 * time.Minute)})
+	if len(errs) != 2 || errs[0].Count != 1 {
+		t.Errorf("per window: %+v", errs)
+	}
+}
+
+// client-go asks for protobuf: an error answer's Status is decoded either way.
+func TestDecodeStatus(t *testing.T) {
+	st := &metav1.Status{TypeMeta: metav1.TypeMeta{Kind: "Status", APIVersion: "v1"}, Status: metav1.StatusFailure, Code: 500,
+		Message: "etcdserver: request timed out, possibly due to previous leader failure"}
+	info, ok := runtime.SerializerInfoForMediaType(scheme.Codecs.SupportedMediaTypes(), runtime.ContentTypeProtobuf)
+	if !ok {
+		t.Fatal("no protobuf serializer")
+	}
+	var pb bytes.Buffer
+	if err := info.Serializer.Encode(st, &pb); err != nil {
+		t.Fatal(err)
+	}
+	js, _ := json.Marshal(st)
+	for name, b := range map[string][]byte{"protobuf": pb.Bytes(), "json": js} {
+		got, ok := decodeStatus(b)
+		if !ok || got.Code != 500 || got.Message != st.Message {
+			t.Errorf("%s: %v %+v", name, ok, got)
+		}
+	}
+	if _, ok := decodeStatus([]byte("<html>bad gateway</html>")); ok {
+		t.Error("decoded a page that is no Status")
+	}
+	// The store's timeout, passed through as a 500 without a reason, is a timeout.
+	if class, to := classifyErr(&apierrors.StatusError{ErrStatus: *st}); !to || class != "500: etcdserver: request timed out, possibly due to previous leader failure" {
+		t.Errorf("store timeout: %q %v", class, to)
 	}
 }

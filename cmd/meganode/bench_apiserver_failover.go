@@ -279,13 +279,21 @@ func apiFailoverSummary(r *apiFailoverResult) string {
 		}
 		if w.Server != nil {
 			for _, e := range w.Server.APIErrors {
-				fmt.Fprintf(&b, "  %s, kube-apiserver answered %s to %.0f× %s %s (every client)\n", w.Name, e.Code, e.Count, e.Verb, e.Resource)
+				res := e.Resource
+				if e.Subresource != "" {
+					res += "/" + e.Subresource
+				}
+				fmt.Fprintf(&b, "  %s, kube-apiserver answered %s to %.0f× %s %s (every client)\n", w.Name, e.Code, e.Count, e.Verb, res)
 				listed = true
 			}
 			for _, e := range w.Server.StoreErrors {
-				fmt.Fprintf(&b, "  %s, kube-apiserver's store requests failed: %.0f× %s %s\n", w.Name, e.Count, e.Operation, e.Type)
+				fmt.Fprintf(&b, "  %s, kube-apiserver's store requests failed: %.0f× %s %s\n", w.Name, e.Count, e.Operation, e.Resource)
 				listed = true
 			}
+		}
+		for _, e := range w.ServerLogErrors {
+			fmt.Fprintf(&b, "  %s, kube-apiserver's log, a 500 to any client: %d× %s (timeout: %v)\n", w.Name, e.Count, e.Error, e.Timeout)
+			listed = true
 		}
 	}
 	if !listed {
@@ -319,6 +327,16 @@ func apiFailoverSummary(r *apiFailoverResult) string {
 	for _, e := range t.Failures {
 		fmt.Fprintf(&b, "  failure: %s\n", e)
 	}
+	timeouts := func(errs []bench.ErrorCount) (n int) {
+		for _, e := range errs {
+			if e.Timeout {
+				n += e.Count
+			}
+		}
+		return n
+	}
+	fmt.Fprintf(&b, "  timeouts: %d of this client's calls (%d HTTP attempts), each retried until its pod was created; %d in kube-apiserver's log (any client)\n",
+		timeouts(r.CallErrors), timeouts(r.AttemptErrors), timeouts(r.ServerLogErrors))
 	if t.Server5xx > 0 {
 		fmt.Fprintf(&b, "  kube-apiserver answered %.0f requests with a 5xx after the kill (every client; its metric has the code only)\n", t.Server5xx)
 	}

@@ -53,17 +53,19 @@ type StoreOp struct {
 // APIErrorCount is how many requests kube-apiserver answered with one error code
 // (apiserver_request_total, code ≥ 400) for a verb and resource in the window, all clients.
 type APIErrorCount struct {
-	Verb     string  `json:"verb"`
-	Resource string  `json:"resource"`
-	Code     string  `json:"code"`
-	Count    float64 `json:"count"`
+	Verb        string  `json:"verb"`
+	Resource    string  `json:"resource"`
+	Subresource string  `json:"subresource,omitempty"`
+	Code        string  `json:"code"`
+	Count       float64 `json:"count"`
 }
 
-// StoreErrorCount is kube-apiserver's failed store requests by operation and object type
+// StoreErrorCount is kube-apiserver's failed store requests by operation and resource
 // (etcd_request_errors_total) in the window.
 type StoreErrorCount struct {
 	Operation string  `json:"operation"`
-	Type      string  `json:"type"`
+	Group     string  `json:"group,omitempty"`
+	Resource  string  `json:"resource"`
 	Count     float64 `json:"count"`
 }
 
@@ -233,9 +235,10 @@ func (r *Recorder) Stop(ctx context.Context, pods *PodRun) (*Report, error) {
 	}
 	sort.Slice(rep.APIByVerb, func(i, j int) bool { return rep.APIByVerb[i].Count > rep.APIByVerb[j].Count })
 	rep.APIErrors = apiErrors(after, r.before)
-	for k, n := range CounterDelta(after.Counters("etcd_request_errors_total", "operation", "type"), r.before.Counters("etcd_request_errors_total", "operation", "type")) {
+	ops := []string{"operation", "group", "resource"}
+	for k, n := range CounterDelta(after.Counters("etcd_request_errors_total", ops...), r.before.Counters("etcd_request_errors_total", ops...)) {
 		p := strings.Split(k, "|")
-		rep.StoreErrors = append(rep.StoreErrors, StoreErrorCount{Operation: p[0], Type: p[1], Count: n})
+		rep.StoreErrors = append(rep.StoreErrors, StoreErrorCount{Operation: p[0], Group: p[1], Resource: p[2], Count: n})
 	}
 	sort.Slice(rep.StoreErrors, func(i, j int) bool { return rep.StoreErrors[i].Count > rep.StoreErrors[j].Count })
 	// Store requests as kube-apiserver issued them.
@@ -276,20 +279,20 @@ func (r *Recorder) Stop(ctx context.Context, pods *PodRun) (*Report, error) {
 // apiErrors: the requests answered with a code ≥ 400 between two scrapes, per verb, resource
 // and code, most first.
 func apiErrors(after, before *Snapshot) []APIErrorCount {
-	by := []string{"verb", "resource", "code"}
+	by := []string{"verb", "resource", "subresource", "code"}
 	var out []APIErrorCount
 	for k, n := range CounterDelta(after.Counters("apiserver_request_total", by...), before.Counters("apiserver_request_total", by...)) {
 		p := strings.Split(k, "|")
-		if code, err := strconv.Atoi(p[2]); err != nil || code < 400 {
+		if code, err := strconv.Atoi(p[3]); err != nil || code < 400 {
 			continue
 		}
-		out = append(out, APIErrorCount{Verb: p[0], Resource: p[1], Code: p[2], Count: n})
+		out = append(out, APIErrorCount{Verb: p[0], Resource: p[1], Subresource: p[2], Code: p[3], Count: n})
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Count != out[j].Count {
 			return out[i].Count > out[j].Count
 		}
-		return out[i].Verb+out[i].Resource+out[i].Code < out[j].Verb+out[j].Resource+out[j].Code
+		return out[i].Verb+out[i].Resource+out[i].Subresource+out[i].Code < out[j].Verb+out[j].Resource+out[j].Subresource+out[j].Code
 	})
 	return out
 }
