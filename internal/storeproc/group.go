@@ -3,8 +3,11 @@ package storeproc
 import (
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Group is a replicated store group of real processes on loopback: member i is
@@ -20,6 +23,28 @@ type Group struct {
 // StartGroup starts n members with extraArgs each (e.g. --heartbeat-interval)
 // and waits until every one is ready to serve.
 func StartGroup(n int, extraArgs []string, stderr io.Writer) (*Group, error) {
+	return StartGroupWith(GroupOptions{Members: n, ExtraArgs: extraArgs, Stderr: stderr})
+}
+
+// GroupOptions describe a group for StartGroupWith; zero values as Options'.
+type GroupOptions struct {
+	Members   int
+	Bin       string   // as Options.Bin
+	ExtraArgs []string // every member's, after the cluster flags
+	Stderr    io.Writer
+	Scheme    string // client URLs' scheme: "http" (default) or "https" (peers stay http)
+	// DataRoot, when set, holds member i's data directory DataRoot/m<i>; else each
+	// member gets a temporary directory.
+	DataRoot     string
+	ReadyTimeout time.Duration // each member's, as Options.ReadyTimeout
+	Token        string        // --initial-cluster-token; "" keeps the store's default
+}
+
+// StartGroupWith starts o.Members members at once and waits until every one is
+// ready to serve; if one failed, the others are stopped once every start has
+// returned, and its error (with its log's tail) is returned.
+func StartGroupWith(o GroupOptions) (*Group, error) {
+	n := o.Members
 	peers := make([]string, n)
 	clients := make([]int, n)
 	for i := range peers {
@@ -39,11 +64,23 @@ func StartGroup(n int, extraArgs []string, stderr io.Writer) (*Group, error) {
 	var wg sync.WaitGroup
 	for i := range g.Members {
 		peerURL := strings.SplitN(peers[i], "=", 2)[1]
-		args := append([]string{"--initial-cluster", strings.Join(peers, ","), "--listen-peer-urls", peerURL}, extraArgs...)
+		args := []string{"--initial-cluster", strings.Join(peers, ","), "--listen-peer-urls", peerURL}
+		if o.Token != "" {
+			args = append(args, "--initial-cluster-token", o.Token)
+		}
+		args = append(args, o.ExtraArgs...)
+		opts := Options{Bin: o.Bin, Name: fmt.Sprintf("m%d", i), ClientPort: clients[i], ExtraArgs: args, Stderr: o.Stderr,
+			Scheme: o.Scheme, ReadyTimeout: o.ReadyTimeout}
+		if o.DataRoot != "" {
+			opts.DataDir = filepath.Join(o.DataRoot, opts.Name)
+			if err := os.MkdirAll(opts.DataDir, 0o700); err != nil {
+				return nil, err
+			}
+		}
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			g.Members[i], errs[i] = Start(Options{Name: fmt.Sprintf("m%d", i), ClientPort: clients[i], ExtraArgs: args, Stderr: stderr})
+			g.Members[i], errs[i] = Start(opts)
 		}(i)
 	}
 	wg.Wait()
