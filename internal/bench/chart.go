@@ -50,7 +50,7 @@ var (
 )
 
 func targetColor(t string) color.RGBA {
-	switch t {
+	switch kind, _ := targetKind(t); kind {
 	case TargetMeganode:
 		return colMeganode
 	case TargetEtcd:

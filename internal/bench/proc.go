@@ -153,6 +153,82 @@ type ProcUsage struct {
 	SystemUs  float64 `json:"system_us"`
 	RSSBytes  uint64  `json:"rss_bytes"`
 	PeakRSS   uint64  `json:"peak_rss_bytes"`
+
+	// A group's members (several processes, SumUsage): the figures above are their sums
+	// (PeakRSS the sum of each member's own peak), MaxMemberPeakRSS the largest member's.
+	Members          []MemberUsage `json:"members,omitempty"`
+	MaxMemberPeakRSS uint64        `json:"max_member_peak_rss_bytes,omitempty"`
+}
+
+// MemberUsage is one member's share of a group's ProcUsage.
+type MemberUsage struct {
+	Pid       int     `json:"pid"`
+	CPUMicros float64 `json:"cpu_us"`
+	RSSBytes  uint64  `json:"rss_bytes"`
+	PeakRSS   uint64  `json:"peak_rss_bytes"`
+}
+
+// SumUsage is a group's usage from its members' (pids[i] measured us[i]): CPU time and
+// memory summed over the members, each member's figures kept, the largest member's peak.
+// It is measured only if every member was: a sum missing a member would understate it.
+func SumUsage(pids []int, us []ProcUsage) ProcUsage {
+	out := ProcUsage{Measured: len(us) > 0}
+	for i, u := range us {
+		out.Measured = out.Measured && u.Measured
+		out.CPUMicros += u.CPUMicros
+		out.UserUs += u.UserUs
+		out.SystemUs += u.SystemUs
+		out.RSSBytes += u.RSSBytes
+		out.PeakRSS += u.PeakRSS
+		out.MaxMemberPeakRSS = max(out.MaxMemberPeakRSS, u.PeakRSS)
+		m := MemberUsage{CPUMicros: u.CPUMicros, RSSBytes: u.RSSBytes, PeakRSS: u.PeakRSS}
+		if i < len(pids) {
+			m.Pid = pids[i]
+		}
+		out.Members = append(out.Members, m)
+	}
+	if !out.Measured {
+		return ProcUsage{Members: out.Members}
+	}
+	return out
+}
+
+// ServerWatch is a ProcWatch over the server's processes: one server's, or every member
+// of a group (their usage summed by SumUsage).
+type ServerWatch struct {
+	pids []int
+	ws   []*ProcWatch
+}
+
+// StartServerWatch starts a watch on each pid (none: a watch that measures nothing).
+func StartServerWatch(pids []int) *ServerWatch {
+	s := &ServerWatch{pids: pids}
+	for _, p := range pids {
+		s.ws = append(s.ws, StartProcWatch(p))
+	}
+	return s
+}
+
+// Poll samples every process's resident set.
+func (s *ServerWatch) Poll() {
+	for _, w := range s.ws {
+		w.Poll()
+	}
+}
+
+// Stop takes the final samples: one process's usage as ProcWatch's, several summed.
+func (s *ServerWatch) Stop() ProcUsage {
+	switch len(s.ws) {
+	case 0:
+		return ProcUsage{}
+	case 1:
+		return s.ws[0].Stop()
+	}
+	us := make([]ProcUsage, len(s.ws))
+	for i, w := range s.ws {
+		us[i] = w.Stop()
+	}
+	return SumUsage(s.pids, us)
 }
 
 // Stop takes the final sample.

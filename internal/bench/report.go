@@ -107,6 +107,10 @@ func WriteTable(w io.Writer, rep *Report) {
 	tw.Flush()
 	var extra []string
 	for _, s := range sums {
+		if s.Members > 1 {
+			extra = append(extra, fmt.Sprintf("%s %s c=%d: srv µs/op and peak RSS are summed over the %d members' processes; "+
+				"the largest member's peak RSS %s", s.Name(), s.Target, s.Clients, s.Members, FmtBytes(s.MaxMemberPeakRSSBytes)))
+		}
 		switch s.Workload {
 		case "watch":
 			extra = append(extra, fmt.Sprintf("watch %s c=%d: %s events/s to %.0f watchers, write→event p50 %s p99 %s, %.0f missing, %.1f µs server CPU/event",
@@ -137,7 +141,7 @@ func WriteTable(w io.Writer, rep *Report) {
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 		fmt.Fprintln(tw, "workload\tclients\tthroughput\tserver CPU/op\tp99\tpeak RSS\t")
 		for _, c := range cmp {
-			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", c.Name, c.Clients, fmtX(c.ThroughputX()), fmtX(c.CPUX()),
+			fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%s\t%s\t\n", c.Label(), c.Clients, fmtX(c.ThroughputX()), fmtX(c.CPUX()),
 				fmtX(c.P99X()), fmtX(c.RSSX()))
 		}
 		tw.Flush()
@@ -392,6 +396,9 @@ func Goals(rep *Report) []Goal {
 		var best *Comparison
 		for i := range cmp {
 			c := &cmp[i]
+			if c.Members > 1 { // issue 4's goals are one server's
+				continue
+			}
 			ok := false
 			for _, n := range names {
 				ok = ok || c.Name == n
@@ -573,7 +580,11 @@ func WriteMarkdown(w io.Writer, rep *Report, charts []NamedChart, chartPrefix st
 			fmt.Fprintln(w, "| clients | throughput | server CPU per op | p99 latency | server peak RSS |")
 			fmt.Fprintln(w, "|---:|---:|---:|---:|---:|")
 			for _, c := range rows {
-				fmt.Fprintf(w, "| %d | %s | %s | %s | %s |\n", c.Clients, fmtX(c.ThroughputX()), fmtX(c.CPUX()), fmtX(c.P99X()), fmtX(c.RSSX()))
+				clients := fmt.Sprint(c.Clients)
+				if c.Members > 1 {
+					clients += fmt.Sprintf(" (%d members each)", c.Members)
+				}
+				fmt.Fprintf(w, "| %s | %s | %s | %s | %s |\n", clients, fmtX(c.ThroughputX()), fmtX(c.CPUX()), fmtX(c.P99X()), fmtX(c.RSSX()))
 			}
 			fmt.Fprintln(w)
 		}

@@ -116,11 +116,13 @@ type Run struct {
 	ops     atomic.Int64
 }
 
-// Result of one run against one target.
+// Result of one run against one target. Target is TargetName ("meganode", "etcd (3
+// members)"); for a group, Members is its size and Server the sum over its members.
 type Result struct {
 	Workload         string             `json:"workload"`
 	Label            string             `json:"label,omitempty"`
 	Target           string             `json:"target"`
+	Members          int                `json:"members,omitempty"`
 	Round            int                `json:"round"`
 	Clients          int                `json:"clients"`
 	Conns            int                `json:"conns"`
@@ -234,7 +236,7 @@ func Execute(ctx context.Context, wl Workload, t *Target, cfg Config, round int)
 		errCount atomic.Int64
 		firstErr atomic.Value
 	)
-	srv := StartProcWatch(t.Pid)
+	srv := StartServerWatch(t.ServerPids())
 	self := StartProcWatch(os.Getpid())
 	host0, _ := ReadHostCPU()
 	window := time.Now()
@@ -313,7 +315,7 @@ func Execute(ctx context.Context, wl Workload, t *Target, cfg Config, round int)
 		h.Merge(w.Hist)
 	}
 	res := &Result{
-		Workload: wl.Name(), Label: cfg.Label, Target: t.Name, Round: round,
+		Workload: wl.Name(), Label: cfg.Label, Target: t.Name, Members: t.Members, Round: round,
 		Clients: cfg.Clients, Conns: cfg.Conns, Started: started,
 		Params: map[string]any{
 			"key_size": cfg.KeySize, "val_size": cfg.ValSize, "key_space_size": cfg.KeySpaceSize,

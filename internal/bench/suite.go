@@ -111,7 +111,7 @@ func (p Plan) Execute(ctx context.Context) *Report {
 					rep.Runs = append(rep.Runs, res)
 				}
 				if err != nil {
-					msg := fmt.Sprintf("%s on %s, %d clients, round %d: %v", p.Workload, spec.Kind, c, round, err)
+					msg := fmt.Sprintf("%s on %s, %d clients, round %d: %v", p.Workload, spec.Name(), c, round, err)
 					rep.Failures = append(rep.Failures, msg)
 					p.Progress.Printf("FAILED: %s", msg)
 				} else if res != nil {
@@ -124,7 +124,7 @@ func (p Plan) Execute(ctx context.Context) *Report {
 }
 
 func (p Plan) one(ctx context.Context, spec TargetSpec, cfg Config, round int) (*Result, error) {
-	p.Progress.Phase(fmt.Sprintf("starting %s…", spec.Kind))
+	p.Progress.Phase(fmt.Sprintf("starting %s…", spec.Name()))
 	t, err := spec.Start()
 	if err != nil {
 		return nil, err
@@ -140,7 +140,15 @@ func (p Plan) one(ctx context.Context, spec TargetSpec, cfg Config, round int) (
 func oneLine(r *Result) string {
 	s := fmt.Sprintf("%s %s c=%d r%d: %s ops/s, p50 %s p99 %s", r.Name(), r.Target, r.Clients, r.Round,
 		HumanRate(r.OpsPerSec), FmtUs(r.Latency.P50Us), FmtUs(r.Latency.P99Us))
-	if r.Server.Measured {
+	if r.Server.Measured && len(r.Server.Members) > 1 {
+		per := make([]string, len(r.Server.Members))
+		for i, m := range r.Server.Members {
+			per[i] = fmt.Sprintf("%.1f", m.CPUMicros/float64(max(r.Ops, 1)))
+		}
+		s += fmt.Sprintf(", server %.1f µs/op summed over %d members (%s), peak RSS %s summed, %s the largest member",
+			r.ServerCPUPerOpUs, len(r.Server.Members), strings.Join(per, " + "), FmtBytes(float64(r.Server.PeakRSS)),
+			FmtBytes(float64(r.Server.MaxMemberPeakRSS)))
+	} else if r.Server.Measured {
 		s += fmt.Sprintf(", server %.1f µs/op, peak RSS %s", r.ServerCPUPerOpUs, FmtBytes(float64(r.Server.PeakRSS)))
 	}
 	if r.Errors > 0 {
@@ -171,6 +179,11 @@ type Summary struct {
 	OtherCores       float64            `json:"other_cores"`
 	Errors           int64              `json:"errors"`
 	Extra            map[string]float64 `json:"extra,omitempty"`
+
+	// A group's (Target "meganode (3 members)"): its members, and the largest member's
+	// peak RSS (median over the rounds); CPU and PeakRSSBytes above are summed over them.
+	Members               int     `json:"members,omitempty"`
+	MaxMemberPeakRSSBytes float64 `json:"max_member_peak_rss_bytes,omitempty"`
 }
 
 // Name with label.
@@ -214,6 +227,10 @@ func Summarize(runs []*Result) []*Summary {
 			OtherCores:       pick(func(r *Result) float64 { return r.OtherCores }),
 			Extra:            map[string]float64{},
 		}
+		if rs[0].Members > 1 {
+			s.Members = rs[0].Members
+			s.MaxMemberPeakRSSBytes = pick(func(r *Result) float64 { return float64(r.Server.MaxMemberPeakRSS) })
+		}
 		for _, r := range rs {
 			s.Errors += r.Errors
 		}
@@ -251,22 +268,34 @@ func workloadOrder(s *Summary) string {
 	return fmt.Sprintf("%d %s", i, s.Name())
 }
 
+// targetOrder sorts one server before groups (by size), meganode before etcd.
 func targetOrder(t string) string {
-	switch t {
+	kind, members := targetKind(t)
+	switch kind {
 	case TargetMeganode:
-		return "0"
+		return fmt.Sprintf("%06d 0", members)
 	case TargetEtcd:
-		return "1"
+		return fmt.Sprintf("%06d 1", members)
 	}
-	return "2" + t
+	return fmt.Sprintf("%06d 2%s", members, t)
 }
 
-// Comparison is meganode against etcd at one point.
+// Comparison is meganode against etcd at one point (one server each, or groups of
+// Members members each).
 type Comparison struct {
 	Name     string
 	Clients  int
+	Members  int // 1: one server each
 	Meganode *Summary
 	Etcd     *Summary
+}
+
+// Label is the comparison's workload name, with the members of groups.
+func (c Comparison) Label() string {
+	if c.Members > 1 {
+		return fmt.Sprintf("%s [%d members each]", c.Name, c.Members)
+	}
+	return c.Name
 }
 
 // ThroughputX is meganode's ops/s over etcd's.
@@ -290,16 +319,19 @@ func ratio(a, b float64) float64 {
 	return a / b
 }
 
-// Compare pairs meganode and etcd summaries at equal workload and clients.
+// Compare pairs meganode and etcd summaries at equal workload, clients and members
+// (one server against one server, a group against a group of the same size).
 func Compare(sums []*Summary) []Comparison {
 	var out []Comparison
 	for _, m := range sums {
-		if m.Target != TargetMeganode {
+		mk, mn := targetKind(m.Target)
+		if mk != TargetMeganode {
 			continue
 		}
 		for _, e := range sums {
-			if e.Target == TargetEtcd && e.Name() == m.Name() && e.Clients == m.Clients {
-				out = append(out, Comparison{Name: m.Name(), Clients: m.Clients, Meganode: m, Etcd: e})
+			ek, en := targetKind(e.Target)
+			if ek == TargetEtcd && en == mn && e.Name() == m.Name() && e.Clients == m.Clients {
+				out = append(out, Comparison{Name: m.Name(), Clients: m.Clients, Members: mn, Meganode: m, Etcd: e})
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -51,27 +52,76 @@ type TargetSpec struct {
 
 	// TLS: with certificates, the server serves https with client-certificate auth (the
 	// same etcd-style flags for both: --cert-file, --key-file, --trusted-ca-file,
-	// --client-cert-auth) and the load's clients present the client certificate.
+	// --client-cert-auth) and the load's clients present the client certificate. Every
+	// member of a group serves the same certificates.
 	TLS *testcerts.Paths
+
+	// Members: with more than one, a group on loopback started with etcd's cluster flags
+	// (--name m<i>, --initial-cluster, --listen-peer-urls, --initial-cluster-token; peers
+	// speak plain http) — meganode-store's replicated group or an etcd cluster; the load's
+	// clients get every member's endpoint, as kube-apiserver would. 0 or 1: one server.
+	Members int
+}
+
+// Name of the target in the results: its kind, with the members of a group.
+func (s TargetSpec) Name() string { return TargetName(s.Kind, s.Members) }
+
+// TargetName is how results name a target: "meganode" or "etcd" for one server,
+// "meganode (3 members)" for a group.
+func TargetName(kind string, members int) string {
+	if members <= 1 {
+		return kind
+	}
+	return fmt.Sprintf("%s (%d members)", kind, members)
+}
+
+// targetKind takes TargetName apart: the kind, and the members (1 for one server).
+func targetKind(name string) (kind string, members int) {
+	k, rest, ok := strings.Cut(name, " (")
+	if !ok {
+		return name, 1
+	}
+	if _, err := fmt.Sscanf(rest, "%d members)", &members); err != nil || members < 1 {
+		return name, 1
+	}
+	return k, members
 }
 
 // Target is a server under load.
 type Target struct {
 	Name      string
 	Endpoints []string
-	Pid       int
-	DataDir   string
+	Pid       int         // the server's process; 0 for a group (Pids)
+	DataDir   string      // a group's: the parent of its members' data directories
 	TLS       *tls.Config // the clients' TLS (nil: plaintext)
 	close     func() error
 	crash     func() error // SIGKILL, then start again on DataDir (sets Endpoints and Pid)
+
+	// Pids of a group's members, in member order (nil for one server: Pid).
+	Pids    []int
+	Members int // a group's members (0 for one server)
 }
 
 // ReadyTimeout is how long a (re)started server may take to say it is ready.
 const ReadyTimeout = 10 * time.Minute
 
+// ServerPids are the processes whose CPU and memory are the server's: a group's members,
+// or the one server's (none when unknown).
+func (t *Target) ServerPids() []int {
+	if len(t.Pids) > 0 {
+		return t.Pids
+	}
+	if t.Pid > 0 {
+		return []int{t.Pid}
+	}
+	return nil
+}
+
 // KillRestart kills the server with SIGKILL, as a crash would, and starts it again on the
 // same data directory (on a new port: Endpoints and Pid change). It returns once the new
-// process says it is ready to serve clients.
+// process says it is ready to serve clients. A group refuses it: a restarted member
+// catches up from its peers, which measures something else than one server's restart
+// (`meganode bench failover` kills a group's leader under load and measures that).
 func (t *Target) KillRestart() error {
 	if t == nil || t.crash == nil {
 		return errors.New("this target was not started here: it cannot be restarted")
@@ -99,14 +149,21 @@ func (s TargetSpec) Start() (*Target, error) {
 		}
 	}
 	if len(s.Endpoints) > 0 {
+		if s.Members > 1 {
+			return nil, fmt.Errorf("%s: a group of %d members is started here, not given as endpoints", s.Name(), s.Members)
+		}
 		return &Target{Name: s.Kind, Endpoints: s.Endpoints, Pid: s.Pid, TLS: clientTLS}, nil
 	}
 	var t *Target
 	var err error
-	switch s.Kind {
-	case TargetMeganode:
+	switch {
+	case s.Kind == TargetMeganode && s.Members > 1:
+		t, err = s.startStoreGroup()
+	case s.Kind == TargetMeganode:
 		t, err = s.startStore()
-	case TargetEtcd:
+	case s.Kind == TargetEtcd && s.Members > 1:
+		t, err = s.startEtcdGroup()
+	case s.Kind == TargetEtcd:
 		t, err = s.startEtcd()
 	default:
 		return nil, fmt.Errorf("unknown target %q (want %s or %s)", s.Kind, TargetMeganode, TargetEtcd)
@@ -167,6 +224,126 @@ func (s TargetSpec) startStore() (*Target, error) {
 			return err
 		}
 		t.Endpoints, t.Pid = []string{p.Endpoint}, p.Pid()
+		return nil
+	}
+	return t, nil
+}
+
+// groupReadyTimeout bounds a fresh group's start (its members wait for each other).
+const groupReadyTimeout = 60 * time.Second
+
+// groupToken is the groups' --initial-cluster-token.
+const groupToken = "meganode-bench"
+
+// groupCrash is a group's answer to KillRestart.
+func groupCrash(name string) func() error {
+	return func() error {
+		return fmt.Errorf("%s: kill and restart of a group is not supported here (a restarted member catches up "+
+			"from its peers; 'meganode bench failover' kills a group's leader under load)", name)
+	}
+}
+
+// startStoreGroup starts a meganode-store group of s.Members members (its default
+// durability is replicated; a group refuses buffered and fsync with its own error, which
+// comes back here with the member's log tail).
+func (s TargetSpec) startStoreGroup() (*Target, error) {
+	dir, err := dataDir(s.StoreDataRoot, "meganode-bench-store-")
+	if err != nil {
+		return nil, err
+	}
+	scheme := "http"
+	if s.TLS != nil {
+		scheme = "https"
+	}
+	g, err := storeproc.StartGroupWith(storeproc.GroupOptions{Members: s.Members, Bin: s.StoreBin,
+		ExtraArgs: append(s.tlsArgs(), s.StoreArgs...), Stderr: s.Log, Scheme: scheme, DataRoot: dir,
+		ReadyTimeout: groupReadyTimeout, Token: groupToken})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	pids := make([]int, len(g.Members))
+	for i, m := range g.Members {
+		pids[i] = m.Pid()
+	}
+	return &Target{
+		Name: s.Name(), Endpoints: g.Endpoints(), Pids: pids, Members: s.Members, DataDir: dir,
+		close: func() error {
+			g.Stop()
+			os.RemoveAll(dir)
+			return nil
+		},
+		crash: groupCrash(s.Name()),
+	}, nil
+}
+
+// startEtcdGroup starts an etcd cluster of s.Members members, all at once (a new
+// cluster's members wait for each other before they serve).
+func (s TargetSpec) startEtcdGroup() (*Target, error) {
+	if len(s.EtcdCmd) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		s.EtcdCmd = []string{exe, "etcd"}
+	}
+	dir, err := dataDir(s.EtcdDataRoot, "meganode-bench-etcd-")
+	if err != nil {
+		return nil, err
+	}
+	n := s.Members
+	clients := make([]int, n)
+	initial := make([]string, n)
+	peers := make([]string, n)
+	for i := range clients {
+		if clients[i], err = storeproc.FreePort(); err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		pp, err := storeproc.FreePort()
+		if err != nil {
+			os.RemoveAll(dir)
+			return nil, err
+		}
+		peers[i] = fmt.Sprintf("http://127.0.0.1:%d", pp)
+		initial[i] = fmt.Sprintf("m%d=%s", i, peers[i])
+	}
+	procs := make([]*etcdProc, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range procs {
+		name := fmt.Sprintf("m%d", i)
+		cluster := []string{"--name", name, "--listen-peer-urls", peers[i], "--initial-cluster", strings.Join(initial, ","),
+			"--initial-cluster-token", groupToken}
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			procs[i], errs[i] = s.launchEtcdAt(name, filepath.Join(dir, name), clients[i], cluster, groupReadyTimeout)
+		}(i)
+	}
+	wg.Wait()
+	stopAll := func() {
+		for _, p := range procs {
+			if p != nil {
+				p.stop()
+			}
+		}
+	}
+	for i, err := range errs {
+		if err != nil {
+			stopAll()
+			os.RemoveAll(dir)
+			return nil, fmt.Errorf("member m%d: %w", i, err)
+		}
+	}
+	t := &Target{Name: s.Name(), Members: n, DataDir: dir, crash: groupCrash(s.Name())}
+	for _, p := range procs {
+		t.Endpoints = append(t.Endpoints, p.ep)
+		t.Pids = append(t.Pids, p.cmd.Process.Pid)
+	}
+	t.close = func() error {
+		stopAll()
+		os.RemoveAll(dir)
 		return nil
 	}
 	return t, nil
@@ -242,6 +419,15 @@ func (s TargetSpec) launchEtcd(dir string, timeout time.Duration) (*etcdProc, er
 	if err != nil {
 		return nil, err
 	}
+	return s.launchEtcdAt("", dir, port, nil, timeout)
+}
+
+// launchEtcdAt runs etcd on dir with client port `port` and the cluster flags `cluster`
+// (none for one server) and waits for its ready line; name, if set, prefixes its log lines.
+func (s TargetSpec) launchEtcdAt(name, dir string, port int, cluster []string, timeout time.Duration) (*etcdProc, error) {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
 	ep := fmt.Sprintf("127.0.0.1:%d", port)
 	args := append([]string{}, s.EtcdCmd[1:]...)
 	scheme := "http"
@@ -249,7 +435,7 @@ func (s TargetSpec) launchEtcd(dir string, timeout time.Duration) (*etcdProc, er
 		scheme = "https"
 	}
 	args = append(args, "--data-dir", dir, "--listen-client-urls", scheme+"://"+ep)
-	args = append(append(args, s.tlsArgs()...), s.EtcdArgs...)
+	args = append(append(append(args, cluster...), s.tlsArgs()...), s.EtcdArgs...)
 	cmd := exec.Command(s.EtcdCmd[0], args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	out, err := cmd.StderrPipe()
@@ -272,6 +458,9 @@ func (s TargetSpec) launchEtcd(dir string, timeout time.Duration) (*etcdProc, er
 			line := sc.Text()
 			tail.add(line)
 			if s.Log != nil {
+				if name != "" {
+					line = name + ": " + line
+				}
 				fmt.Fprintln(s.Log, line)
 			}
 			if strings.Contains(line, ReadyLine) {
