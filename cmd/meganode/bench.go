@@ -88,6 +88,7 @@ type benchFlags struct {
 	storeBin, storeArgs, storeDataDir string
 	etcdDataDir, label, out           string
 	tls                               bool
+	replicas                          int
 	quiet, serverLog                  bool
 	counts                            []int    // parsed --clients
 	kinds                             []string // parsed --target
@@ -106,10 +107,14 @@ Each run starts the server(s) fresh on a free loopback port (or uses --endpoints
 reports ops/s, latency p50/p90/p99/p99.9/max, errors, server CPU µs per operation and server
 peak RSS (from /proc). --target both interleaves meganode/etcd for --rounds and reports
 medians and ratios; a comma list in --clients sweeps and charts the result. --total runs a
-fixed number of operations instead of --duration.`,
-		Example: d.example + "\n  meganode bench " + workload + " --target meganode --endpoints 127.0.0.1:2379 --server-pid $(pgrep -n meganode-store)",
-		Args:    noArgs,
-		RunE:    action(f, runBench),
+fixed number of operations instead of --duration. --store-replicas N starts each server as a
+group of N members on loopback (meganode-store's replicated group, an N-member etcd cluster),
+the load's clients given every member; server CPU per operation and peak RSS are then summed
+over the members' processes (the largest member's peak RSS is reported too).`,
+		Example: d.example + "\n  meganode bench " + workload + " --target both --store-replicas 3 --clients 100" +
+			"\n  meganode bench " + workload + " --target meganode --endpoints 127.0.0.1:2379 --server-pid $(pgrep -n meganode-store)",
+		Args: noArgs,
+		RunE: action(f, runBench),
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.clients, "clients", "1000", "concurrent clients; a comma list (1,16,64,256,1000) sweeps")
@@ -134,6 +139,7 @@ fixed number of operations instead of --duration.`,
 	fs.StringVar(&f.storeDataDir, "store-data-dir", "", "parent of the store's data directories (default: same as --etcd-data-dir)")
 	fs.StringVar(&f.etcdDataDir, "etcd-data-dir", bench.DefaultDataRoot, "parent of etcd's data directories (tmpfs = etcd's best case; a disk path when comparing fsync)")
 	fs.StringVar(&f.label, "label", "", "names a variant in the results, e.g. buffered or fsync")
+	fs.IntVar(&f.replicas, "store-replicas", 1, "members of each server's group: meganode-store's replicated group (etcd's cluster flags; durability replicated unless --store-args says otherwise) and an etcd cluster of as many; the clients get every member, server CPU and memory are summed over them")
 	fs.BoolVar(&f.tls, "tls", false, "mutual TLS: both servers serve https with client-certificate auth (fresh certificates), as kube-apiserver talks to etcd in production")
 	fs.StringVar(&f.out, "out", "", "directory for results.json, summary.txt, PNG charts and report.html")
 	fs.BoolVar(&f.quiet, "quiet", false, "no progress output")
@@ -170,6 +176,12 @@ func (f *benchFlags) validate() error {
 	}
 	if f.tls && f.endpoints != "" {
 		return usagef("--tls makes its own certificates for the servers it starts: not with --endpoints")
+	}
+	if f.replicas < 1 {
+		return usagef("--store-replicas must be ≥ 1")
+	}
+	if f.replicas > 1 && f.endpoints != "" {
+		return usagef("--store-replicas starts groups of members: not with --endpoints (a running server's CPU is read from its one --server-pid)")
 	}
 	return nil
 }
@@ -216,7 +228,7 @@ func runBench(ctx context.Context, cmd *cobra.Command, f *benchFlags) error {
 		spec := bench.TargetSpec{
 			Kind: k, Pid: f.serverPid,
 			StoreBin: f.storeBin, StoreArgs: strings.Fields(f.storeArgs), StoreDataRoot: storeDataDir,
-			EtcdCmd: []string{self, "etcd"}, EtcdDataRoot: f.etcdDataDir, TLS: certs,
+			EtcdCmd: []string{self, "etcd"}, EtcdDataRoot: f.etcdDataDir, TLS: certs, Members: f.replicas,
 		}
 		if f.endpoints != "" {
 			spec.Endpoints = strings.Split(f.endpoints, ",")

@@ -139,6 +139,8 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"demo", "--compare=false", "--drain-pods", "-1"},
 		{"bench", "put", "--target", "x"},
 		{"bench", "put", "--clients", "0"},
+		{"bench", "put", "--store-replicas", "0"},
+		{"bench", "put", "--target", "meganode", "--store-replicas", "3", "--endpoints", "127.0.0.1:2379"},
 		{"bench", "report"},
 		{"scheduler", "--scatter", "0"},
 		{"scheduler", "bench", "--shards", "two"},
@@ -269,6 +271,13 @@ func TestFlagsLandInOptions(t *testing.T) {
 		b.leases != 10000 || !reflect.DeepEqual(b.kinds, []string{"meganode"}) {
 		t.Errorf("bench lease-flood: %+v", b)
 	}
+	if b := o.(*benchFlags); b.replicas != 1 {
+		t.Errorf("bench lease-flood: --store-replicas defaults to 1, got %d", b.replicas)
+	}
+	_, o = dryRun(t, "bench", "put", "--target", "both", "--store-replicas", "3", "--tls")
+	if b := o.(*benchFlags); b.replicas != 3 || !b.tls || !reflect.DeepEqual(b.kinds, []string{"meganode", "etcd"}) {
+		t.Errorf("bench put --store-replicas 3: %+v", b)
+	}
 
 	_, o = dryRun(t, "bench", "state", "--nodes", "2000", "--target", "etcd", "--watch-duration", "5s", "--skip-restart")
 	if b := o.(*benchStateFlags); b.nodes != 2000 || b.targets != "etcd" || b.watchDuration.Seconds() != 5 || !b.skipRst || b.skipWatch ||
@@ -293,6 +302,8 @@ func TestInternalInvocationsParse(t *testing.T) {
 		{"scheduler", "--role=all", "--kubeconfig=/k", "--intake=webhook", "--webhook-addr=127.0.0.1:2", "--webhook-ca-file=/ca"},
 		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379"},
 		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379", "--quota-backend-bytes", "68719476736"}, // bench state
+		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379", "--name", "m0", "--listen-peer-urls", "http://127.0.0.1:2380",
+			"--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2382", "--initial-cluster-token", "meganode-bench"}, // bench --store-replicas
 		{"etcd-proxy", "--listen", "127.0.0.1:1", "--target", "http://127.0.0.1:2", "--record", "/r.jsonl"},
 	} {
 		dryRun(t, args...)
