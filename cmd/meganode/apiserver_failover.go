@@ -40,6 +40,7 @@ import (
 
 // apiFailoverSpec is one run's parameters.
 type apiFailoverSpec struct {
+	Store         string        `json:"store"` // meganode or etcd
 	Nodes         int           `json:"nodes"`
 	StoreReplicas int           `json:"store_replicas"`
 	Pods          int           `json:"pods"`
@@ -353,11 +354,11 @@ func (s apiFailoverSpec) logf(format string, a ...any) {
 	s.Progress.Printf("%s", line)
 }
 
-// storeMembers are the store processes of the cluster's (one) store group.
+// storeMembers are the store processes (meganode-store or etcd) of the cluster's (one) store group.
 func storeMembers(st *cluster.State) []*cluster.Component {
 	var out []*cluster.Component
 	for i := range st.Components {
-		if c := &st.Components[i]; c.Kind == cluster.BinStore {
+		if c := &st.Components[i]; c.Kind == cluster.BinStore || c.Kind == cluster.StoreEtcd {
 			out = append(out, c)
 		}
 	}
@@ -688,9 +689,9 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 			res.Error = err.Error()
 		}
 	}()
-	s.logf("up: %d KWOK nodes, store group of %d members (meganode up --store-replicas %d), state in %s", s.Nodes, s.StoreReplicas, s.StoreReplicas, s.StateDir)
+	s.logf("up: %d KWOK nodes, %s group of %d members (meganode up --store %s --store-replicas %d), state in %s", s.Nodes, storeName(s.Store), s.StoreReplicas, s.Store, s.StoreReplicas, s.StateDir)
 	began := time.Now()
-	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: s.StateDir, Store: cluster.StoreMeganode, StoreReplicas: s.StoreReplicas,
+	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: s.StateDir, Store: s.Store, StoreReplicas: s.StoreReplicas,
 		Nodes: s.Nodes, Pods: s.Pods, Progress: s.Progress})
 	if st != nil && !s.Keep {
 		defer func() {
@@ -720,7 +721,13 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	if err != nil {
 		return res, err
 	}
-	cs, err := cluster.Clientset(st)
+	// The watch's and the checks' client: no overall timeout (it would end the watch).
+	wcfg, err := cluster.RESTConfig(st)
+	if err != nil {
+		return res, err
+	}
+	wcfg.Timeout = 0
+	cs, err := kubernetes.NewForConfig(wcfg)
 	if err != nil {
 		return res, err
 	}
@@ -818,7 +825,8 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 		return res, err
 	}
 	kill := time.Now()
-	res.Kill.At, after.from = kill, kill
+	// The windows meet at the kill: a call belongs to the window it returned in.
+	res.Kill.At, after.from, res.Windows[0].To = kill, kill, kill
 	s.logf("SIGKILL store leader %s (pid %d) at %s; window after the kill starts", leader.Name, leader.Pid, kill.Format("15:04:05.000"))
 	newLeader := make(chan struct{})
 	go func() {

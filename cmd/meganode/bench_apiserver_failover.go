@@ -23,7 +23,7 @@ type benchAPIFailoverFlags struct {
 	nodes, replicas, pods, concurrency        int
 	rate                                      float64
 	warmup, window, downtime, timeout, settle time.Duration
-	out, stateDir                             string
+	out, stateDir, store                      string
 	keep                                      bool
 }
 
@@ -52,12 +52,14 @@ every acknowledged pod must be present and bound, a watch opened before the firs
 have delivered every create with resourceVersions that never go back, and the members' HashKV
 must agree. Writes apiserver-failover.json, summary.txt and apiserver-failover.log to --out.`,
 		Example: `  meganode bench apiserver-failover --nodes 1000 --out docs/bench/apiserver-failover
-  meganode bench apiserver-failover --nodes 100 --window 30s --rate 20`,
+  meganode bench apiserver-failover --nodes 100 --window 30s --rate 20
+  meganode bench apiserver-failover --store etcd --nodes 1000 --out /tmp/apif-etcd`,
 		Args: noArgs,
 		RunE: action(f, runBenchAPIFailover),
 	}
 	fs := cmd.Flags()
 	fs.IntVar(&f.nodes, "nodes", 1000, "KWOK nodes")
+	fs.StringVar(&f.store, "store", cluster.StoreMeganode, "the store group: meganode, or etcd (real etcd v3.6, its defaults, data on --state-dir's disk) for comparison")
 	fs.IntVar(&f.replicas, "store-replicas", 3, "members of the store group")
 	fs.Float64Var(&f.rate, "rate", 50, "pod creates per second")
 	fs.IntVar(&f.pods, "pods", 0, "pods to create at most (0: --rate × (--warmup + 2 × --window), creates through both windows)")
@@ -70,10 +72,14 @@ must agree. Writes apiserver-failover.json, summary.txt and apiserver-failover.l
 	fs.StringVar(&f.stateDir, "state-dir", filepath.Join(os.TempDir(), "meganode-apiserver-failover"), "the cluster's state directory (pids, logs, store data)")
 	fs.BoolVar(&f.keep, "keep", false, "leave the cluster running at the end")
 	fs.StringVar(&f.out, "out", "", "directory for apiserver-failover.json, summary.txt and apiserver-failover.log (default: print only)")
+	completeValues(cmd, "store", cluster.StoreMeganode, cluster.StoreEtcd)
 	return cmd
 }
 
 func (f *benchAPIFailoverFlags) validate() error {
+	if err := oneOf("store", f.store, cluster.StoreMeganode, cluster.StoreEtcd); err != nil {
+		return err
+	}
 	if f.nodes < 1 || f.replicas < 3 || f.rate <= 0 || f.pods < 0 || f.concurrency < 1 {
 		return usagef("--nodes ≥ 1, --store-replicas ≥ 3, --rate > 0, --pods ≥ 0 and --concurrency ≥ 1")
 	}
@@ -100,7 +106,7 @@ func runBenchAPIFailover(ctx context.Context, cmd *cobra.Command, f *benchAPIFai
 		defer lf.Close()
 		logw = lf
 	}
-	spec := apiFailoverSpec{Nodes: f.nodes, StoreReplicas: f.replicas, Pods: pods, Rate: f.rate, Concurrency: f.concurrency,
+	spec := apiFailoverSpec{Store: f.store, Nodes: f.nodes, StoreReplicas: f.replicas, Pods: pods, Rate: f.rate, Concurrency: f.concurrency,
 		Warmup: f.warmup, Window: f.window, Downtime: f.downtime, CallTimeout: f.timeout, Settle: f.settle,
 		StateDir: f.stateDir, Keep: f.keep, Log: logw, Progress: bench.NewProgress(os.Stderr)}
 	res, err := runAPIFailover(ctx, spec)
@@ -177,8 +183,8 @@ func msOf(sec float64) string {
 func apiFailoverSummary(r *apiFailoverResult) string {
 	var b strings.Builder
 	s := r.Spec
-	fmt.Fprintf(&b, "\nkube-apiserver on a %d-member meganode-store group, %d KWOK nodes; pods created at %.0f/s (%d at most); windows of %s before and after SIGKILL of the store's leader\n",
-		s.StoreReplicas, s.Nodes, s.Rate, s.Pods, s.Window)
+	fmt.Fprintf(&b, "\nkube-apiserver on a %d-member %s group, %d KWOK nodes; pods created at %.0f/s (%d at most); windows of %s before and after SIGKILL of the store's leader\n",
+		s.StoreReplicas, storeName(s.Store), s.Nodes, s.Rate, s.Pods, s.Window)
 	if r.Error != "" {
 		fmt.Fprintf(&b, "RUN FAILED: %s\n", r.Error)
 	}

@@ -44,8 +44,10 @@ func (w Window) Contains(t time.Time) bool { return !t.Before(w.From) && t.Befor
 // Seconds is the window's length.
 func (w Window) Seconds() float64 { return w.To.Sub(w.From).Seconds() }
 
-// CallStats is the calls of one verb and resource that started inside a window: every
-// call's latency counts, failed ones too (a failure's wait is part of what a client sees).
+// CallStats is the calls of one verb and resource that returned inside a window (as
+// kube-apiserver's histograms observe a request when it ends: a call in flight at a kill
+// belongs to the window after it): every call's latency counts, failed ones too (a failure's
+// wait is part of what a client sees).
 type CallStats struct {
 	Verb     string  `json:"verb"`
 	Resource string  `json:"resource"`
@@ -70,13 +72,13 @@ func Percentile(sorted []time.Duration, q float64) time.Duration {
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-// SummarizeCalls groups the calls started inside w by verb and resource, most calls first.
+// SummarizeCalls groups the calls that returned inside w by verb and resource, most calls first.
 func SummarizeCalls(calls []CallSample, w Window) []CallStats {
 	type key struct{ verb, res string }
 	durs := map[key][]time.Duration{}
 	errs := map[key]int{}
 	for _, c := range calls {
-		if !w.Contains(c.Start) {
+		if !w.Contains(c.End()) {
 			continue
 		}
 		k := key{c.Verb, c.Resource}
@@ -104,7 +106,7 @@ func SummarizeCalls(calls []CallSample, w Window) []CallStats {
 	return out
 }
 
-// ErrorCount is how often one class of error answered the calls started in a window.
+// ErrorCount is how often one class of error answered the calls that returned in a window.
 type ErrorCount struct {
 	Error      string `json:"error"`
 	Count      int    `json:"count"`
@@ -112,11 +114,11 @@ type ErrorCount struct {
 	RetryAfter bool   `json:"retry_after"`
 }
 
-// CountErrors counts the failed calls started inside w by error class, most frequent first.
+// CountErrors counts the failed calls that returned inside w by error class, most frequent first.
 func CountErrors(calls []CallSample, w Window) []ErrorCount {
 	by := map[string]*ErrorCount{}
 	for _, c := range calls {
-		if c.Err == "" || !w.Contains(c.Start) {
+		if c.Err == "" || !w.Contains(c.End()) {
 			continue
 		}
 		e := by[c.Err]

@@ -73,9 +73,20 @@ func TestSummarizeCallsPerWindow(t *testing.T) {
 	if a[0].P99Ms != 2000 || a[0].P50Ms != 10 || a[0].MaxMs != 2000 {
 		t.Errorf("after POST p50/p99/max = %v/%v/%v ms, want 10/2000/2000", a[0].P50Ms, a[0].P99Ms, a[0].MaxMs)
 	}
-	// A call belongs to the window it started in: the one at the boundary is after's.
 	if !after.Contains(t0.Add(10*time.Second)) || before.Contains(t0.Add(10*time.Second)) {
 		t.Error("window bounds: want [From, To)")
+	}
+	// A call belongs to the window it returned in: one in flight at the boundary (a kill) is
+	// the window after's, as kube-apiserver's histogram observes it when it ends.
+	across := append(calls, CallSample{Start: t0.Add(9950 * time.Millisecond), Dur: time.Second, Verb: "POST", Resource: "pods", Err: "500: EOF"})
+	if b := SummarizeCalls(across, before); b[0].Count != 100 {
+		t.Errorf("before, with a call across the boundary: %+v", b)
+	}
+	if a := SummarizeCalls(across, after); a[0].Count != 101 || a[0].Errors != 6 {
+		t.Errorf("after, with a call across the boundary: %+v", a)
+	}
+	if e := CountErrors(across, after); len(e) != 3 {
+		t.Errorf("errors after, with a call across the boundary: %+v", e)
 	}
 
 	errs := CountErrors(calls, after)
