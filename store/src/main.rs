@@ -218,7 +218,8 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
             let replica = replica.clone();
             Arc::new(move |id: u64| replica.was_removed(id))
         };
-        let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot), removed: Some(removed) };
+        let h2 = meganode_store::transport::forwarded_h2_handler(ctx.clone());
+        let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot), removed: Some(removed), h2: Some(h2) };
         tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), extras));
     }
     let _ = ctx.replica.set(replica.clone());

@@ -25,6 +25,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/meganode/meganode/internal/storeproc"
+	"github.com/meganode/meganode/internal/testcerts"
 )
 
 // startGroup starts a 3-member store group of real processes with etcd's raft
@@ -617,4 +618,53 @@ func readyz(t *testing.T, base string) int {
 	must(t, "GET /readyz", err)
 	resp.Body.Close()
 	return resp.StatusCode
+}
+
+// TestReplicatedGroupOverTLS: members whose client URLs are https only (as
+// kube-apiserver's etcd is reached): a follower forwards the calls that need
+// the leader over the peer port — a lease granted, kept alive and asked its
+// TTL through a follower, a compaction, a put — with no plain client URL anywhere.
+func TestReplicatedGroupOverTLS(t *testing.T) {
+	certs, err := testcerts.Generate(t.TempDir())
+	must(t, "certs", err)
+	tlsCfg, err := certs.ClientTLS(false)
+	must(t, "client tls", err)
+	var stderr io.Writer
+	if os.Getenv("MEGANODE_STORE_LOG") == "1" {
+		stderr = os.Stderr
+	}
+	g, err := storeproc.StartGroupWith(storeproc.GroupOptions{Members: 3, Scheme: "https", ExtraArgs: certs.StoreArgs(false), Stderr: stderr})
+	must(t, "start a group with https client URLs", err)
+	t.Cleanup(g.Stop)
+	clis := make([]*clientv3.Client, 3)
+	for i, m := range g.Members {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Endpoint}, TLS: tlsCfg, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		must(t, "client", err)
+		t.Cleanup(func() { c.Close() })
+		clis[i] = c
+	}
+	l := groupLeader(t, g, clis, -1)
+	f := clis[(l+1)%3]
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	lease, err := f.Grant(c, 30)
+	must(t, "grant through a follower", err)
+	_, err = f.Put(c, "tls/k", "v", clientv3.WithLease(lease.ID))
+	must(t, "put through a follower", err)
+	_, err = f.KeepAliveOnce(c, lease.ID)
+	must(t, "keep-alive through a follower", err)
+	ttl, err := f.TimeToLive(c, lease.ID)
+	must(t, "time to live through a follower", err)
+	if ttl.TTL <= 0 {
+		t.Errorf("remaining TTL %d", ttl.TTL)
+	}
+	r, err := f.Get(c, "tls/k")
+	must(t, "get", err)
+	_, err = f.Compact(c, r.Header.Revision)
+	must(t, "compact through a follower", err)
+	for i, m := range g.Members {
+		if !strings.HasPrefix(m.URL, "https://") {
+			t.Fatalf("m%d serves %s: want https only", i, m.URL)
+		}
+	}
 }

@@ -20,6 +20,10 @@
 //!   writes crate::snapshot::write_stream's bytes and closes (at once, writing
 //!   nothing, if it has not applied that index: it restarted empty)
 //!
+//! forwarded calls over HTTP/2 (a follower's calls that need the leader, other
+//!   than the lean forward's): the handshake with "MGNH2FW1", then HTTP/2 as on a
+//!   plaintext client connection
+//!
 //! roster query (a member joining, --initial-cluster-state existing, which
 //! knows neither the cluster ID nor its own member ID yet):
 //!   "MGNMEMB1" | 0:u64 | 0:u64 | 0:u64  →  status:u8 | len:u32 LE | roster (members.rs), then closed
@@ -53,6 +57,9 @@ const MAGIC: &[u8; 8] = b"MGNPEER1";
 const FORWARD_MAGIC: &[u8; 8] = b"MGNFWD01";
 /// A query for the cluster ID and the members (`roster`).
 const ROSTER_MAGIC: &[u8; 8] = b"MGNMEMB1";
+/// An HTTP/2 connection carrying client calls a follower forwards to its
+/// leader as they came (`connect_h2`; the calls the lean forward does not take).
+const H2_MAGIC: &[u8; 8] = b"MGNH2FW1";
 /// A request for the store's state (`open_snapshot`).
 const SNAPSHOT_MAGIC: &[u8; 8] = b"MGNSNPQ1";
 const ACCEPTED: u8 = 0;
@@ -177,6 +184,18 @@ pub struct Extras {
     pub snapshot: Option<ForwardHandler>,
     /// Whether a member was removed from the group (`Replica::was_removed`).
     pub removed: Option<Arc<dyn Fn(u64) -> bool + Send + Sync>>,
+    /// Serves an HTTP/2 connection of forwarded client calls (`connect_h2`).
+    pub h2: Option<ForwardHandler>,
+}
+
+/// Opens an HTTP/2 connection from member `from` to member `to` for the
+/// client calls it forwards (handshake done: what follows is HTTP/2, served
+/// by the leader as a plaintext client connection). Over the peer port, so a
+/// leader whose client URLs are https only is reached all the same.
+pub async fn connect_h2(cluster_id: u64, from: u64, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+    let mut b = Handshake { cluster_id, from, to }.encode();
+    b[..8].copy_from_slice(H2_MAGIC);
+    connect_with(&b, addr).await
 }
 
 /// Opens member `to`'s stream of its store's state (its `Extras::snapshot`)
@@ -240,7 +259,7 @@ impl Handshake {
     }
 
     fn decode(b: &[u8; 32]) -> Option<Handshake> {
-        if ![MAGIC, FORWARD_MAGIC, ROSTER_MAGIC, SNAPSHOT_MAGIC].iter().any(|m| &b[..8] == *m) {
+        if ![MAGIC, FORWARD_MAGIC, ROSTER_MAGIC, SNAPSHOT_MAGIC, H2_MAGIC].iter().any(|m| &b[..8] == *m) {
             return None;
         }
         let n = |r: std::ops::Range<usize>| u64::from_be_bytes(b[r].try_into().expect("8 bytes"));
@@ -392,7 +411,14 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         return;
     }
     let snapshot = &raw[..8] == SNAPSHOT_MAGIC;
-    let forward = if snapshot { extras.snapshot } else { extras.forward };
+    let h2 = &raw[..8] == H2_MAGIC;
+    let forward = if snapshot {
+        extras.snapshot
+    } else if h2 {
+        extras.h2
+    } else {
+        extras.forward
+    };
     let status = if hs.cluster_id != cluster_id {
         errors.cluster_mismatch.fetch_add(1, Ordering::Relaxed);
         eprintln!(
@@ -407,7 +433,7 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     } else {
         ACCEPTED
     };
-    let forwarding = forwarding || snapshot;
+    let forwarding = forwarding || snapshot || h2;
     let status = if forwarding && forward.is_none() { NOT_THIS_MEMBER } else { status };
     if s.write_all(&[status]).await.is_err() || status != ACCEPTED {
         return;

@@ -1,7 +1,7 @@
 //! Calls that need the leader, on a member of a replicated group: served here
-//! when this member is the writable leader, else forwarded to the leader's
-//! client URL as they came (HTTP/2, streams included) and answered with its
-//! answer. etcd's clients do not retry a write another member refused (clientv3
+//! when this member is the writable leader, else forwarded to the leader as
+//! they came (HTTP/2 over the leader's peer port, streams included) and
+//! answered with its answer. etcd's clients do not retry a write another member refused (clientv3
 //! retries only calls that are safe to repeat), so a follower must not refuse
 //! one: etcd's followers forward their proposals to the leader as well.
 //!
@@ -72,7 +72,7 @@ pub fn layer(routes: tonic::service::Routes, ctx: &Arc<Ctx>) -> tonic::service::
 #[derive(Clone)]
 struct Forwarder {
     ctx: Arc<Ctx>,
-    /// One HTTP/2 connection per leader URL, made when first needed.
+    /// One HTTP/2 connection per leader peer URL, made when first needed.
     channels: Arc<Mutex<HashMap<String, Channel>>>,
 }
 
@@ -122,12 +122,12 @@ async fn forward(State(f): State<Forwarder>, req: Request, next: Next) -> Respon
         }
         let leader = r.leader();
         if leader != 0 && leader != r.id() && !forwarded {
-            if let Some(url) = client_url(r, leader) {
+            if let Some(url) = peer_url(r, leader) {
                 let mut head = http::Request::new(());
                 *head.method_mut() = parts.method.clone();
                 *head.uri_mut() = parts.uri.clone();
                 *head.headers_mut() = parts.headers.clone();
-                match f.proxy(&url, head, body.take()).await {
+                match f.proxy(leader, &url, head, body.take()).await {
                     Ok(resp) => return resp,
                     Err((s, unreached)) if !unreached || streaming || Instant::now() >= deadline => return answer(s),
                     Err((_, _)) => body.restore(),
@@ -186,28 +186,44 @@ fn unreached(e: &(dyn std::error::Error + 'static)) -> bool {
     false
 }
 
-/// The leader's first plain-HTTP client URL, once its attributes are applied here.
-fn client_url(r: &Replica, leader: u64) -> Option<String> {
-    let m = r.members().into_iter().find(|m| m.id == leader)?;
-    m.client_urls.iter().find(|u| u.starts_with("http://")).map(|u| u.replace("localhost", "127.0.0.1"))
+/// The leader's first peer URL: forwarded calls travel over the peer port
+/// (`peer::connect_h2`), whatever the scheme of its client URLs.
+fn peer_url(r: &Replica, leader: u64) -> Option<String> {
+    r.members().into_iter().find(|m| m.id == leader)?.peer_urls.into_iter().next()
 }
 
 impl Forwarder {
-    fn channel(&self, url: &str) -> Result<Channel, Status> {
+    /// The HTTP/2 connection to member `leader` at peer URL `url`: its peer
+    /// port, with the peer handshake (its name resolved at each connection).
+    fn channel(&self, leader: u64, url: &str) -> Result<Channel, Status> {
         let mut chans = self.channels.lock();
         if let Some(c) = chans.get(url) {
             return Ok(c.clone());
         }
-        let ep = Endpoint::from_shared(url.to_string()).map_err(|e| Status::unavailable(format!("leader URL {url}: {e}")))?;
-        let c = ep.tcp_nodelay(true).connect_timeout(Duration::from_secs(1)).connect_lazy();
+        let target = crate::replication::peer::peer_host_port(url).map_err(Status::unavailable)?.to_string();
+        let (cluster, me) = (self.ctx.cluster_id, self.ctx.member_id);
+        let connector = tower::service_fn(move |_: http::Uri| {
+            let target = target.clone();
+            async move {
+                let addr = tokio::net::lookup_host(target.as_str())
+                    .await?
+                    .next()
+                    .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{target}: no address")))?;
+                let s = tokio::time::timeout(Duration::from_secs(3), crate::replication::peer::connect_h2(cluster, me, leader, addr))
+                    .await
+                    .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))
+            }
+        });
+        let c = Endpoint::from_static("http://leader").connect_with_connector_lazy(connector);
         chans.insert(url.to_string(), c.clone());
         Ok(c)
     }
 
-    /// Sends the call to the leader at `url`: its answer, or the error and
-    /// whether the call never reached it (`unreached`).
-    async fn proxy(&self, url: &str, head: http::Request<()>, body: axum::body::Body) -> Result<Response, (Status, bool)> {
-        let mut ch = self.channel(url).map_err(|s| (s, false))?;
+    /// Sends the call to member `leader` at peer URL `url`: its answer, or the
+    /// error and whether the call never reached it (`unreached`).
+    async fn proxy(&self, leader: u64, url: &str, head: http::Request<()>, body: axum::body::Body) -> Result<Response, (Status, bool)> {
+        let mut ch = self.channel(leader, url).map_err(|s| (s, false))?;
         let (mut parts, ()) = head.into_parts();
         parts.headers.insert(FORWARDED, http::HeaderValue::from_static("1"));
         let req = http::Request::from_parts(parts, tonic::body::Body::new(body));

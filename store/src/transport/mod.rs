@@ -100,6 +100,22 @@ async fn accept(listener: &TcpListener) -> (TcpStream, std::net::SocketAddr) {
     }
 }
 
+/// Serves the HTTP/2 connections followers open over the peer port for the
+/// calls they forward to this member (`replication::peer::connect_h2`), as a
+/// plaintext client connection: the same routes and services as a client URL.
+pub fn forwarded_h2_handler(ctx: Arc<Ctx>) -> crate::replication::peer::ForwardHandler {
+    let max_message = ctx.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD;
+    let routes = bridge::routes(crate::server::routes(&ctx, crate::server::decode_limit(ctx.cfg.max_request_bytes)));
+    let services = unary::Services::new(ctx);
+    Arc::new(move |s: TcpStream| {
+        let (services, routes) = (services.clone(), routes.clone());
+        tokio::spawn(async move {
+            let (local, remote) = (s.local_addr().ok(), s.peer_addr().ok());
+            let _ = conn::Conn::new(s, services, routes, max_message, local, remote).await;
+        });
+    })
+}
+
 /// Serves a plaintext listener: HTTP/2 connections here, every other one handed
 /// to tonic's server through `others`.
 pub async fn serve(listener: TcpListener, ctx: Arc<Ctx>, routes: tonic::service::Routes, others: mpsc::UnboundedSender<TcpStream>) -> std::io::Result<()> {
