@@ -132,8 +132,11 @@ func TestChartDefaults(t *testing.T) {
 		"meganode-store-2=http://meganode-store-2.meganode-store-headless.meganode-system.svc:2380"; main["--initial-cluster"] != want {
 		t.Errorf("--initial-cluster=%s\nwant            %s", main["--initial-cluster"], want)
 	}
-	if !strings.HasPrefix(main["--listen-client-urls"], "https://") || main["--trusted-ca-file"] == "" {
-		t.Errorf("the client port serves TLS with client certificates by default: %v", main)
+	// One client listener, TLS with client certificates: followers forward to the leader over
+	// its peer port, so no member needs a plain-HTTP client URL.
+	if main["--listen-client-urls"] != "https://0.0.0.0:2379" || main["--trusted-ca-file"] == "" ||
+		main["--advertise-client-urls"] != "https://$(POD_NAME).meganode-store-headless.$(POD_NAMESPACE).svc:2379" {
+		t.Errorf("the client port alone, serving TLS with client certificates by default: %v", main)
 	}
 	if c := r.sets["meganode-store"].Spec.VolumeClaimTemplates; len(c) != 1 || c[0].Spec.Resources.Requests.Storage().String() != "1Gi" {
 		t.Errorf("claim templates %+v, want one of 1Gi", c)
@@ -273,12 +276,12 @@ func TestChartSingleMember(t *testing.T) {
 		t.Errorf("claim templates %+v, want one of 20Gi", c)
 	}
 	if main["--initial-cluster"] != "" || main["--listen-client-urls"] != "https://0.0.0.0:2379" || len(r.pdbs)+len(r.policies) != 0 {
-		t.Errorf("a single member with cluster flags, a forward listener, a budget or a policy: %v", main)
+		t.Errorf("a single member with cluster flags, a second client listener, a budget or a policy: %v", main)
 	}
 }
 
-// A group of 5 under another release name, TLS off (no forward port: the client URL is plain
-// already), preferred anti-affinity, the leases and events stores as groups of 5 as well.
+// A group of 5 under another release name, TLS off (one plain client URL, as with TLS on one
+// https one), preferred anti-affinity, the leases and events stores as groups of 5 as well.
 func TestChartGroupOfFive(t *testing.T) {
 	r := render(t, "prod", "cp", "--set=store.replicas=5,store.tls.enabled=false,store.podAntiAffinity=preferred",
 		"--set=store.shards.leases.enabled=true,store.shards.events.enabled=true")

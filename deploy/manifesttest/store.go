@@ -37,8 +37,9 @@ func CheckStore(t *testing.T, s *appsv1.StatefulSet, o StoreObjects) {
 // number of replicas behind a headless Service that selects its pods, the etcd-style flags
 // present, --data-dir on the claim template's volume, durability modes the store serves for
 // that many members, TLS files under a mount, and probes on /livez, /health or /readyz of the
-// port --listen-metrics-urls opens. A group (replicas > 1) must also be one the store can form
-// (checkGroup). It returns the problems, so that a test can also show a broken copy fails.
+// port --listen-metrics-urls opens, and with TLS on no plain-HTTP client listener. A group
+// (replicas > 1) must also be one the store can form (checkGroup). It returns the problems, so
+// that a test can also show a broken copy fails.
 func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 	var out []string
 	errorf := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
@@ -127,6 +128,17 @@ func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 				errorf("--%s=%s is not under a volume mount", f, flags[f])
 			}
 		}
+		// With TLS on, every client URL is https: a plain http:// listener would serve every
+		// client call without TLS or the client-certificate check. None is needed in a group:
+		// followers forward the calls that need the leader over its peer port (docs/design.md
+		// §10), whatever the scheme of its client URLs.
+		for _, f := range []string{"listen-client-urls", "advertise-client-urls"} {
+			for _, l := range strings.Split(flags[f], ",") {
+				if u, err := url.Parse(l); err != nil || u.Scheme != "https" {
+					errorf("--%s entry %s: a plain-HTTP client listener beside TLS (--cert-file set) bypasses the client certificates; want https:// only", f, l)
+				}
+			}
+		}
 	}
 	// Probes hit /livez, /health or /readyz on the port --listen-metrics-urls opens.
 	mu, err := url.Parse(flags["listen-metrics-urls"])
@@ -169,10 +181,10 @@ func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 // checkGroup checks that the pods of a StatefulSet of replicas > 1 form one group: every pod
 // named in --initial-cluster by its own name, with the headless Service's DNS name and the
 // container's peer port, each pod's advertised peer URL its own entry (after the kubelet
-// expands $(POD_NAME) and $(POD_NAMESPACE)), client URLs the members can reach each other on
-// (a plain http:// one beside https://: followers forward to the leader's first http:// URL),
-// the Service publishing not-ready pods with the peer port, a PodDisruptionBudget that keeps a
-// quorum, anti-affinity across nodes, and the peer port open only to the group's pods.
+// expands $(POD_NAME) and $(POD_NAMESPACE)), advertised client URLs at the pod's own DNS name
+// on a port it listens on with that scheme, the Service publishing not-ready pods with the peer
+// port, a PodDisruptionBudget that keeps a quorum, anti-affinity across nodes, and the peer port
+// (which also carries the calls followers forward to the leader) open only to the group's pods.
 func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags map[string]string, svc *corev1.Service, o StoreObjects) []string {
 	var out []string
 	errorf := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
@@ -182,8 +194,10 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 	if s.Spec.PodManagementPolicy != appsv1.ParallelPodManagement {
 		errorf("podManagementPolicy %q: want Parallel (each member waits for the others to elect a leader)", s.Spec.PodManagementPolicy)
 	}
+	// /readyz already fails until a restarted member has caught up; minReadySeconds is a margin
+	// on top, for a member that fails again right after it.
 	if s.Spec.MinReadySeconds <= 0 {
-		errorf("minReadySeconds %d: a rolling update must leave a restarted member time to catch up before it restarts the next", s.Spec.MinReadySeconds)
+		errorf("minReadySeconds %d: a rolling update must see a restarted member stay ready a while before it restarts the next", s.Spec.MinReadySeconds)
 	}
 	// $(POD_NAME) and $(POD_NAMESPACE) come from the downward API.
 	env := map[string]string{}
@@ -257,15 +271,14 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 	if !strings.Contains(flags["initial-advertise-peer-urls"], "$(POD_NAME)") {
 		errorf("--initial-advertise-peer-urls=%s: each pod advertises its own name ($(POD_NAME))", flags["initial-advertise-peer-urls"])
 	}
-	// Followers forward leases, compaction and member changes to the leader's first plain
-	// http:// client URL (docs/design.md §10): with TLS clients, one must be advertised too.
+	// Every advertised client URL is served: a listener of its scheme on its port, a container
+	// port (members and clients reach each other there).
 	listen := map[string]string{} // port → scheme
 	for _, l := range strings.Split(flags["listen-client-urls"], ",") {
 		if u, err := url.Parse(l); err == nil {
 			listen[u.Port()] = u.Scheme
 		}
 	}
-	plain := false
 	for _, a := range strings.Split(flags["advertise-client-urls"], ",") {
 		u, err := url.Parse(a)
 		if err != nil {
@@ -274,12 +287,9 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 		if listen[u.Port()] != u.Scheme {
 			errorf("--advertise-client-urls entry %s: no --listen-client-urls %s:// listener on port %s", a, u.Scheme, u.Port())
 		}
-		if u.Scheme == "http" {
-			plain = plain || containerPort(c, u.Port())
+		if !containerPort(c, u.Port()) {
+			errorf("--advertise-client-urls entry %s: port %s is not a container port", a, u.Port())
 		}
-	}
-	if !plain {
-		errorf("--advertise-client-urls=%s: no plain http:// URL on a container port; followers could not forward leases, compactions and member changes to the leader", flags["advertise-client-urls"])
 	}
 	// The headless Service publishes not-ready pods (members find each other before any is
 	// ready) and names the peer port.
@@ -332,8 +342,8 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 }
 
 // checkNetworkPolicies: some NetworkPolicy isolates the group's pods for ingress; what it lets
-// reach the peer port (and the plain forward port, if any) comes only from the group's pods;
-// the client and metrics ports stay reachable.
+// reach the peer port (raft, snapshots and forwarded client calls, all unauthenticated) comes
+// only from the group's pods; the client and metrics ports stay reachable.
 func checkNetworkPolicies(s *appsv1.StatefulSet, c corev1.Container, policies []*networkingv1.NetworkPolicy) []string {
 	var out []string
 	errorf := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
@@ -358,9 +368,6 @@ func checkNetworkPolicies(s *appsv1.StatefulSet, c corev1.Container, policies []
 	isolated := false
 	open := map[string]bool{}
 	restricted := []string{"peer"}
-	if _, ok := named["forward"]; ok {
-		restricted = append(restricted, "forward")
-	}
 	for _, np := range policies {
 		sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 		if np.Namespace != s.Namespace || err != nil || !sel.Matches(pods) {

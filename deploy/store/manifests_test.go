@@ -97,9 +97,18 @@ func TestManifestChecksFail(t *testing.T) {
 		{"durability mode \"fsync\" with 3 replicas", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
 			setFlag(s, "--durability", func(string) string { return "fsync" })
 		}},
-		{"no plain http:// URL", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
-			setFlag(s, "--advertise-client-urls", func(v string) string { return strings.Split(v, ",")[0] })
+		// The former workaround: a plain-HTTP client port for followers forwarding to the leader.
+		{"a plain-HTTP client listener beside TLS", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			s.Spec.Template.Spec.Containers[0].Ports = append(s.Spec.Template.Spec.Containers[0].Ports, corev1.ContainerPort{Name: "forward", ContainerPort: 2382})
+			setFlag(s, "--listen-client-urls", func(v string) string { return v + ",http://0.0.0.0:2382" })
+			setFlag(s, "--advertise-client-urls", func(v string) string {
+				return v + ",http://$(POD_NAME).meganode-store-headless.$(POD_NAMESPACE).svc:2382"
+			})
 		}},
+		{"no --listen-client-urls https:// listener on port 2389", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			setFlag(s, "--advertise-client-urls", func(v string) string { return strings.Replace(v, ":2379", ":2389", 1) })
+		}},
+		{"minReadySeconds 0", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) { s.Spec.MinReadySeconds = 0 }},
 		{"publishNotReadyAddresses must be true", func(s *appsv1.StatefulSet, o *manifesttest.StoreObjects) {
 			o.Services[s.Spec.ServiceName].Spec.PublishNotReadyAddresses = false
 		}},
