@@ -8,17 +8,12 @@ package main
 // (every create call and every HTTP attempt under it) — then every pod checked.
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -32,7 +27,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
@@ -70,9 +64,9 @@ type apiFailoverWindow struct {
 	Attempts      []bench.CallStats  `json:"client_http_attempts"`
 	CallErrors    []bench.ErrorCount `json:"client_call_errors,omitempty"`
 	AttemptErrors []bench.ErrorCount `json:"client_attempt_errors,omitempty"`
-	// ServerLogErrors: the errors kube-apiserver answered with a 500 to any client, as its log
-	// names them ("apiserver received an error that is not an metav1.Status").
-	ServerLogErrors []bench.ErrorCount `json:"server_log_errors,omitempty"`
+	// AuditFailures: every client's requests kube-apiserver answered with a code ≥ 400 but
+	// 404, from its audit log, by client, verb, resource, code, reason and message.
+	AuditFailures []bench.ErrorCount `json:"audit_failures,omitempty"`
 	// The machine: busy (user+nice+system) CPU seconds over all cores, the cores' count, and
 	// this bench's own CPU (the load generator shares the cores).
 	HostBusyCPUSeconds float64 `json:"host_busy_cpu_seconds"`
@@ -131,11 +125,11 @@ type apiFailoverResult struct {
 	Check    apiFailoverCheck     `json:"check"`
 	Timeline []bench.TimelineStep `json:"create_timeline"` // per second, from 10 s before the kill to the window's end
 	// Over the whole run.
-	CallErrors      []bench.ErrorCount `json:"client_call_errors_all,omitempty"`
-	AttemptErrors   []bench.ErrorCount `json:"client_attempt_errors_all,omitempty"`
-	ServerLogErrors []bench.ErrorCount `json:"server_log_errors_all,omitempty"`
-	Target          apiFailoverTarget  `json:"target"`
-	Error           string             `json:"error,omitempty"`
+	CallErrors    []bench.ErrorCount `json:"client_call_errors_all,omitempty"`
+	AttemptErrors []bench.ErrorCount `json:"client_attempt_errors_all,omitempty"`
+	AuditFailures []bench.ErrorCount `json:"audit_failures_all,omitempty"`
+	Target        apiFailoverTarget  `json:"target"`
+	Error         string             `json:"error,omitempty"`
 }
 
 // apiFailoverTarget is issue 36's target, judged on the window after the kill.
@@ -174,176 +168,6 @@ func (l *callLog) all() []bench.CallSample {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return append([]bench.CallSample(nil), l.s...)
-}
-
-// podNameRE matches this bench's pod names inside error messages, so that equal errors count
-// together.
-var podNameRE = regexp.MustCompile(`apif-[a-z0-9]+-[0-9]{6}`)
-
-func normalizeErr(s string) string {
-	s = podNameRE.ReplaceAllString(s, "<pod>")
-	if len(s) > 300 {
-		s = s[:300] + "…"
-	}
-	return s
-}
-
-// statusClass is an error answer's class: code, reason (when there is one), message.
-func statusClass(code int, reason, msg string) string {
-	if reason != "" {
-		return normalizeErr(fmt.Sprintf("%d %s: %s", code, reason, msg))
-	}
-	return normalizeErr(fmt.Sprintf("%d: %s", code, msg))
-}
-
-// storeTimedOut: the store's own timeout passed through by kube-apiserver as a 500 with no
-// reason — etcd's "request timed out" (ErrTimeout), "…, possibly due to previous leader
-// failure" (ErrTimeoutDueToLeaderFail, a write whose leader died before answering), "…, possibly
-// due to connection lost" — which client-go does not retry (no Retry-After); its caller does.
-func storeTimedOut(msg string) bool { return strings.Contains(msg, "etcdserver: request timed out") }
-
-// classifyErr is a client-go error's class and whether it is a timeout (kube-apiserver's
-// Timeout or ServerTimeout, the store's, or the client's deadline).
-func classifyErr(err error) (string, bool) {
-	var st apierrors.APIStatus
-	if errors.As(err, &st) {
-		s := st.Status()
-		to := apierrors.IsTimeout(err) || apierrors.IsServerTimeout(err) || s.Code == http.StatusGatewayTimeout || storeTimedOut(s.Message)
-		return statusClass(int(s.Code), string(s.Reason), s.Message), to
-	}
-	var ne net.Error
-	to := errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-	return normalizeErr("client: " + err.Error()), to
-}
-
-// attemptRecorder records every HTTP request of a clientset but its watches.
-type attemptRecorder struct {
-	next http.RoundTripper
-	log  *callLog
-}
-
-func (a *attemptRecorder) RoundTrip(req *http.Request) (*http.Response, error) {
-	if req.URL.Query().Get("watch") == "true" {
-		return a.next.RoundTrip(req)
-	}
-	verb, res := requestVerb(req.Method, req.URL.Path)
-	start := time.Now()
-	resp, err := a.next.RoundTrip(req)
-	s := bench.CallSample{Start: start, Dur: time.Since(start), Verb: verb, Resource: res}
-	if err != nil {
-		var ne net.Error
-		s.Err = normalizeErr("transport: " + err.Error())
-		s.Timeout = errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-		a.log.add(s)
-		return resp, err
-	}
-	s.Code = resp.StatusCode
-	if resp.StatusCode >= 400 {
-		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
-		resp.Body.Close()
-		resp.Body = io.NopCloser(bytes.NewReader(b))
-		reason, msg := "", strings.TrimSpace(string(b))
-		if st, ok := decodeStatus(b); ok {
-			reason, msg = string(st.Reason), st.Message
-		}
-		s.Err = statusClass(resp.StatusCode, reason, msg)
-		s.RetryAfter = resp.Header.Get("Retry-After") != ""
-		s.Timeout = resp.StatusCode == http.StatusGatewayTimeout || reason == string(metav1.StatusReasonTimeout) ||
-			reason == string(metav1.StatusReasonServerTimeout) || storeTimedOut(msg)
-	}
-	a.log.add(s)
-	return resp, nil
-}
-
-// decodeStatus decodes an error answer's Status, JSON or protobuf (client-go asks for
-// protobuf for built-in types).
-func decodeStatus(b []byte) (*metav1.Status, bool) {
-	obj, _, err := scheme.Codecs.UniversalDeserializer().Decode(b, nil, nil)
-	if err == nil {
-		if st, ok := obj.(*metav1.Status); ok {
-			return st, true
-		}
-	}
-	var st metav1.Status
-	if json.Unmarshal(b, &st) == nil && st.Kind == "Status" {
-		return &st, true
-	}
-	return nil, false
-}
-
-// unhandledPrefix starts the message kube-apiserver logs for each request it answers with a
-// 500 because the error was no Status (the store's errors among them).
-const unhandledPrefix = "apiserver received an error that is not an metav1.Status: "
-
-// apiserverLogErrors reads kube-apiserver's log for the requests it failed with an error that
-// was no Status (klog: E1128 23:43:51.670991 … "Unhandled Error" err="apiserver received an
-// error that is not an metav1.Status: <Go value>: <message>"), each a sample at its time
-// (klog's local time, in ref's year) with the message as its class.
-func apiserverLogErrors(r io.Reader, ref time.Time) []bench.CallSample {
-	var out []bench.CallSample
-	sc := bufio.NewScanner(r)
-	sc.Buffer(make([]byte, 1<<20), 16<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		i := strings.Index(line, `err="`)
-		if len(line) < 21 || line[0] != 'E' || i < 0 || !strings.Contains(line, unhandledPrefix) {
-			continue
-		}
-		at, err := time.ParseInLocation("0102 15:04:05.000000", line[1:21], time.Local)
-		if err != nil {
-			continue
-		}
-		at = at.AddDate(ref.Year(), 0, 0)
-		// The quoted value: up to the first quote not escaped.
-		j := i + len(`err=`)
-		k := j + 1
-		for k < len(line) && line[k] != '"' {
-			if line[k] == '\\' {
-				k++
-			}
-			k++
-		}
-		if k >= len(line) {
-			continue
-		}
-		msg, err := strconv.Unquote(line[j : k+1])
-		if err != nil {
-			continue
-		}
-		msg = strings.TrimPrefix(msg, unhandledPrefix)
-		if c := strings.Index(msg, "}: "); c >= 0 {
-			msg = msg[c+3:]
-		}
-		out = append(out, bench.CallSample{Start: at, Verb: "?", Code: http.StatusInternalServerError, Err: normalizeErr("500: " + msg), Timeout: storeTimedOut(msg)})
-	}
-	return out
-}
-
-// requestVerb names a request as kube-apiserver's metrics do (verb, resource).
-func requestVerb(method, path string) (string, string) {
-	p := strings.Split(strings.Trim(path, "/"), "/")
-	// /api/v1/[namespaces/NS/]RES[/NAME[/SUB]] or /apis/G/V/…
-	i := 2
-	if len(p) > 0 && p[0] == "apis" {
-		i = 3
-	}
-	rest := []string{}
-	if len(p) > i {
-		rest = p[i:]
-	}
-	if len(rest) >= 3 && rest[0] == "namespaces" {
-		rest = rest[2:]
-	}
-	res, named := "", false
-	if len(rest) > 0 {
-		res = rest[0]
-		named = len(rest) > 1
-	}
-	verb := method
-	if method == http.MethodGet && !named {
-		verb = "LIST"
-	}
-	return verb, res
 }
 
 func (s apiFailoverSpec) logf(format string, a ...any) {
@@ -658,12 +482,12 @@ func (m *windowMeter) stop(ctx context.Context) (apiFailoverWindow, error) {
 
 // clientSide fills in the window's client figures (once every call has returned: a call
 // belongs to the window it started in) and kube-apiserver's failures its log names.
-func (w *apiFailoverWindow) clientSide(calls, attempts, serverLog []bench.CallSample) {
+func (w *apiFailoverWindow) clientSide(calls, attempts, audit []bench.CallSample) {
 	w.Calls = bench.SummarizeCalls(calls, w.Window)
 	w.Attempts = bench.SummarizeCalls(attempts, w.Window)
 	w.CallErrors = bench.CountErrors(calls, w.Window)
 	w.AttemptErrors = bench.CountErrors(attempts, w.Window)
-	w.ServerLogErrors = bench.CountErrors(serverLog, w.Window)
+	w.AuditFailures = bench.CountErrors(audit, w.Window)
 }
 
 // cpuCount is the cores /proc/stat lists.
@@ -691,8 +515,14 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	}()
 	s.logf("up: %d KWOK nodes, %s group of %d members (meganode up --store %s --store-replicas %d), state in %s", s.Nodes, storeName(s.Store), s.StoreReplicas, s.Store, s.StoreReplicas, s.StateDir)
 	began := time.Now()
+	// Every request's answer goes to kube-apiserver's audit log: the failures of every client
+	// are read from it at the end.
+	auditFlags, auditLog, err := auditArgs(s.StateDir)
+	if err != nil {
+		return res, err
+	}
 	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: s.StateDir, Store: s.Store, StoreReplicas: s.StoreReplicas,
-		Nodes: s.Nodes, Pods: s.Pods, Progress: s.Progress})
+		Nodes: s.Nodes, Pods: s.Pods, APIServerArgs: auditFlags, Progress: s.Progress})
 	if st != nil && !s.Keep {
 		defer func() {
 			if derr := st.Down(15*time.Second, nil); derr != nil {
@@ -819,12 +649,12 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 		return res, err
 	}
 
-	// The kill.
+	// The kill: its moment is the signal's (Kill returns once the process is gone).
 	res.Kill.Leader, res.Kill.Pid = leader.Name, leader.Pid
+	kill := time.Now()
 	if err := leader.Kill(); err != nil {
 		return res, err
 	}
-	kill := time.Now()
 	// The windows meet at the kill: a call belongs to the window it returned in.
 	res.Kill.At, after.from, res.Windows[0].To = kill, kill, kill
 	s.logf("SIGKILL store leader %s (pid %d) at %s; window after the kill starts", leader.Name, leader.Pid, kill.Format("15:04:05.000"))
@@ -894,16 +724,16 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	whole := bench.Window{Name: "run", From: res.Start, To: time.Now().Add(time.Hour)}
 	res.CallErrors = bench.CountErrors(calls, whole)
 	res.AttemptErrors = bench.CountErrors(attempts.all(), whole)
-	var serverLog []bench.CallSample
-	if api := st.Component("kube-apiserver"); api != nil {
-		if f, err := os.Open(api.Log); err == nil {
-			serverLog = apiserverLogErrors(f, res.Start)
-			f.Close()
-		}
+	var audit []bench.CallSample
+	if f, err := os.Open(auditLog); err == nil {
+		audit = auditFailures(f)
+		f.Close()
+	} else {
+		s.logf("audit log: %v", err)
 	}
-	res.ServerLogErrors = bench.CountErrors(serverLog, whole)
+	res.AuditFailures = bench.CountErrors(audit, whole)
 	for i := range res.Windows {
-		res.Windows[i].clientSide(calls, attempts.all(), serverLog)
+		res.Windows[i].clientSide(calls, attempts.all(), audit)
 	}
 
 	// The end: every pod bound (or the settle timeout), a quorum list, the watch, HashKV.
@@ -1000,7 +830,7 @@ func judgeAPIFailover(r *apiFailoverResult) apiFailoverTarget {
 	for _, set := range []struct {
 		who  string
 		errs []bench.ErrorCount
-	}{{"this client's calls", r.CallErrors}, {"this client's HTTP attempts", r.AttemptErrors}, {"kube-apiserver's log (any client)", r.ServerLogErrors}} {
+	}{{"this client's calls", r.CallErrors}, {"this client's HTTP attempts", r.AttemptErrors}, {"kube-apiserver's audit log (every client)", r.AuditFailures}} {
 		for _, e := range set.errs {
 			if !e.Timeout {
 				t.OnlyRetriedTimeouts = false

@@ -226,11 +226,11 @@ func TestJudgeAPIFailover(t *testing.T) {
 		t.Errorf("an internal error: %+v", tg)
 	}
 	r = ok()
-	r.ServerLogErrors = []bench.ErrorCount{{Error: "500: etcdserver: request timed out", Count: 3, Timeout: true}}
+	r.AuditFailures = []bench.ErrorCount{{Error: "kwok UPDATE leases: 500: etcdserver: request timed out", Count: 3, Timeout: true}}
 	if tg := judgeAPIFailover(r); !tg.Met {
 		t.Errorf("store timeouts another client got: %+v", tg)
 	}
-	r.ServerLogErrors = append(r.ServerLogErrors, bench.ErrorCount{Error: "500: rpc error: code = Unavailable desc = connection reset by peer", Count: 2})
+	r.AuditFailures = append(r.AuditFailures, bench.ErrorCount{Error: "kube-scheduler CREATE pods/binding: 409 Conflict: rpc error: code = Unavailable desc = connection reset by peer", Count: 2})
 	if tg := judgeAPIFailover(r); tg.Met || tg.OnlyRetriedTimeouts || len(tg.Failures) != 1 {
 		t.Errorf("a connection reset another client got: %+v", tg)
 	}
@@ -249,31 +249,35 @@ func TestJudgeAPIFailover(t *testing.T) {
 	}
 }
 
-// kube-apiserver's log names the errors it answered with a 500 (its metric has the code only).
-func TestAPIServerLogErrors(t *testing.T) {
-	log := `I1128 23:43:50.000001   22853 something.go:1] fine
-E1128 23:43:51.670991   22853 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: rpctypes.EtcdError{code:0xe, desc:\"etcdserver: request timed out, possibly due to previous leader failure\"}: etcdserver: request timed out, possibly due to previous leader failure" logger="UnhandledError"
-E1128 23:43:51.678818   22853 status.go:71] "Unhandled Error" err="apiserver received an error that is not an metav1.Status: &status.Error{s:(*status.Status)(0x232214680780)}: rpc error: code = Unavailable desc = error reading from server: connection reset by peer" logger="UnhandledError"
-E1128 23:42:01.654972   22853 controller.go:156] "Error while syncing ConfigMap" err="namespaces \"kube-system\" not found" logger="UnhandledError"
+// kube-apiserver's audit log names every client's failures, the store errors it wraps in a
+// 409 among them (its metric has the code only).
+func TestAuditFailures(t *testing.T) {
+	log := `{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"create","userAgent":"kube-scheduler/v1.36.3 (linux/amd64) kubernetes/abc","objectRef":{"resource":"pods","namespace":"meganode-load","name":"apif-28c684b2-004024","apiVersion":"v1","subresource":"binding"},"responseStatus":{"metadata":{},"status":"Failure","message":"Operation cannot be fulfilled on pods/binding \"apif-28c684b2-004024\": rpc error: code = Unavailable desc = error reading from server: EOF","reason":"Conflict","code":409},"requestReceivedTimestamp":"2026-11-29T00:09:12.060000Z","stageTimestamp":"2026-11-29T00:09:12.077000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"update","userAgent":"kwok/v0.8.0","objectRef":{"resource":"leases","namespace":"kube-node-lease","name":"kwok-node-000076","apiVersion":"coordination.k8s.io/v1"},"responseStatus":{"metadata":{},"status":"Failure","message":"etcdserver: request timed out, possibly due to previous leader failure","code":500},"requestReceivedTimestamp":"2026-11-29T00:09:12.050000Z","stageTimestamp":"2026-11-29T00:09:12.070000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"update","userAgent":"kwok/v0.8.0","objectRef":{"resource":"leases","namespace":"kube-node-lease","name":"kwok-node-000077","apiVersion":"coordination.k8s.io/v1"},"responseStatus":{"metadata":{},"status":"Failure","message":"etcdserver: request timed out, possibly due to previous leader failure","code":500},"requestReceivedTimestamp":"2026-11-29T00:09:12.051000Z","stageTimestamp":"2026-11-29T00:09:12.071000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"get","userAgent":"kube-controller-manager/v1.36.3","objectRef":{"resource":"configmaps","name":"x"},"responseStatus":{"metadata":{},"status":"Failure","reason":"NotFound","code":404},"requestReceivedTimestamp":"2026-11-29T00:09:12.051000Z","stageTimestamp":"2026-11-29T00:09:12.052000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"get","userAgent":"kube-apiserver/v1.36.3","requestURI":"/readyz","responseStatus":{"metadata":{},"code":500},"requestReceivedTimestamp":"2026-11-29T00:09:12.051000Z","stageTimestamp":"2026-11-29T00:09:12.055000Z"}
+{"kind":"Event","apiVersion":"audit.k8s.io/v1","level":"Metadata","stage":"ResponseComplete","verb":"create","userAgent":"meganode","objectRef":{"resource":"pods"},"responseStatus":{"metadata":{},"code":201},"requestReceivedTimestamp":"2026-11-29T00:09:12.051000Z","stageTimestamp":"2026-11-29T00:09:12.055000Z"}
 `
-	ref := time.Date(2026, 11, 28, 23, 40, 0, 0, time.Local)
-	got := apiserverLogErrors(strings.NewReader(log), ref)
-	if len(got) != 2 {
-		t.Fatalf("%d errors, want 2: %+v", len(got), got)
+	got := auditFailures(strings.NewReader(log))
+	if len(got) != 3 {
+		t.Fatalf("%d failures, want 3 (a 404, a 201 and /readyz are none): %+v", len(got), got)
 	}
-	if want := time.Date(2026, 11, 28, 23, 43, 51, 670991000, time.Local); !got[0].Start.Equal(want) {
-		t.Errorf("time %v, want %v", got[0].Start, want)
+	if c := got[0]; c.Code != 409 || c.Timeout || c.Verb != "CREATE" || c.Resource != "pods/binding" || c.Dur != 17*time.Millisecond ||
+		c.Err != "kube-scheduler CREATE pods/binding: 409 Conflict: Operation cannot be fulfilled on pods/binding \"<pod>\": rpc error: code = Unavailable desc = error reading from server: EOF" {
+		t.Errorf("the binding: %+v", c)
 	}
-	if got[0].Err != "500: etcdserver: request timed out, possibly due to previous leader failure" || !got[0].Timeout {
-		t.Errorf("first: %+v", got[0])
+	if c := got[1]; c.Code != 500 || !c.Timeout || c.Err != "kwok UPDATE leases: 500: etcdserver: request timed out, possibly due to previous leader failure" {
+		t.Errorf("the lease: %+v", c)
 	}
-	if got[1].Err != "500: rpc error: code = Unavailable desc = error reading from server: connection reset by peer" || got[1].Timeout {
-		t.Errorf("second: %+v", got[1])
-	}
-	// Counted per window as the client's errors are.
-	errs := bench.CountErrors(got, bench.Window{From: ref, To: ref.Add(5 * time.Minute)})
-	if len(errs) != 2 || errs[0].Count != 1 {
+	// Counted per window (by the answer's time) as the client's errors are.
+	at := time.Date(2026, 11, 29, 0, 9, 12, 0, time.UTC)
+	errs := bench.CountErrors(got, bench.Window{From: at, To: at.Add(80 * time.Millisecond)})
+	if len(errs) != 2 || errs[0].Count != 2 || !errs[0].Timeout || errs[1].Timeout {
 		t.Errorf("per window: %+v", errs)
+	}
+	if e := bench.CountErrors(got, bench.Window{From: at, To: at.Add(71 * time.Millisecond)}); len(e) != 1 || e[0].Count != 1 {
+		t.Errorf("window ending before the second lease's answer: %+v", e)
 	}
 }
 

@@ -131,8 +131,9 @@ func runBenchAPIFailover(ctx context.Context, cmd *cobra.Command, f *benchAPIFai
 var klogProblem = regexp.MustCompile(`^[WE][0-9]{4} `)
 
 // copyRunLogs keeps the raw logs worth reading beside the results: the store members' logs
-// whole (a few lines each: start, rejoin, shutdown), and kube-apiserver's warnings and errors
-// (its first 5,000; the whole log stays in the state directory).
+// whole (a few lines each: start, rejoin, shutdown), kube-apiserver's warnings and errors and
+// its audit log's failed requests (the first 5,000 of each; the whole logs stay in the state
+// directory).
 func copyRunLogs(from, to string) error {
 	ents, err := os.ReadDir(from)
 	if err != nil {
@@ -157,6 +158,14 @@ func copyRunLogs(from, to string) error {
 				}
 			}
 			name, b = "kube-apiserver-warnings.log", []byte(strings.Join(keep, "\n")+"\n")
+		case name == "kube-apiserver-audit.log":
+			var keep []string
+			for _, l := range strings.Split(string(b), "\n") {
+				if len(auditFailures(strings.NewReader(l))) > 0 && len(keep) < 5000 {
+					keep = append(keep, l)
+				}
+			}
+			name, b = "kube-apiserver-audit-failures.log", []byte(strings.Join(keep, "\n")+"\n")
 		default:
 			continue
 		}
@@ -297,8 +306,8 @@ func apiFailoverSummary(r *apiFailoverResult) string {
 				listed = true
 			}
 		}
-		for _, e := range w.ServerLogErrors {
-			fmt.Fprintf(&b, "  %s, kube-apiserver's log, a 500 to any client: %d× %s (timeout: %v)\n", w.Name, e.Count, e.Error, e.Timeout)
+		for _, e := range w.AuditFailures {
+			fmt.Fprintf(&b, "  %s, kube-apiserver's audit log: %d× %s (timeout: %v)\n", w.Name, e.Count, e.Error, e.Timeout)
 			listed = true
 		}
 	}
@@ -341,8 +350,8 @@ func apiFailoverSummary(r *apiFailoverResult) string {
 		}
 		return n
 	}
-	fmt.Fprintf(&b, "  timeouts: %d of this client's calls (%d HTTP attempts), each retried until its pod was created; %d in kube-apiserver's log (any client)\n",
-		timeouts(r.CallErrors), timeouts(r.AttemptErrors), timeouts(r.ServerLogErrors))
+	fmt.Fprintf(&b, "  timeouts: %d of this client's calls (%d HTTP attempts), each retried until its pod was created; %d in kube-apiserver's audit log (every client)\n",
+		timeouts(r.CallErrors), timeouts(r.AttemptErrors), timeouts(r.AuditFailures))
 	if t.Server5xx > 0 {
 		fmt.Fprintf(&b, "  kube-apiserver answered %.0f requests with a 5xx after the kill (every client; its metric has the code only)\n", t.Server5xx)
 	}
