@@ -280,14 +280,7 @@ func (s TargetSpec) startStoreGroup() (*Target, error) {
 // startEtcdGroup starts an etcd cluster of s.Members members, all at once (a new
 // cluster's members wait for each other before they serve).
 func (s TargetSpec) startEtcdGroup() (*Target, error) {
-	if len(s.EtcdCmd) == 0 {
-		exe, err := os.Executable()
-		if err != nil {
-			return nil, err
-		}
-		s.EtcdCmd = []string{exe, "etcd"}
-	}
-	dir, err := dataDir(s.EtcdDataRoot, "meganode-bench-etcd-")
+	s, dir, err := s.etcdSetup()
 	if err != nil {
 		return nil, err
 	}
@@ -352,15 +345,22 @@ func (s TargetSpec) startEtcdGroup() (*Target, error) {
 // ReadyLine is what a server prints once it serves clients (etcd's own wording).
 const ReadyLine = "ready to serve client requests"
 
-func (s TargetSpec) startEtcd() (*Target, error) {
+// etcdSetup fills in the default etcd command (this binary's `etcd`) and makes
+// a fresh data directory under EtcdDataRoot.
+func (s TargetSpec) etcdSetup() (TargetSpec, string, error) {
 	if len(s.EtcdCmd) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, err
+			return s, "", err
 		}
 		s.EtcdCmd = []string{exe, "etcd"}
 	}
 	dir, err := dataDir(s.EtcdDataRoot, "meganode-bench-etcd-")
+	return s, dir, err
+}
+
+func (s TargetSpec) startEtcd() (*Target, error) {
+	s, dir, err := s.etcdSetup()
 	if err != nil {
 		return nil, err
 	}

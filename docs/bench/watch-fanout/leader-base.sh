@@ -32,7 +32,8 @@ bin/benchmark --endpoints 127.0.0.1:2379$leader --conns 1 --clients 1 put --rate
 l1=$(cpu $lp); f1=$(cpu $fp)
 echo "$n puts at 200/s: leader $(( (l1-l0)*1000000/hz/n )) µs CPU per write, follower $(( (f1-f0)*1000000/hz/n )) µs"
 if command -v perf >/dev/null; then
-  (bin/benchmark --endpoints 127.0.0.1:2379$leader --conns 1 --clients 1 put --rate 200 --total 2400 --key-size 48 --val-size 1024 >/dev/null 2>&1 &)
+  bin/benchmark --endpoints 127.0.0.1:2379$leader --conns 1 --clients 1 put --rate 200 --total 1600 --key-size 48 --val-size 1024 >/dev/null 2>&1 &
+  pids+=($!)   # stopped with the members at exit (it holds the caller's lock file open)
   sleep 1
   perf record -q -e cpu-clock -F 4000 -g -p $lp -o $D/perf.data -- sleep 8 >/dev/null 2>&1
   echo "perf (cpu-clock, 8 s of the leader under the same load), by thread:"
