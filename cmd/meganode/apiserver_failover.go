@@ -521,8 +521,17 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	if err != nil {
 		return res, err
 	}
-	st, err := cluster.Up(ctx, cluster.UpOptions{StateDir: s.StateDir, Store: s.Store, StoreReplicas: s.StoreReplicas,
-		Nodes: s.Nodes, Pods: s.Pods, APIServerArgs: auditFlags, Progress: s.Progress})
+	var st *cluster.State
+	for attempt := 1; ; attempt++ {
+		st, err = cluster.Up(ctx, cluster.UpOptions{StateDir: s.StateDir, Store: s.Store, StoreReplicas: s.StoreReplicas,
+			Nodes: s.Nodes, Pods: s.Pods, APIServerArgs: auditFlags, Progress: s.Progress})
+		// A free port picked for a member can be taken, before the member binds it, as the
+		// local port of a connection another process (or member) opens: start again.
+		if err == nil || attempt == 3 || !strings.Contains(err.Error(), "Address already in use") {
+			break
+		}
+		s.logf("up failed (a port taken before its member bound it), starting again: %s", strings.SplitN(err.Error(), "\n", 2)[0])
+	}
 	if st != nil && !s.Keep {
 		defer func() {
 			if derr := st.Down(15*time.Second, nil); derr != nil {
