@@ -134,9 +134,9 @@ type apiFailoverResult struct {
 
 // apiFailoverTarget is issue 36's target, judged on the window after the kill.
 type apiFailoverTarget struct {
-	// Every verb's p99 (kube-apiserver's histogram, all clients; LIST and WATCH aside) ≤ 1 s,
-	// and the client's creates' p99 ≤ 1 s.
-	ServerP99OK bool     `json:"server_p99_per_verb_le_1s"`
+	// Every verb's p99 and every verb and resource's (kube-apiserver's histogram, all clients;
+	// LIST and WATCH aside) ≤ 1 s, and the client's creates' p99 ≤ 1 s.
+	ServerP99OK bool     `json:"server_p99_per_verb_and_resource_le_1s"`
 	ClientP99OK bool     `json:"client_create_p99_le_1s"`
 	Over        []string `json:"over,omitempty"`
 	// No request of this client failed with anything but a timeout that was retried (by
@@ -824,10 +824,16 @@ func judgeAPIFailover(r *apiFailoverResult) apiFailoverTarget {
 		t.Failures = append(t.Failures, "no window after the kill was measured")
 		return t
 	}
-	for _, a := range after.Server.APIByVerb {
+	// Per verb over every resource, and per verb and resource (the SLO's own pairs: a few slow
+	// creates of one resource hide in the verb's total).
+	for _, a := range append(append([]cluster.APILatency(nil), after.Server.APIByVerb...), after.Server.API...) {
 		if sloVerbs[a.Verb] && a.P99 > cluster.SLOMutatingSeconds {
 			t.ServerP99OK = false
-			t.Over = append(t.Over, fmt.Sprintf("server %s p99 %.2f s", a.Verb, a.P99))
+			what := a.Verb
+			if a.Resource != "" || a.Subresource != "" {
+				what += " " + strings.TrimSuffix(a.Resource+"/"+a.Subresource, "/")
+			}
+			t.Over = append(t.Over, fmt.Sprintf("kube-apiserver %s p99 %.2f s", what, a.P99))
 		}
 	}
 	for _, c := range after.Calls {

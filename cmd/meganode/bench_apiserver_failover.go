@@ -334,7 +334,7 @@ func apiFailoverSummary(r *apiFailoverResult) string {
 	fmt.Fprintf(&b, "watch from before the first create: %d of %d creates delivered, %d events + %d bookmarks, resourceVersions went back %d×, repeated %d×; %d restarts, %d expired (410)\n",
 		c.WatchAdded, c.Created, c.Events, c.Bookmarks, c.Back, c.Repeated, c.WatchRestarts, c.WatchExpired)
 	t := r.Target
-	fmt.Fprintf(&b, "\ntarget (window after the kill): p99 ≤ 1 s per verb — server %s, client %s; only retried timeouts — %s; every object present — %s; resourceVersions never back — %s: %s\n",
+	fmt.Fprintf(&b, "\ntarget (window after the kill): p99 ≤ 1 s per verb and per verb/resource — kube-apiserver %s, this client %s; only retried timeouts — %s; every object present — %s; resourceVersions never back — %s: %s\n",
 		yes(t.ServerP99OK), yes(t.ClientP99OK), yes(t.OnlyRetriedTimeouts), yes(t.AllPresent), yes(t.RVOK), metStr(t.Met))
 	for _, o := range t.Over {
 		fmt.Fprintf(&b, "  over: %s\n", o)
