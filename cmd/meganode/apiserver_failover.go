@@ -20,8 +20,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -178,36 +176,14 @@ func (s apiFailoverSpec) logf(format string, a ...any) {
 	s.Progress.Printf("%s", line)
 }
 
-// storeMembers are the store processes (meganode-store or etcd) of the cluster's (one) store group.
-func storeMembers(st *cluster.State) []*cluster.Component {
-	var out []*cluster.Component
-	for i := range st.Components {
-		if c := &st.Components[i]; c.Kind == cluster.BinStore || c.Kind == cluster.StoreEtcd {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
-func memberStatus(ctx context.Context, url string, timeout time.Duration) (*clientv3.StatusResponse, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: timeout, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	c, cancel := context.WithTimeout(ctx, timeout)
-	defer cancel()
-	return cli.Status(c, url)
-}
-
 // storeLeader is the member that answers Status as its own leader, skipping down.
 func storeLeader(ctx context.Context, st *cluster.State, down string, within time.Duration) (*cluster.Component, error) {
 	for deadline := time.Now().Add(within); ; time.Sleep(20 * time.Millisecond) {
-		for _, c := range storeMembers(st) {
+		for _, c := range st.StoreMembers() {
 			if c.Name == down {
 				continue
 			}
-			s, err := memberStatus(ctx, c.URL, time.Second)
+			s, err := cluster.MemberStatus(ctx, c.URL, time.Second)
 			if err == nil && s.Leader != 0 && s.Leader == s.Header.MemberId {
 				return c, nil
 			}
@@ -216,36 +192,6 @@ func storeLeader(ctx context.Context, st *cluster.State, down string, within tim
 			return nil, fmt.Errorf("no store member answers as leader after %s", within)
 		}
 	}
-}
-
-// sameHash: every member answers HashKV at one revision with one hash.
-func sameHash(ctx context.Context, st *cluster.State) error {
-	ms := storeMembers(st)
-	s, err := memberStatus(ctx, ms[0].URL, 2*time.Second)
-	if err != nil {
-		return err
-	}
-	rev := s.Header.Revision
-	var want uint32
-	for i, m := range ms {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.URL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return err
-		}
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		h, err := cli.HashKV(c, m.URL, rev)
-		cancel()
-		cli.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %v", m.Name, err)
-		}
-		if i == 0 {
-			want = h.Hash
-		} else if h.Hash != want {
-			return fmt.Errorf("%s: HashKV %d at revision %d, %s has %d", m.Name, h.Hash, rev, ms[0].Name, want)
-		}
-	}
-	return nil
 }
 
 // podLoad creates pods at a steady rate, open loop: a create starts on its tick whatever the
@@ -543,7 +489,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 		return res, err
 	}
 	var ms []string
-	for _, c := range storeMembers(st) {
+	for _, c := range st.StoreMembers() {
 		ms = append(ms, fmt.Sprintf("%s pid %d %s", c.Name, c.Pid, c.URL))
 	}
 	s.logf("cluster up in %.1f s, %d nodes Ready; store members: %s", time.Since(began).Seconds(), st.Nodes, strings.Join(ms, "; "))
@@ -688,7 +634,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 		<-newLeader
 		var target uint64
 		if nl := st.Component(res.Kill.NewLeader); nl != nil {
-			if ls, err := memberStatus(ctx, nl.URL, time.Second); err == nil {
+			if ls, err := cluster.MemberStatus(ctx, nl.URL, time.Second); err == nil {
 				target = ls.RaftIndex
 			}
 		}
@@ -703,7 +649,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 		s.logf("restarted %s (pid %d), %.1f s after the kill; catching up to raft index %d", c.Name, c.Pid, res.Kill.RestartedAfterMs/1e3, target)
 		restartAt := time.Now()
 		for deadline := restartAt.Add(2 * time.Minute); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(50 * time.Millisecond) {
-			ms, err := memberStatus(ctx, c.URL, time.Second)
+			ms, err := cluster.MemberStatus(ctx, c.URL, time.Second)
 			if err == nil && ms.Leader != 0 && ms.RaftAppliedIndex >= target {
 				res.Kill.CaughtUpMs = float64(time.Since(restartAt)) / 1e6
 				s.logf("%s caught up (applied index %d ≥ %d) %.0f ms after its restart", c.Name, ms.RaftAppliedIndex, target, res.Kill.CaughtUpMs)
@@ -793,7 +739,7 @@ func runAPIFailover(ctx context.Context, s apiFailoverSpec) (res *apiFailoverRes
 	<-caughtUp
 	var herr error
 	for deadline := time.Now().Add(60 * time.Second); time.Now().Before(deadline) && ctx.Err() == nil; time.Sleep(500 * time.Millisecond) {
-		if herr = sameHash(ctx, st); herr == nil {
+		if herr = st.SameStoreHash(ctx); herr == nil {
 			break
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
@@ -131,7 +129,7 @@ func TestClusterOnReplicatedStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(ctx, t, 60*time.Second, "the restarted member caught up (same HashKV as the others)", func() error {
-		return sameHash(ctx, st)
+		return st.SameStoreHash(ctx)
 	})
 	select {
 	case <-watchDone:
@@ -170,67 +168,15 @@ func TestClusterOnReplicatedStore(t *testing.T) {
 	}
 }
 
-// storeMembers are the store components of a one-shard replicated cluster.
-func storeMembers(st *cluster.State) []*cluster.Component {
-	var out []*cluster.Component
-	for i := range st.Components {
-		if c := &st.Components[i]; c.Kind == cluster.BinStore {
-			out = append(out, c)
-		}
-	}
-	return out
-}
-
 // storeLeader answers the member every member names as leader.
 func storeLeader(ctx context.Context, st *cluster.State) (*cluster.Component, error) {
 	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		for _, c := range storeMembers(st) {
-			s, err := memberStatus(ctx, c.URL)
+		for _, c := range st.StoreMembers() {
+			s, err := cluster.MemberStatus(ctx, c.URL, 2*time.Second)
 			if err == nil && s.Leader == s.Header.MemberId {
 				return c, nil
 			}
 		}
 	}
 	return nil, fmt.Errorf("no store leader")
-}
-
-func memberStatus(ctx context.Context, url string) (*clientv3.StatusResponse, error) {
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{url}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		return nil, err
-	}
-	defer cli.Close()
-	c, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	return cli.Status(c, url)
-}
-
-// sameHash: every member answers HashKV at one revision with the same hash.
-func sameHash(ctx context.Context, st *cluster.State) error {
-	ms := storeMembers(st)
-	s, err := memberStatus(ctx, ms[0].URL)
-	if err != nil {
-		return err
-	}
-	rev := s.Header.Revision
-	var want uint32
-	for i, m := range ms {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{m.URL}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return err
-		}
-		c, cancel := context.WithTimeout(ctx, 5*time.Second)
-		h, err := cli.HashKV(c, m.URL, rev)
-		cancel()
-		cli.Close()
-		if err != nil {
-			return fmt.Errorf("%s: %v", m.Name, err)
-		}
-		if i == 0 {
-			want = h.Hash
-		} else if h.Hash != want {
-			return fmt.Errorf("%s: HashKV %d at revision %d, %s has %d", m.Name, h.Hash, rev, ms[0].Name, want)
-		}
-	}
-	return nil
 }
