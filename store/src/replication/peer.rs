@@ -135,6 +135,15 @@ pub fn peer_host_port(url: &str) -> Result<&str, String> {
     }
 }
 
+/// The first address `host_port` resolves to, asked at each call without
+/// blocking the runtime (a pod's name may point elsewhere after a restart).
+pub async fn resolve(host_port: &str) -> std::io::Result<SocketAddr> {
+    tokio::net::lookup_host(host_port)
+        .await?
+        .next()
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host_port}: no address")))
+}
+
 /// The socket address of a peer URL (http://host:port; a name resolved now).
 pub fn peer_addr(url: &str) -> Result<SocketAddr, String> {
     let hp = peer_host_port(url)?;
@@ -271,10 +280,7 @@ async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message
     let mut backoff = Duration::from_millis(20);
     let mut refused = false;
     loop {
-        let attempt = async {
-            let addr = tokio::net::lookup_host(target.as_str()).await?.next().ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, "no address"))?;
-            connect(hs, addr).await
-        };
+        let attempt = async { connect(hs, resolve(&target).await?).await };
         match attempt.await {
             Ok(stream) => {
                 backoff = Duration::from_millis(20);

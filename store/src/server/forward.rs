@@ -205,10 +205,7 @@ impl Forwarder {
         let connector = tower::service_fn(move |_: http::Uri| {
             let target = target.clone();
             async move {
-                let addr = tokio::net::lookup_host(target.as_str())
-                    .await?
-                    .next()
-                    .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{target}: no address")))?;
+                let addr = crate::replication::peer::resolve(&target).await?;
                 let s = tokio::time::timeout(Duration::from_secs(3), crate::replication::peer::connect_h2(cluster, me, leader, addr))
                     .await
                     .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;

@@ -77,7 +77,7 @@ static LINK: Mutex<Option<Arc<Link>>> = Mutex::new(None);
 impl Link {
     async fn open(s: &Services, r: &Replica, leader: u64) -> Option<Arc<Link>> {
         let m = r.members().into_iter().find(|m| m.id == leader)?;
-        let addr = peer::peer_addr(m.peer_urls.first()?).ok()?;
+        let addr = peer::resolve(peer::peer_host_port(m.peer_urls.first()?).ok()?).await.ok()?;
         let stream = peer::connect_forward(s.ctx.cluster_id, s.ctx.member_id, leader, addr).await.ok()?;
         let (rd, wr) = stream.into_split();
         let dead: Arc<AtomicBool> = Arc::default();
