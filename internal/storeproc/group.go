@@ -32,7 +32,10 @@ type GroupOptions struct {
 	Bin       string   // as Options.Bin
 	ExtraArgs []string // every member's, after the cluster flags
 	Stderr    io.Writer
-	Scheme    string // client URLs' scheme: "http" (default) or "https" (peers stay http)
+	Scheme    string // client URLs' scheme: "http" (default) or "https"
+	// PeerScheme is the peer URLs' scheme: "http" (default) or "https" (peer
+	// TLS: ExtraArgs then carry --peer-cert-file and the like, or --peer-auto-tls).
+	PeerScheme string
 	// DataRoot, when set, holds member i's data directory DataRoot/m<i>; else each
 	// member gets a temporary directory.
 	DataRoot     string
@@ -47,6 +50,10 @@ func StartGroupWith(o GroupOptions) (*Group, error) {
 	n := o.Members
 	peers := make([]string, n)
 	clients := make([]int, n)
+	peerScheme := o.PeerScheme
+	if peerScheme == "" {
+		peerScheme = "http"
+	}
 	for i := range peers {
 		pp, err := FreePort()
 		if err != nil {
@@ -56,7 +63,7 @@ func StartGroupWith(o GroupOptions) (*Group, error) {
 		if err != nil {
 			return nil, err
 		}
-		peers[i] = fmt.Sprintf("m%d=http://127.0.0.1:%d", i, pp)
+		peers[i] = fmt.Sprintf("m%d=%s://127.0.0.1:%d", i, peerScheme, pp)
 		clients[i] = cp
 	}
 	g := &Group{Members: make([]*Proc, n), InitialCluster: strings.Join(peers, ",")}

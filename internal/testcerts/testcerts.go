@@ -182,6 +182,13 @@ func (p Paths) StoreArgs(clientCertAuth bool) []string {
 	return a
 }
 
+// PeerArgs are etcd's peer TLS flags with the server certificate (it carries
+// client use too, as a member's peer certificate must: it dials its peers
+// with it): every peer's certificate required and checked against the CA.
+func (p Paths) PeerArgs() []string {
+	return []string{"--peer-cert-file", p.ServerCert, "--peer-key-file", p.ServerKey, "--peer-trusted-ca-file", p.CAFile, "--peer-client-cert-auth"}
+}
+
 func issue(tmpl, ca *x509.Certificate, caKey *ecdsa.PrivateKey, certPath, keyPath string) error {
 	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {

@@ -1,4 +1,5 @@
-//! etcd's --auto-tls: an https:// client listener given no --cert-file serves a
+//! etcd's --auto-tls (and --peer-auto-tls, the same for https:// peer URLs,
+//! under fixtures/peer): an https:// client listener given no --cert-file serves a
 //! self-signed certificate for the hosts of --listen-client-urls. As etcd's
 //! (`transport.SelfCert`): an ECDSA P-256 key, organisation "etcd", server and
 //! client use, valid --self-signed-cert-validity years, kept in
@@ -23,6 +24,11 @@ pub fn self_cert(dir: &Path, hosts: &[String], years: u32) -> Result<(Vec<u8>, V
 /// Where --auto-tls keeps the client listener's certificate (etcd's place).
 pub fn client_dir(data_dir: &str) -> PathBuf {
     Path::new(data_dir).join("fixtures").join("client")
+}
+
+/// Where --peer-auto-tls keeps the peer listener's certificate (etcd's place).
+pub fn peer_dir(data_dir: &str) -> PathBuf {
+    Path::new(data_dir).join("fixtures").join("peer")
 }
 
 /// The hosts of the listen URLs: IP addresses and names, without ports.

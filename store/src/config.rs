@@ -74,9 +74,17 @@ pub struct Config {
     /// Whether --durability was given (a replicated group defaults to `replicated`).
     pub durability_given: bool,
     /// etcd's --auto-tls: https:// client listeners without --cert-file serve a
-    /// self-signed certificate made at start-up (crate::auto_tls). --peer-auto-tls is
-    /// accepted and, with no peer listener, has nothing to serve.
+    /// self-signed certificate made at start-up (crate::auto_tls).
     pub auto_tls: bool,
+    /// etcd's peer TLS (replication::peer_tls), for https:// peer URLs: this
+    /// member's certificate and key, the CA peers' certificates chain to, whether
+    /// the listener asks peers for one, and --peer-auto-tls (self-signed, made
+    /// at start-up under <data-dir>/fixtures/peer, peers not checked).
+    pub peer_cert_file: Option<String>,
+    pub peer_key_file: Option<String>,
+    pub peer_trusted_ca_file: Option<String>,
+    pub peer_client_cert_auth: bool,
+    pub peer_auto_tls: bool,
     /// etcd's --self-signed-cert-validity: the auto-TLS certificate's years.
     pub self_signed_cert_validity: u32,
     pub ignored: Vec<String>,
@@ -121,6 +129,11 @@ impl Default for Config {
             durability_given: false,
             snapshot_count: 10_000,
             auto_tls: false,
+            peer_cert_file: None,
+            peer_key_file: None,
+            peer_trusted_ca_file: None,
+            peer_client_cert_auth: false,
+            peer_auto_tls: false,
             self_signed_cert_validity: 1,
             ignored: Vec::new(),
         }
@@ -129,9 +142,8 @@ impl Default for Config {
 
 /// etcd flags with no meaning for an in-memory member.
 const IGNORED: &[&str] = &[
-    "peer-auto-tls",
     "auto-compaction-mode", "auto-compaction-retention", "log-level", "logger", "log-outputs", "enable-v2",
-    "enable-pprof", "metrics", "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth",
+    "enable-pprof", "metrics",
     "experimental-initial-corrupt-check", "experimental-watch-progress-notify-interval", "unsafe-no-fsync",
     "max-txn-ops", "backend-batch-limit", "backend-batch-interval", "strict-reconfig-check", "socket-reuse-address",
 ];
@@ -143,6 +155,7 @@ const KNOWN: &[&str] = &[
     "test-fault-fsync-latency", "test-fault-write-latency", "value-compression", "value-compression-cpu", "grpc-transport", "history-spill",
     "runtime-workers", "initial-cluster", "initial-cluster-state", "auto-tls", "self-signed-cert-validity",
     "listen-peer-urls", "initial-cluster-token", "heartbeat-interval", "election-timeout", "snapshot-count",
+    "peer-cert-file", "peer-key-file", "peer-trusted-ca-file", "peer-client-cert-auth", "peer-auto-tls",
 ];
 
 const BOOL_FLAGS: &[&str] = &["auto-tls", "peer-auto-tls", "client-cert-auth", "enable-v2", "enable-pprof", "strict-reconfig-check", "unsafe-no-fsync", "experimental-initial-corrupt-check", "peer-client-cert-auth", "socket-reuse-address"];
@@ -293,6 +306,11 @@ pub fn parse(args: &[String]) -> Result<Config, String> {
                 }
             }
             "auto-tls" => c.auto_tls = parse_bool(&flag, &value)?,
+            "peer-cert-file" => c.peer_cert_file = Some(value),
+            "peer-key-file" => c.peer_key_file = Some(value),
+            "peer-trusted-ca-file" => c.peer_trusted_ca_file = Some(value),
+            "peer-client-cert-auth" => c.peer_client_cert_auth = parse_bool(&flag, &value)?,
+            "peer-auto-tls" => c.peer_auto_tls = parse_bool(&flag, &value)?,
             "self-signed-cert-validity" => {
                 c.self_signed_cert_validity = value
                     .parse()
@@ -379,9 +397,23 @@ fn check_cluster(c: &mut Config) -> Result<(), String> {
     }
     c.advertise_peer_urls = own;
     for u in c.initial_cluster.iter().map(|(_, u)| u).chain(&c.listen_peer_urls) {
-        if !u.starts_with("http://") {
-            return Err(format!("peer URL {u:?}: want http://host:port (peer TLS is not built yet)"));
-        }
+        crate::replication::peer_tls::split_url(u)?;
+    }
+    let https = c.initial_cluster.iter().map(|(_, u)| u).chain(&c.listen_peer_urls).any(|u| u.starts_with("https://"));
+    let files = c.peer_cert_file.is_some() || c.peer_key_file.is_some();
+    if https && !files && !c.peer_auto_tls {
+        return Err("https peer URLs need peer TLS: --peer-cert-file and --peer-key-file (with --peer-trusted-ca-file), or --peer-auto-tls".into());
+    }
+    if files && (c.peer_cert_file.is_none() || c.peer_key_file.is_none()) {
+        return Err("--peer-cert-file and --peer-key-file go together".into());
+    }
+    // Go's TLS would check peers against the host's CA pool; this build has
+    // none, so the CA that signed the members' certificates is named.
+    if files && c.peer_trusted_ca_file.is_none() {
+        return Err("--peer-cert-file needs --peer-trusted-ca-file: the CA every member's peer certificate chains to".into());
+    }
+    if c.peer_client_cert_auth && c.peer_trusted_ca_file.is_none() {
+        return Err("--peer-client-cert-auth needs --peer-trusted-ca-file".into());
     }
     if c.election_timeout < 5 * c.heartbeat_interval {
         return Err(format!(
@@ -450,7 +482,12 @@ mod tests {
         let e = with(&["--initial-advertise-peer-urls", "http://127.0.0.1:9"]).unwrap_err();
         assert!(e.contains("missing from --initial-advertise-peer-urls"), "{e}");
         assert!(with(&["--initial-advertise-peer-urls", "http://127.0.0.1:2381"]).is_ok());
-        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381"]).unwrap_err().contains("peer TLS"));
+        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381"]).unwrap_err().contains("--peer-auto-tls"));
+        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381", "--peer-auto-tls"]).is_ok());
+        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381", "--peer-cert-file=c", "--peer-key-file=k"]).unwrap_err().contains("--peer-trusted-ca-file"));
+        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381", "--peer-cert-file=c"]).unwrap_err().contains("go together"));
+        assert!(with(&["--listen-peer-urls", "https://127.0.0.1:2381", "--peer-cert-file=c", "--peer-key-file=k", "--peer-trusted-ca-file=a"]).is_ok());
+        assert!(with(&["--listen-peer-urls", "unix://x:1"]).unwrap_err().contains("https://host:port"));
         assert_eq!(with(&["--initial-cluster-state", "existing"]).unwrap().initial_cluster_state, "existing");
         let c = with(&["--heartbeat-interval", "50", "--election-timeout=500", "--initial-cluster-token", "t1"]).unwrap();
         assert_eq!((c.heartbeat_interval, c.election_timeout, c.initial_cluster_token.as_str()), (Duration::from_millis(50), Duration::from_millis(500), "t1"));
@@ -468,7 +505,7 @@ mod tests {
         let c = parse(&a(&["--auto-tls", "--peer-auto-tls", "--self-signed-cert-validity=2"])).unwrap();
         assert!(c.auto_tls);
         assert_eq!(c.self_signed_cert_validity, 2);
-        assert_eq!(c.ignored, vec!["--peer-auto-tls"]);
+        assert!(c.peer_auto_tls && c.ignored.is_empty());
         assert!(!parse(&a(&["--auto-tls=false"])).unwrap().auto_tls);
         assert!(parse(&a(&["--self-signed-cert-validity=0"])).is_err());
     }

@@ -104,6 +104,39 @@ fn tls_config(cfg: &Config) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, S
     meganode_store::transport::tls::server_config(&cert, &key, ca.as_deref())
 }
 
+/// This member's peer TLS when its peer URLs are https (etcd's --peer-* flags,
+/// replication::peer_tls): its certificate serves the peer listener and is
+/// offered to the peers it dials. As etcd's, a --peer-trusted-ca-file makes
+/// every peer's certificate required and checked; --peer-auto-tls alone makes
+/// a self-signed one and checks none.
+fn peer_tls(cfg: &Config) -> Result<Option<Arc<meganode_store::replication::peer_tls::PeerTls>>, String> {
+    use meganode_store::replication::peer_tls;
+    let urls = || cfg.listen_peer_urls.iter().chain(cfg.initial_cluster.iter().map(|(_, u)| u));
+    if !urls().any(|u| u.starts_with("https://")) {
+        if cfg.peer_cert_file.is_some() {
+            eprintln!("meganode-store: the peer URLs are http: ignoring --peer-cert-file and --peer-key-file");
+        }
+        return Ok(None);
+    }
+    let read = |flag: &str, f: &str| std::fs::read(f).map_err(|e| format!("--{flag} {f}: {e}"));
+    let (cert, key, ca) = match (&cfg.peer_cert_file, &cfg.peer_key_file) {
+        (Some(cert), Some(key)) => {
+            let ca = cfg.peer_trusted_ca_file.as_deref().map(|f| read("peer-trusted-ca-file", f)).transpose()?;
+            (read("peer-cert-file", cert)?, read("peer-key-file", key)?, ca)
+        }
+        // As etcd's: given certificates win over --peer-auto-tls.
+        _ => {
+            let dir = meganode_store::auto_tls::peer_dir(&cfg.data_dir);
+            let hosts = meganode_store::auto_tls::hosts_of(&cfg.listen_peer_urls.iter().chain(&cfg.advertise_peer_urls).cloned().collect::<Vec<_>>());
+            let (cert, key) = meganode_store::auto_tls::self_cert(&dir, &hosts, cfg.self_signed_cert_validity)?;
+            (cert, key, None)
+        }
+    };
+    let server = meganode_store::transport::tls::server_config_of("peer-", &cert, &key, ca.as_deref())?;
+    let client = peer_tls::client_config(&cert, &key, ca.as_deref())?;
+    Ok(Some(Arc::new(peer_tls::PeerTls::new(server, client))))
+}
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--version" || a == "version") {
@@ -136,8 +169,8 @@ fn main() {
 /// marker in the data dir restarted and lost what it held (nothing is on
 /// disk): it rejoins, catching up before it votes. A member whose replication
 /// stops (its state left the group's) exits, to be restarted and rejoin.
-fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
-    use meganode_store::replication::{identity, peer, MemberInfo, Replica, ReplicaConfig, SnapshotFetcher};
+fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganode_store::replication::peer_tls::PeerTls>>) -> Result<(), String> {
+    use meganode_store::replication::{identity, peer, peer_tls, MemberInfo, Replica, ReplicaConfig, SnapshotFetcher};
     let cfg = &ctx.cfg;
     let joining = joined.is_some();
     let founders: Vec<MemberInfo> = match joined {
@@ -156,9 +189,13 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
         let addr = peer::peer_addr(url)?;
         let l = std::net::TcpListener::bind(addr).map_err(|e| format!("listen peer {addr}: {e}"))?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
-        listeners.push(TcpListener::from_std(l).map_err(|e| e.to_string())?);
+        let secure = url.starts_with("https://").then(|| tls.clone()).flatten();
+        listeners.push((TcpListener::from_std(l).map_err(|e| e.to_string())?, secure));
     }
-    let transport = peer::PeerTransport::start(&tokio::runtime::Handle::current(), cluster, me, &[]);
+    if let Some(t) = &tls {
+        let _ = ctx.peer_tls.set(t.clone());
+    }
+    let transport = peer::PeerTransport::start(&tokio::runtime::Handle::current(), cluster, me, &[], tls.clone());
     let voters = if joining { Vec::new() } else { founders.iter().map(|m| m.id).collect() };
     let mut rc = ReplicaConfig::new(me, voters);
     rc.tick = cfg.heartbeat_interval;
@@ -167,10 +204,10 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
     rc.log_keep = cfg.snapshot_count / 2;
     rc.founders = founders;
     rc.me = MemberInfo { id: me, name: cfg.name.clone(), peer_urls: cfg.advertise_peer_urls.clone(), client_urls: cfg.advertise_client_urls.clone() };
-    rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current(), cluster, me))));
+    rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current(), cluster, me, tls))));
     let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
     let errors = Arc::new(peer::PeerErrors::default());
-    for l in listeners {
+    for (l, secure) in listeners {
         let forward = meganode_store::transport::forward::handler(meganode_store::transport::unary::Services::new(ctx.clone()));
         let roster: peer::RosterHandler = {
             let replica = replica.clone();
@@ -186,12 +223,12 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
         };
         let snapshot: peer::ForwardHandler = {
             let (store, replica) = (ctx.store.clone(), replica.clone());
-            Arc::new(move |s: tokio::net::TcpStream| {
+            Arc::new(move |s, _| {
                 let (store, replica) = (store.clone(), replica.clone());
+                let rt = tokio::runtime::Handle::current();
                 tokio::task::spawn_blocking(move || {
-                    let sent = s.into_std().and_then(|mut s| {
-                        s.set_nonblocking(false)?;
-                        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))?;
+                    let sent = (|| {
+                        let mut s = peer_tls::Blocking::new(s, rt, std::time::Duration::from_secs(5));
                         let mut index = [0u8; 8];
                         std::io::Read::read_exact(&mut s, &mut index)?;
                         let index = u64::from_le_bytes(index);
@@ -204,9 +241,9 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
                         }
                         // A receiver that stops reading (cut off mid-stream) must not
                         // hold compactions off for ever (write_stream holds them).
-                        s.set_write_timeout(Some(std::time::Duration::from_secs(30)))?;
+                        s.set_timeout(std::time::Duration::from_secs(30));
                         meganode_store::snapshot::write_stream(&store, s)
-                    });
+                    })();
                     match sent {
                         Ok((rev, bytes)) => eprintln!("meganode-store: sent a snapshot: revision {rev}, {bytes} bytes"),
                         Err(e) => eprintln!("meganode-store: sending a snapshot failed: {e}"),
@@ -220,7 +257,7 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>) -> Result<(), String> {
         };
         let h2 = meganode_store::transport::forwarded_h2_handler(ctx.clone());
         let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot), removed: Some(removed), h2: Some(h2) };
-        tokio::spawn(peer::serve(l, cluster, me, replica.inbox(), errors.clone(), extras));
+        tokio::spawn(peer::serve(l, secure, cluster, me, replica.inbox(), errors.clone(), extras));
     }
     let _ = ctx.replica.set(replica.clone());
     eprintln!(
@@ -273,20 +310,13 @@ struct Joined {
 /// against the flags as etcd checks them (ValidateClusterAndAssignIDs: the
 /// same members, matched by peer URLs); this member's ID is the one MemberAdd
 /// gave its peer URLs.
-async fn join_group(cfg: &Config) -> Result<Joined, String> {
+async fn join_group(cfg: &Config, tls: Option<&meganode_store::replication::peer_tls::PeerTls>) -> Result<Joined, String> {
     use meganode_store::replication::{members, peer};
     let own = cfg.own_peer_urls();
     let mut last = String::from("no other member in --initial-cluster");
     let mut got = None;
     for (_, url) in cfg.initial_cluster.iter().filter(|(_, u)| !own.contains(u)) {
-        let addr = match peer::peer_addr(url) {
-            Ok(a) => a,
-            Err(e) => {
-                last = e;
-                continue;
-            }
-        };
-        match peer::roster(addr).await {
+        match peer::roster(tls, url).await {
             Ok(b) => {
                 got = Some(members::decode_roster(&b)?);
                 break;
@@ -326,17 +356,14 @@ fn fetch_snapshot(
     rt: tokio::runtime::Handle,
     cluster: u64,
     me: u64,
+    tls: Option<Arc<meganode_store::replication::peer_tls::PeerTls>>,
 ) -> impl Fn(&meganode_store::replication::MemberInfo, u64) -> Result<Box<dyn std::io::Read + Send>, String> + Send + Sync {
-    use meganode_store::replication::peer;
+    use meganode_store::replication::{peer, peer_tls};
     move |m, index| {
         let url = m.peer_urls.first().ok_or("the sender has no peer URL")?;
-        let addr = peer::peer_addr(url)?;
-        let s = rt.block_on(peer::open_snapshot(cluster, me, m.id, addr, index)).map_err(|e| format!("{url}: {e}"))?;
-        let s = s.into_std().map_err(|e| e.to_string())?;
-        s.set_nonblocking(false).map_err(|e| e.to_string())?;
+        let s = rt.block_on(peer::open_snapshot(tls.as_deref(), cluster, me, m.id, url, index)).map_err(|e| format!("{url}: {e}"))?;
         // A sender that stops writing (its process hung) must not hold the driver forever.
-        s.set_read_timeout(Some(std::time::Duration::from_secs(30))).map_err(|e| e.to_string())?;
-        Ok(Box::new(s))
+        Ok(Box::new(peer_tls::Blocking::new(s, rt.clone(), std::time::Duration::from_secs(30))))
     }
 }
 
@@ -436,7 +463,8 @@ async fn run(cfg: Config) -> Result<(), String> {
     }
     // A member joining a running group learns its IDs from a peer before it
     // touches its data dir: one that cannot is refused with nothing written.
-    let joined = if cfg.is_cluster() && cfg.initial_cluster_state == "existing" { Some(join_group(&cfg).await?) } else { None };
+    let ptls = if cfg.is_cluster() { peer_tls(&cfg)? } else { None };
+    let joined = if cfg.is_cluster() && cfg.initial_cluster_state == "existing" { Some(join_group(&cfg, ptls.as_deref()).await?) } else { None };
     let store = Arc::new(Store::new());
     let (quota, why) = meganode_store::quota::resolve(cfg.quota_backend_bytes);
     store.set_quota(quota);
@@ -489,7 +517,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         ctx.member.keep_in(std::path::PathBuf::from(&cfg.data_dir))?;
     }
     if cfg.is_cluster() {
-        start_replica(&ctx, joined)?;
+        start_replica(&ctx, joined, ptls)?;
     }
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {

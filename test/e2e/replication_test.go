@@ -633,8 +633,12 @@ func TestReplicatedGroupOverTLS(t *testing.T) {
 	if os.Getenv("MEGANODE_STORE_LOG") == "1" {
 		stderr = os.Stderr
 	}
-	g, err := storeproc.StartGroupWith(storeproc.GroupOptions{Members: 3, Scheme: "https", ExtraArgs: certs.StoreArgs(false), Stderr: stderr})
-	must(t, "start a group with https client URLs", err)
+	// Peers over TLS too (etcd's --peer-* flags), every peer certificate checked;
+	// a short log, so the member added below catches up by a snapshot over TLS.
+	args := append(certs.StoreArgs(false), certs.PeerArgs()...)
+	args = append(args, "--snapshot-count", "100")
+	g, err := storeproc.StartGroupWith(storeproc.GroupOptions{Members: 3, Scheme: "https", PeerScheme: "https", ExtraArgs: args, Stderr: stderr})
+	must(t, "start a group with https client and peer URLs", err)
 	t.Cleanup(g.Stop)
 	clis := make([]*clientv3.Client, 3)
 	for i, m := range g.Members {
@@ -665,6 +669,81 @@ func TestReplicatedGroupOverTLS(t *testing.T) {
 	for i, m := range g.Members {
 		if !strings.HasPrefix(m.URL, "https://") {
 			t.Fatalf("m%d serves %s: want https only", i, m.URL)
+		}
+	}
+	// A learner joins over https peer URLs: the roster, its log cut behind it
+	// (a snapshot streamed over TLS), then the log.
+	for i := 0; i < 300; i++ {
+		_, err := clis[l].Put(ctxT(t), fmt.Sprintf("tls/n%03d", i), "v")
+		must(t, "put", err)
+	}
+	port, err := storeproc.FreePort()
+	must(t, "port", err)
+	peerURL := fmt.Sprintf("https://127.0.0.1:%d", port)
+	// As etcd, a member is added once the leader has been connected to every
+	// voter for 5 s (HealthInterval): the group started a moment ago.
+	for wait := time.Now().Add(10 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_, err = f.MemberAddAsLearner(ctxT(t), []string{peerURL})
+		if err == nil || !strings.Contains(err.Error(), "unhealthy cluster") || time.Now().After(wait) {
+			break
+		}
+	}
+	must(t, "add a learner with an https peer URL", err)
+	joined, err := g.Join("m3", peerURL, append(certs.PeerArgs(), "--snapshot-count", "100"), stderr)
+	must(t, "start the learner", err)
+	t.Cleanup(func() { joined.Stop() })
+	lc, err := clientv3.New(clientv3.Config{Endpoints: []string{joined.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	must(t, "learner client", err)
+	t.Cleanup(func() { lc.Close() })
+	deadline := time.Now().Add(15 * time.Second)
+	for {
+		r, err := lc.Get(ctxT(t), "tls/", clientv3.WithPrefix(), clientv3.WithCountOnly(), clientv3.WithSerializable())
+		if err == nil && r.Count == 301 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the learner over peer TLS: %v, %v; want 301 keys\n%s", r, err, joined.Tail())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(joined.Tail(), "took a snapshot") {
+		t.Errorf("the learner caught up without a snapshot:\n%s", joined.Tail())
+	}
+	ml, err := f.MemberList(ctxT(t))
+	must(t, "member list", err)
+	for _, m := range ml.Members {
+		if len(m.PeerURLs) != 1 || !strings.HasPrefix(m.PeerURLs[0], "https://") {
+			t.Errorf("member %s peer URLs %v: want one https URL", m.Name, m.PeerURLs)
+		}
+	}
+}
+
+// TestReplicatedGroupPeerAutoTLS: etcd's --peer-auto-tls — each member makes a
+// self-signed peer certificate (kept under its data dir's fixtures/peer) and
+// the group replicates over https peer URLs as over http.
+func TestReplicatedGroupPeerAutoTLS(t *testing.T) {
+	var stderr io.Writer
+	if os.Getenv("MEGANODE_STORE_LOG") == "1" {
+		stderr = os.Stderr
+	}
+	root := t.TempDir()
+	g, err := storeproc.StartGroupWith(storeproc.GroupOptions{Members: 3, PeerScheme: "https", ExtraArgs: []string{"--peer-auto-tls"}, DataRoot: root, Stderr: stderr})
+	must(t, "start a group with --peer-auto-tls", err)
+	t.Cleanup(g.Stop)
+	clis := make([]*clientv3.Client, 3)
+	for i, m := range g.Members {
+		c, err := clientv3.New(clientv3.Config{Endpoints: []string{m.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		must(t, "client", err)
+		t.Cleanup(func() { c.Close() })
+		clis[i] = c
+	}
+	l := groupLeader(t, g, clis, -1)
+	_, err = clis[(l+1)%3].Put(ctxT(t), "auto/k", "v")
+	must(t, "put through a follower", err)
+	waitSameHash(t, g, clis)
+	for i := range g.Members {
+		if _, err := os.Stat(filepath.Join(root, fmt.Sprintf("m%d", i), "fixtures", "peer", "cert.pem")); err != nil {
+			t.Errorf("m%d: no self-signed peer certificate: %v", i, err)
 		}
 	}
 }

@@ -32,7 +32,8 @@
 //! ends the connection (the sender reconnects; raft resends what matters); the
 //! member goes on. Messages queued for a peer that cannot be reached are dropped
 //! past `MAX_QUEUE`: raft retries heartbeats, votes and appends by itself.
-//! Peer TLS (etcd's --peer-* flags) is planned (docs/design.md §10).
+//! Every connection is TCP, or TLS over it when the peer URL is https://
+//! (peer_tls.rs: etcd's --peer-* flags); the handshake above is the same.
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -43,11 +44,12 @@ use std::time::Duration;
 use protobuf::Message as _;
 use raft::prelude::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 
 use super::members::MemberInfo;
 use super::node::Input;
+use super::peer_tls::{self, PeerStream, PeerTls};
 use super::transport::Transport;
 use parking_lot::Mutex;
 
@@ -93,20 +95,22 @@ pub struct PeerTransport {
     rt: tokio::runtime::Handle,
     cluster_id: u64,
     me: u64,
-    /// Each peer's host:port as its URL names it (resolved at every connection
-    /// attempt: a restarted pod comes back at another address under its name)
-    /// and its sender task's queue.
+    /// Each peer's URL (its name resolved at every connection attempt: a
+    /// restarted pod comes back at another address under its name) and its
+    /// sender task's queue.
     queues: Mutex<HashMap<u64, (String, mpsc::Sender<Message>)>>,
     pub dropped: Arc<AtomicU64>,
     /// A peer answered that this member was removed from the group.
     removed: Arc<AtomicBool>,
+    /// How https:// peer URLs are dialled (None: this member has no peer TLS).
+    tls: Option<Arc<PeerTls>>,
 }
 
 impl PeerTransport {
     /// A transport whose sender tasks run on `rt`; `peers` (this member
     /// excluded) are reached at once, others once `set_peers` names them.
-    pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, String)]) -> Arc<PeerTransport> {
-        let t = PeerTransport { rt: rt.clone(), cluster_id, me, queues: Mutex::default(), dropped: Arc::default(), removed: Arc::default() };
+    pub fn start(rt: &tokio::runtime::Handle, cluster_id: u64, me: u64, peers: &[(u64, String)], tls: Option<Arc<PeerTls>>) -> Arc<PeerTransport> {
+        let t = PeerTransport { rt: rt.clone(), cluster_id, me, queues: Mutex::default(), dropped: Arc::default(), removed: Arc::default(), tls };
         for (id, target) in peers {
             t.reach(*id, target.clone());
         }
@@ -119,34 +123,17 @@ impl PeerTransport {
             return;
         }
         let (tx, rx) = mpsc::channel(MAX_QUEUE);
-        self.rt.spawn(send_loop(Handshake { cluster_id: self.cluster_id, from: self.me, to: id }, target.clone(), rx, self.removed.clone()));
+        let hs = Handshake { cluster_id: self.cluster_id, from: self.me, to: id };
+        self.rt.spawn(send_loop(hs, target.clone(), rx, self.removed.clone(), self.tls.clone()));
         // A replaced sender's task ends when its queue closes.
         queues.insert(id, (target, tx));
     }
 }
 
-/// The host:port of a peer URL (http://host:port), not resolved.
-pub fn peer_host_port(url: &str) -> Result<&str, String> {
-    let rest = url.strip_prefix("http://").ok_or_else(|| format!("peer URL {url:?}: want http://host:port (peer TLS is not built yet)"))?;
-    let hp = rest.trim_end_matches('/');
-    match hp.rsplit_once(':') {
-        Some((h, p)) if !h.is_empty() && p.parse::<u16>().is_ok() => Ok(hp),
-        _ => Err(format!("peer URL {url:?}: want http://host:port")),
-    }
-}
-
-/// The first address `host_port` resolves to, asked at each call without
-/// blocking the runtime (a pod's name may point elsewhere after a restart).
-pub async fn resolve(host_port: &str) -> std::io::Result<SocketAddr> {
-    tokio::net::lookup_host(host_port)
-        .await?
-        .next()
-        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::NotFound, format!("{host_port}: no address")))
-}
-
-/// The socket address of a peer URL (http://host:port; a name resolved now).
+/// The socket address of a peer URL (a name resolved now, blocking: for
+/// binding a listener at start).
 pub fn peer_addr(url: &str) -> Result<SocketAddr, String> {
-    let hp = peer_host_port(url)?;
+    let (hp, _) = peer_tls::split_url(url)?;
     std::net::ToSocketAddrs::to_socket_addrs(hp).ok().and_then(|mut a| a.next()).ok_or_else(|| format!("peer URL {url:?}: cannot resolve {hp:?}"))
 }
 
@@ -166,8 +153,8 @@ impl Transport for PeerTransport {
         for m in members.iter().filter(|m| m.id != self.me) {
             // A name that does not resolve yet (a pod not yet scheduled) is
             // still reached: its sender retries the lookup with the connection.
-            if let Some(hp) = m.peer_urls.first().and_then(|u| peer_host_port(u).ok()) {
-                self.reach(m.id, hp.to_string());
+            if let Some(url) = m.peer_urls.first().filter(|u| peer_tls::split_url(u).is_ok()) {
+                self.reach(m.id, url.clone());
             }
         }
         self.queues.lock().retain(|id, _| members.iter().any(|m| m.id == *id));
@@ -178,8 +165,8 @@ impl Transport for PeerTransport {
     }
 }
 
-/// Serves a forwarding connection once its handshake is accepted.
-pub type ForwardHandler = Arc<dyn Fn(TcpStream) + Send + Sync>;
+/// Serves a forwarding connection once its handshake is accepted (the peer's address beside it).
+pub type ForwardHandler = Arc<dyn Fn(PeerStream, SocketAddr) + Send + Sync>;
 
 /// Gives the roster (members.rs) a joining member asks for.
 pub type RosterHandler = Arc<dyn Fn() -> Vec<u8> + Send + Sync>;
@@ -201,30 +188,30 @@ pub struct Extras {
 /// client calls it forwards (handshake done: what follows is HTTP/2, served
 /// by the leader as a plaintext client connection). Over the peer port, so a
 /// leader whose client URLs are https only is reached all the same.
-pub async fn connect_h2(cluster_id: u64, from: u64, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+pub async fn connect_h2(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u64, url: &str) -> std::io::Result<PeerStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(H2_MAGIC);
-    connect_with(&b, addr).await
+    connect_with(&b, tls, url).await
 }
 
 /// Opens member `to`'s stream of its store's state (its `Extras::snapshot`)
 /// for a raft snapshot at `index`: the handshake, then the index (u64 LE) the
 /// sender must have applied; what follows is crate::snapshot::write_stream's
 /// bytes, or nothing if the sender refuses.
-pub async fn open_snapshot(cluster_id: u64, from: u64, to: u64, addr: SocketAddr, index: u64) -> std::io::Result<TcpStream> {
+pub async fn open_snapshot(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u64, url: &str, index: u64) -> std::io::Result<PeerStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(SNAPSHOT_MAGIC);
-    let mut s = connect_with(&b, addr).await?;
+    let mut s = connect_with(&b, tls, url).await?;
     s.write_all(&index.to_le_bytes()).await?;
     Ok(s)
 }
 
-/// Asks the member at `addr` for the group's roster (cluster ID and members):
-/// how a member joining a running group learns its IDs.
-pub async fn roster(addr: SocketAddr) -> std::io::Result<Vec<u8>> {
+/// Asks the member at peer URL `url` for the group's roster (cluster ID and
+/// members): how a member joining a running group learns its IDs.
+pub async fn roster(tls: Option<&PeerTls>, url: &str) -> std::io::Result<Vec<u8>> {
     let mut b = [0u8; 32];
     b[..8].copy_from_slice(ROSTER_MAGIC);
-    let mut s = connect_with(&b, addr).await?;
+    let mut s = connect_with(&b, tls, url).await?;
     let mut len = [0u8; 4];
     let read = async {
         s.read_exact(&mut len).await?;
@@ -250,11 +237,11 @@ struct Handshake {
 }
 
 /// Opens a forwarding connection from member `from` to member `to` of
-/// `cluster_id` at `addr` (the peer URL's), handshake done.
-pub async fn connect_forward(cluster_id: u64, from: u64, to: u64, addr: SocketAddr) -> std::io::Result<TcpStream> {
+/// `cluster_id` at its peer URL `url`, handshake done.
+pub async fn connect_forward(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u64, url: &str) -> std::io::Result<PeerStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(FORWARD_MAGIC);
-    connect_with(&b, addr).await
+    connect_with(&b, tls, url).await
 }
 
 impl Handshake {
@@ -276,12 +263,11 @@ impl Handshake {
     }
 }
 
-async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message>, removed: Arc<AtomicBool>) {
+async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message>, removed: Arc<AtomicBool>, tls: Option<Arc<PeerTls>>) {
     let mut backoff = Duration::from_millis(20);
     let mut refused = false;
     loop {
-        let attempt = async { connect(hs, resolve(&target).await?).await };
-        match attempt.await {
+        match connect_with(&hs.encode(), tls.as_deref(), &target).await {
             Ok(stream) => {
                 backoff = Duration::from_millis(20);
                 refused = false;
@@ -294,7 +280,9 @@ async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message
                 if e.kind() == std::io::ErrorKind::PermissionDenied && e.to_string() == REMOVED_MESSAGE {
                     removed.store(true, Ordering::Release);
                 }
-                if e.kind() == std::io::ErrorKind::PermissionDenied && !std::mem::replace(&mut refused, true) {
+                // Refused, or a TLS or URL error no retry mends: said once per outage.
+                let lasting = matches!(e.kind(), std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::InvalidData | std::io::ErrorKind::InvalidInput);
+                if lasting && !std::mem::replace(&mut refused, true) {
                     eprintln!("meganode-store: peer {:x} at {target}: {e}", hs.to);
                 }
                 // What queued while the peer was away is stale: raft resends.
@@ -309,16 +297,10 @@ async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message
     }
 }
 
-async fn connect(hs: Handshake, addr: SocketAddr) -> std::io::Result<TcpStream> {
-    connect_with(&hs.encode(), addr).await
-}
-
-async fn connect_with(hs: &[u8; 32], addr: SocketAddr) -> std::io::Result<TcpStream> {
-    let mut s = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr))
-        .await
-        .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
-    s.set_nodelay(true)?;
+async fn connect_with(hs: &[u8; 32], tls: Option<&PeerTls>, url: &str) -> std::io::Result<PeerStream> {
+    let mut s = peer_tls::dial(tls, url).await?;
     s.write_all(hs).await?;
+    s.flush().await?;
     let mut status = [0u8; 1];
     tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut status))
         .await
@@ -338,7 +320,7 @@ const KEEPALIVE: Duration = Duration::from_millis(200);
 
 /// Writes every queued message, flushing when the queue is empty; a keepalive
 /// when nothing was queued for `KEEPALIVE`.
-async fn write_messages(stream: TcpStream, rx: &mut mpsc::Receiver<Message>) -> std::io::Result<()> {
+async fn write_messages(stream: PeerStream, rx: &mut mpsc::Receiver<Message>) -> std::io::Result<()> {
     let mut w = BufWriter::with_capacity(256 << 10, stream);
     let mut frame = Vec::new();
     loop {
@@ -371,8 +353,8 @@ fn encode_frame(m: &Message, out: &mut Vec<u8>) -> std::io::Result<()> {
 }
 
 /// Accepts peer connections for member `me` of `cluster_id`, handing each
-/// message to the member's driver.
-pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, extras: Extras) {
+/// message to the member's driver; TLS first on an https listener (`tls`).
+pub async fn serve(listener: TcpListener, tls: Option<Arc<PeerTls>>, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, extras: Extras) {
     let slots = Arc::new(tokio::sync::Semaphore::new(MAX_CONNECTIONS));
     loop {
         let (stream, from) = match listener.accept().await {
@@ -387,16 +369,18 @@ pub async fn serve(listener: TcpListener, cluster_id: u64, me: u64, inbox: Sende
             drop(stream);
             continue;
         };
-        let _ = stream.set_nodelay(true);
-        let (inbox, errors, extras) = (inbox.clone(), errors.clone(), extras.clone());
+        let (inbox, errors, extras, tls) = (inbox.clone(), errors.clone(), extras.clone(), tls.clone());
         tokio::spawn(async move {
-            serve_conn(stream, from, cluster_id, me, inbox, errors, extras).await;
+            match peer_tls::accept(tls.as_deref(), stream).await {
+                Ok(s) => serve_conn(s, from, cluster_id, me, inbox, errors, extras).await,
+                Err(e) => garbled(&errors, from, &format!("TLS: {e}")),
+            }
             drop(slot);
         });
     }
 }
 
-async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, extras: Extras) {
+async fn serve_conn(mut s: PeerStream, from: SocketAddr, cluster_id: u64, me: u64, inbox: Sender<Input>, errors: Arc<PeerErrors>, extras: Extras) {
     let mut raw = [0u8; 32];
     let read = tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut raw)).await;
     let forwarding = &raw[..8] == FORWARD_MAGIC;
@@ -407,6 +391,7 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     if &raw[..8] == ROSTER_MAGIC {
         let Some(roster) = extras.roster else {
             let _ = s.write_all(&[NOT_THIS_MEMBER]).await;
+            let _ = s.flush().await;
             return;
         };
         let body = roster();
@@ -414,6 +399,7 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
         out.extend_from_slice(&(body.len() as u32).to_le_bytes());
         out.extend_from_slice(&body);
         let _ = s.write_all(&out).await;
+        let _ = s.shutdown().await;
         return;
     }
     let snapshot = &raw[..8] == SNAPSHOT_MAGIC;
@@ -441,12 +427,12 @@ async fn serve_conn(mut s: TcpStream, from: SocketAddr, cluster_id: u64, me: u64
     };
     let forwarding = forwarding || snapshot || h2;
     let status = if forwarding && forward.is_none() { NOT_THIS_MEMBER } else { status };
-    if s.write_all(&[status]).await.is_err() || status != ACCEPTED {
+    if s.write_all(&[status]).await.is_err() || s.flush().await.is_err() || status != ACCEPTED {
         return;
     }
     if forwarding {
         if let Some(f) = forward {
-            f(s);
+            f(s, from);
         }
         return;
     }

@@ -258,45 +258,94 @@ fn a_deposed_leader_s_speculative_writes_are_detected() {
     assert!(!g.member(l).status().writable);
 }
 
-/// Three members over real TCP connections on loopback (`peer`), with etcd's
-/// IDs: writes reach every member; a peer of another cluster and a garbled
-/// frame are refused and the group goes on.
+/// Three members over real connections on loopback (`peer`), with etcd's IDs:
+/// TCP, or TLS with `tls` (https:// peer URLs).
+struct TcpGroup {
+    rt: tokio::runtime::Runtime,
+    urls: Vec<String>,
+    addrs: Vec<std::net::SocketAddr>,
+    ids: Vec<u64>,
+    cluster: u64,
+    errors: Vec<Arc<super::peer::PeerErrors>>,
+    stores: Vec<Arc<Store>>,
+    members: Vec<Replica>,
+}
+
+impl TcpGroup {
+    fn start(tls: Option<Arc<super::peer_tls::PeerTls>>) -> TcpGroup {
+        use super::identity;
+        use super::peer::{self, PeerTransport};
+        let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+        let listeners: Vec<std::net::TcpListener> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
+        let addrs: Vec<std::net::SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let urls: Vec<String> = addrs.iter().map(|a| format!("{scheme}://{a}")).collect();
+        let ids: Vec<u64> = urls.iter().map(|u| identity::member_id(std::slice::from_ref(u), "t")).collect();
+        let cluster = identity::cluster_id(&ids);
+        let errors: Vec<Arc<super::peer::PeerErrors>> = (0..3).map(|_| Arc::default()).collect();
+        let (mut stores, mut members) = (Vec::new(), Vec::new());
+        for (i, l) in listeners.into_iter().enumerate() {
+            let peers: Vec<(u64, String)> = (0..3).filter(|j| *j != i).map(|j| (ids[j], urls[j].clone())).collect();
+            let transport = PeerTransport::start(rt.handle(), cluster, ids[i], &peers, tls.clone());
+            let store = Arc::new(Store::new());
+            let cfg = ReplicaConfig { tick: Duration::from_millis(25), ..ReplicaConfig::new(ids[i], ids.clone()) };
+            let m = Replica::start(cfg, store.clone(), transport).unwrap();
+            l.set_nonblocking(true).unwrap();
+            let l = {
+                let _g = rt.enter();
+                tokio::net::TcpListener::from_std(l).unwrap()
+            };
+            rt.spawn(peer::serve(l, tls.clone(), cluster, ids[i], m.inbox(), errors[i].clone(), peer::Extras::default()));
+            stores.push(store);
+            members.push(m);
+        }
+        TcpGroup { rt, urls, addrs, ids, cluster, errors, stores, members }
+    }
+
+    /// The index of the member every member follows, once it can write.
+    fn leader(&self) -> usize {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let seen: Vec<u64> = self.members.iter().map(|m| m.status().leader).collect();
+            let at = self.ids.iter().position(|id| *id == seen[0]);
+            if seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) && at.is_some_and(|i| self.members[i].status().writable) {
+                return at.unwrap();
+            }
+            assert!(Instant::now() < deadline, "no leader over the peer connections: {seen:?}");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// 200 writes on the leader reach every member, whose states are then equal.
+    fn replicates(&self, leader: usize) {
+        let mut rev = 0;
+        for i in 0..200 {
+            let req = PbPutRequest { key: format!("/registry/pods/ns/p{i}").into_bytes(), value: b"v".to_vec(), ..Default::default() };
+            rev = self.stores[leader].put(&req).unwrap().header.unwrap().revision;
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while self.stores.iter().any(|s| s.current_rev() < rev) {
+            assert!(Instant::now() < deadline, "not replicated: {:?}", self.stores.iter().map(|s| s.current_rev()).collect::<Vec<_>>());
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        let first = self.stores[0].dump();
+        assert!(self.stores.iter().all(|s| s.dump() == first));
+        for m in &self.members {
+            assert_eq!(m.status().error, None);
+        }
+    }
+}
+
+/// Three members over real TCP connections on loopback: writes reach every
+/// member; a peer of another cluster and a garbled frame are refused and the
+/// group goes on.
 #[test]
 fn members_replicate_over_tcp_and_refuse_strangers() {
-    use super::identity;
-    use super::peer::{self, PeerErrors, PeerTransport};
     use std::io::{Read, Write};
-
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
-    let listeners: Vec<std::net::TcpListener> = (0..3).map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap()).collect();
-    let addrs: Vec<std::net::SocketAddr> = listeners.iter().map(|l| l.local_addr().unwrap()).collect();
-    let ids: Vec<u64> = addrs.iter().map(|a| identity::member_id(&[format!("http://{a}")], "t")).collect();
-    let cluster = identity::cluster_id(&ids);
-    let errors: Vec<Arc<PeerErrors>> = (0..3).map(|_| Arc::default()).collect();
-    let mut stores = Vec::new();
-    let mut members = Vec::new();
-    for (i, l) in listeners.into_iter().enumerate() {
-        let peers: Vec<(u64, String)> = (0..3).filter(|j| *j != i).map(|j| (ids[j], addrs[j].to_string())).collect();
-        let transport = PeerTransport::start(rt.handle(), cluster, ids[i], &peers);
-        let store = Arc::new(Store::new());
-        let cfg = ReplicaConfig { tick: Duration::from_millis(25), ..ReplicaConfig::new(ids[i], ids.clone()) };
-        let m = Replica::start(cfg, store.clone(), transport).unwrap();
-        l.set_nonblocking(true).unwrap();
-        let l = { let _g = rt.enter(); tokio::net::TcpListener::from_std(l).unwrap() };
-        rt.spawn(peer::serve(l, cluster, ids[i], m.inbox(), errors[i].clone(), peer::Extras::default()));
-        stores.push(store);
-        members.push(m);
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let leader = loop {
-        let seen: Vec<u64> = members.iter().map(|m| m.status().leader).collect();
-        let at = ids.iter().position(|id| *id == seen[0]);
-        if seen[0] != 0 && seen.iter().all(|l| *l == seen[0]) && at.is_some_and(|i| members[i].status().writable) {
-            break at.unwrap();
-        }
-        assert!(Instant::now() < deadline, "no leader over TCP: {seen:?}");
-        std::thread::sleep(Duration::from_millis(5));
-    };
+    let g = TcpGroup::start(None);
+    let TcpGroup { addrs, ids, cluster, errors, members, .. } = &g;
+    let cluster = *cluster;
+    let leader = g.leader();
     // A stranger: the right magic, another cluster's ID.
     let mut s = std::net::TcpStream::connect(addrs[leader]).unwrap();
     let mut hs = Vec::from(*b"MGNPEER1");
@@ -320,23 +369,9 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
     assert_eq!(status[0], 0);
     s.write_all(&[5, 0, 0, 0, 1, 2, 3, 4, 9, 9, 9, 9, 9]).unwrap();
     assert_eq!(s.read(&mut status).unwrap(), 0, "a garbled frame ends the connection");
-    let mut rev = 0;
-    for i in 0..200 {
-        let req = PbPutRequest { key: format!("/registry/pods/ns/p{i}").into_bytes(), value: b"v".to_vec(), ..Default::default() };
-        rev = stores[leader].put(&req).unwrap().header.unwrap().revision;
-    }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while stores.iter().any(|s| s.current_rev() < rev) {
-        assert!(Instant::now() < deadline, "not replicated over TCP: {:?}", stores.iter().map(|s| s.current_rev()).collect::<Vec<_>>());
-        std::thread::sleep(Duration::from_millis(2));
-    }
-    let first = stores[0].dump();
-    assert!(stores.iter().all(|s| s.dump() == first));
+    g.replicates(leader);
     assert_eq!(errors[leader].cluster_mismatch.load(std::sync::atomic::Ordering::Relaxed), 1);
     assert_eq!(errors[leader].bad_frames.load(std::sync::atomic::Ordering::Relaxed), 1);
-    for m in &members {
-        assert_eq!(m.status().error, None);
-    }
     // Every pair stays connected, followers too (they exchange no raft
     // messages, only keepalives): a leader elected later counts each voter
     // connected since the link came up (etcd's ActiveSince), not since it won.
@@ -350,7 +385,57 @@ fn members_replicate_over_tcp_and_refuse_strangers() {
         assert!(Instant::now() < deadline, "members not connected for 500 ms (member, peer): {down:?}");
         std::thread::sleep(Duration::from_millis(20));
     }
-    drop(members);
+}
+
+/// A CA and a certificate it signed for 127.0.0.1 (PEM: CA, certificate, key).
+fn test_ca_and_cert() -> (Vec<u8>, Vec<u8>, Vec<u8>) {
+    let mut ca = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    ca.key_usages = vec![rcgen::KeyUsagePurpose::KeyCertSign, rcgen::KeyUsagePurpose::DigitalSignature];
+    let ca = rcgen::CertifiedIssuer::self_signed(ca, rcgen::KeyPair::generate().unwrap()).unwrap();
+    let mut leaf = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap();
+    leaf.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ServerAuth, rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let key = rcgen::KeyPair::generate().unwrap();
+    let cert = leaf.signed_by(&key, &ca).unwrap();
+    (ca.pem().into_bytes(), cert.pem().into_bytes(), key.serialize_pem().into_bytes())
+}
+
+/// Peer TLS (etcd's --peer-cert-file, --peer-key-file, --peer-trusted-ca-file):
+/// three members over https:// peer URLs replicate as over TCP; a peer whose
+/// certificate the CA did not sign, one that speaks plain TCP, and a member
+/// dialling https without peer TLS are refused, and the group goes on.
+#[test]
+fn members_replicate_over_peer_tls_and_refuse_other_certificates() {
+    use super::peer;
+    use super::peer_tls::{self, PeerTls};
+    let (ca, cert, key) = test_ca_and_cert();
+    let server = crate::transport::tls::server_config_of("peer-", &cert, &key, Some(&ca)).unwrap();
+    let client = peer_tls::client_config(&cert, &key, Some(&ca)).unwrap();
+    let g = TcpGroup::start(Some(Arc::new(PeerTls::new(server, client))));
+    let leader = g.leader();
+    g.replicates(leader);
+    let url = &g.urls[leader];
+    // A stranger with a certificate of its own (as --peer-auto-tls makes): the
+    // listener asks for one its CA signed.
+    let (other_cert, other_key) = {
+        let k = rcgen::KeyPair::generate().unwrap();
+        let c = rcgen::CertificateParams::new(vec!["127.0.0.1".to_string()]).unwrap().self_signed(&k).unwrap();
+        (c.pem().into_bytes(), k.serialize_pem().into_bytes())
+    };
+    let own_ca = peer_tls::client_config(&other_cert, &other_key, None).unwrap();
+    let server = crate::transport::tls::server_config_of("peer-", &other_cert, &other_key, None).unwrap();
+    let stranger = PeerTls::new(server, own_ca);
+    let refused = |tls: Option<&PeerTls>, url: String| g.rt.block_on(peer::connect_forward(tls, g.cluster, g.ids[(leader + 1) % 3], g.ids[leader], &url)).is_err();
+    assert!(refused(Some(&stranger), url.clone()), "a peer certificate another CA signed was taken");
+    assert!(refused(None, url.replace("https://", "http://")), "plain TCP was taken on a TLS peer listener");
+    assert!(refused(None, url.clone()), "an https peer URL was dialled without peer TLS");
+    // The stranger's side: a member whose CA did not sign the leader's certificate refuses it.
+    let (other_ca, _, _) = test_ca_and_cert();
+    let server = crate::transport::tls::server_config_of("peer-", &cert, &key, Some(&other_ca)).unwrap();
+    let wrong_ca = PeerTls::new(server, peer_tls::client_config(&cert, &key, Some(&other_ca)).unwrap());
+    assert!(refused(Some(&wrong_ca), url.clone()), "a server certificate this member's CA did not sign was taken");
+    assert!(g.errors[leader].bad_frames.load(std::sync::atomic::Ordering::Relaxed) >= 2, "the refused handshakes are counted");
+    g.replicates(leader);
 }
 
 /// ReadIndex: a read on any member waits for a revision that covers every write

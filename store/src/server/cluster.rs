@@ -225,11 +225,11 @@ fn started_voters(g: &Replica, voters: &[u64]) -> Vec<u64> {
 /// cluster's lock as it applies).
 static ONE_CHANGE: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
-/// In a group the members dial each other's first peer URL, over plain TCP:
-/// an https:// or unix:// URL etcd would take names a member nobody here could
-/// reach (peer TLS is not built), so it is refused before it enters the log.
+/// In a group the members dial each other's first peer URL, over TCP or TLS
+/// (replication::peer_tls): a unix:// URL etcd would take names a member
+/// nobody here could reach, so it is refused before it enters the log.
 fn reachable_peer_urls(urls: &[String]) -> Result<(), Status> {
-    match urls.iter().find_map(|u| crate::replication::peer::peer_host_port(u.trim()).err()) {
+    match urls.iter().find_map(|u| crate::replication::peer_tls::split_url(u.trim()).err()) {
         Some(e) => Err(Status::invalid_argument(format!("etcdserver: given member URLs are invalid: {e}"))),
         None => Ok(()),
     }

@@ -200,13 +200,14 @@ impl Forwarder {
         if let Some(c) = chans.get(url) {
             return Ok(c.clone());
         }
-        let target = crate::replication::peer::peer_host_port(url).map_err(Status::unavailable)?.to_string();
-        let (cluster, me) = (self.ctx.cluster_id, self.ctx.member_id);
+        crate::replication::peer_tls::split_url(url).map_err(Status::unavailable)?;
+        let (cluster, me, target) = (self.ctx.cluster_id, self.ctx.member_id, url.to_string());
+        let ctx = self.ctx.clone();
         let connector = tower::service_fn(move |_: http::Uri| {
-            let target = target.clone();
+            let (target, ctx) = (target.clone(), ctx.clone());
             async move {
-                let addr = crate::replication::peer::resolve(&target).await?;
-                let s = tokio::time::timeout(Duration::from_secs(3), crate::replication::peer::connect_h2(cluster, me, leader, addr))
+                let tls = ctx.peer_tls.get().map(|t| &**t);
+                let s = tokio::time::timeout(Duration::from_secs(3), crate::replication::peer::connect_h2(tls, cluster, me, leader, &target))
                     .await
                     .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "connect timed out"))??;
                 Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(s))

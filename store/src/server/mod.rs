@@ -105,6 +105,9 @@ pub struct Ctx {
     /// This member's part in a replicated group (set once at start-up; unset
     /// for a single member, where every use of it is one load).
     pub replica: std::sync::OnceLock<Arc<crate::replication::Replica>>,
+    /// How this member dials https:// peer URLs (set at start-up in a group
+    /// with peer TLS): the forwards to the leader go over the peer port.
+    pub peer_tls: std::sync::OnceLock<Arc<crate::replication::peer_tls::PeerTls>>,
 }
 
 impl Ctx {
@@ -144,6 +147,7 @@ impl Ctx {
         Arc::new(Ctx {
             store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth, member,
             replica: std::sync::OnceLock::new(),
+            peer_tls: std::sync::OnceLock::new(),
         })
     }
 

@@ -23,13 +23,14 @@ use std::time::Duration;
 use bytes::{Bytes, BytesMut};
 use parking_lot::Mutex;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::TcpStream;
+use tokio::io::AsyncWrite;
 use tokio::sync::{mpsc, oneshot};
 use tonic::{Code, Status};
 
 use super::unary::{self, Meta, Method, Reply, Services};
 use crate::errors::StoreError;
 use crate::replication::peer::{self, ForwardHandler};
+use crate::replication::peer_tls::PeerStream;
 use crate::replication::Replica;
 
 const NOT_LEADER: u8 = 255;
@@ -77,9 +78,9 @@ static LINK: Mutex<Option<Arc<Link>>> = Mutex::new(None);
 impl Link {
     async fn open(s: &Services, r: &Replica, leader: u64) -> Option<Arc<Link>> {
         let m = r.members().into_iter().find(|m| m.id == leader)?;
-        let addr = peer::resolve(peer::peer_host_port(m.peer_urls.first()?).ok()?).await.ok()?;
-        let stream = peer::connect_forward(s.ctx.cluster_id, s.ctx.member_id, leader, addr).await.ok()?;
-        let (rd, wr) = stream.into_split();
+        let tls = s.ctx.peer_tls.get().map(|t| &**t);
+        let stream = peer::connect_forward(tls, s.ctx.cluster_id, s.ctx.member_id, leader, m.peer_urls.first()?).await.ok()?;
+        let (rd, wr) = tokio::io::split(stream);
         let dead: Arc<AtomicBool> = Arc::default();
         let out = spawn_writer(wr, Some(dead.clone()));
         let link = Arc::new(Link { leader, out, pending: Arc::default(), next: AtomicU64::new(1), dead });
@@ -129,7 +130,7 @@ impl Link {
 
 /// A task writing the frames sent to it, flushing when none wait; on a write
 /// error it stops and sets `dead`.
-fn spawn_writer(wr: tokio::net::tcp::OwnedWriteHalf, dead: Option<Arc<AtomicBool>>) -> mpsc::UnboundedSender<Vec<u8>> {
+fn spawn_writer(wr: impl AsyncWrite + Unpin + Send + 'static, dead: Option<Arc<AtomicBool>>) -> mpsc::UnboundedSender<Vec<u8>> {
     let (out, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     tokio::spawn(async move {
         let mut w = BufWriter::with_capacity(64 << 10, wr);
@@ -229,15 +230,14 @@ pub async fn call(s: Services, method: Method, msg: Bytes, meta: Meta) -> Result
 
 /// The leader's side: serves a follower's forwarding connection.
 pub fn handler(services: Services) -> ForwardHandler {
-    Arc::new(move |stream: TcpStream| {
+    Arc::new(move |stream: PeerStream, _| {
         let s = services.clone();
         tokio::spawn(serve(stream, s));
     })
 }
 
-async fn serve(stream: TcpStream, s: Services) {
-    let _ = stream.set_nodelay(true);
-    let (rd, wr) = stream.into_split();
+async fn serve(stream: PeerStream, s: Services) {
+    let (rd, wr) = tokio::io::split(stream);
     let out = spawn_writer(wr, None);
     let mut r = tokio::io::BufReader::with_capacity(64 << 10, rd);
     loop {

@@ -107,11 +107,10 @@ pub fn forwarded_h2_handler(ctx: Arc<Ctx>) -> crate::replication::peer::ForwardH
     let max_message = ctx.cfg.max_request_bytes + crate::server::GRPC_OVERHEAD;
     let routes = bridge::routes(crate::server::routes(&ctx, crate::server::decode_limit(ctx.cfg.max_request_bytes)));
     let services = unary::Services::new(ctx);
-    Arc::new(move |s: TcpStream| {
+    Arc::new(move |s, remote| {
         let (services, routes) = (services.clone(), routes.clone());
         tokio::spawn(async move {
-            let (local, remote) = (s.local_addr().ok(), s.peer_addr().ok());
-            let _ = conn::Conn::new(s, services, routes, max_message, local, remote).await;
+            let _ = conn::Conn::new(s, services, routes, max_message, None, Some(remote)).await;
         });
     })
 }

@@ -41,26 +41,33 @@ pub use crate::server::ClientCert;
 /// ALPN offers h2 and http/1.1: etcd offers h2 and serves a client that offers
 /// only http/1.1 without ALPN, which comes to the same.
 pub fn server_config(cert_pem: &[u8], key_pem: &[u8], client_ca_pem: Option<&[u8]>) -> Result<Arc<ServerConfig>, String> {
+    server_config_of("", cert_pem, key_pem, client_ca_pem)
+}
+
+/// `server_config` for the flags named with `prefix` ("peer-" for the peer
+/// listener's --peer-cert-file, --peer-key-file and --peer-trusted-ca-file).
+pub fn server_config_of(prefix: &str, cert_pem: &[u8], key_pem: &[u8], client_ca_pem: Option<&[u8]>) -> Result<Arc<ServerConfig>, String> {
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let certs: Vec<CertificateDer<'static>> =
-        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().map_err(|e| format!("--cert-file: {e}"))?;
+        CertificateDer::pem_slice_iter(cert_pem).collect::<Result<_, _>>().map_err(|e| format!("--{prefix}cert-file: {e}"))?;
     if certs.is_empty() {
-        return Err("--cert-file: no certificate in it".into());
+        return Err(format!("--{prefix}cert-file: no certificate in it"));
     }
-    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("--key-file: {e}"))?;
+    let key = PrivateKeyDer::from_pem_slice(key_pem).map_err(|e| format!("--{prefix}key-file: {e}"))?;
     let builder = ServerConfig::builder_with_provider(provider.clone()).with_safe_default_protocol_versions().map_err(|e| e.to_string())?;
     let builder = match client_ca_pem {
         None => builder.with_no_client_auth(),
         Some(ca) => {
             let mut roots = RootCertStore::empty();
             for c in CertificateDer::pem_slice_iter(ca) {
-                roots.add(c.map_err(|e| format!("--trusted-ca-file: {e}"))?).map_err(|e| format!("--trusted-ca-file: {e}"))?;
+                roots.add(c.map_err(|e| format!("--{prefix}trusted-ca-file: {e}"))?).map_err(|e| format!("--{prefix}trusted-ca-file: {e}"))?;
             }
-            let verifier = WebPkiClientVerifier::builder_with_provider(roots.into(), provider).build().map_err(|e| format!("--trusted-ca-file: {e}"))?;
+            let verifier =
+                WebPkiClientVerifier::builder_with_provider(roots.into(), provider).build().map_err(|e| format!("--{prefix}trusted-ca-file: {e}"))?;
             builder.with_client_cert_verifier(verifier)
         }
     };
-    let mut config = builder.with_single_cert(certs, key).map_err(|e| format!("--cert-file/--key-file: {e}"))?;
+    let mut config = builder.with_single_cert(certs, key).map_err(|e| format!("--{prefix}cert-file/--{prefix}key-file: {e}"))?;
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(Arc::new(config))
 }
