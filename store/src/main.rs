@@ -204,6 +204,7 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
     rc.log_keep = cfg.snapshot_count / 2;
     rc.founders = founders;
     rc.me = MemberInfo { id: me, name: cfg.name.clone(), peer_urls: cfg.advertise_peer_urls.clone(), client_urls: cfg.advertise_client_urls.clone() };
+    rc.auth = Some(ctx.auth_log.clone());
     rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current(), cluster, me, tls))));
     let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
     let errors = Arc::new(peer::PeerErrors::default());
@@ -222,9 +223,9 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
             })
         };
         let snapshot: peer::ForwardHandler = {
-            let (store, replica) = (ctx.store.clone(), replica.clone());
+            let (store, replica, auth) = (ctx.store.clone(), replica.clone(), ctx.auth_log.clone());
             Arc::new(move |s, _| {
-                let (store, replica) = (store.clone(), replica.clone());
+                let (store, replica, auth) = (store.clone(), replica.clone(), auth.clone());
                 let rt = tokio::runtime::Handle::current();
                 tokio::task::spawn_blocking(move || {
                     let sent = (|| {
@@ -242,7 +243,8 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
                         // A receiver that stops reading (cut off mid-stream) must not
                         // hold compactions off for ever (write_stream holds them).
                         s.set_timeout(std::time::Duration::from_secs(30));
-                        meganode_store::snapshot::write_stream(&store, s)
+                        use meganode_store::replication::AuthLog;
+                        meganode_store::snapshot::write_stream_with(&store, s, Some(&auth.snapshot()))
                     })();
                     match sent {
                         Ok((rev, bytes)) => eprintln!("meganode-store: sent a snapshot: revision {rev}, {bytes} bytes"),

@@ -222,13 +222,15 @@ pub(crate) fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Versi
 ///   | item* | 'E' | crc32c:u32                                               (little-endian)
 /// item: the third checkpoint format's (docs/design.md §5): 'D' | dict id:u32 | len:u32 | zstd
 ///   dictionary, before the first value packed with it; 'K' | key | versions with mod_rev <= rev,
-///   each value with its dictionary id (0: raw) as stored — packed values stay packed
+///   each value with its dictionary id (0: raw) as stored — packed values stay packed;
+///   'A' | len:u32 | the auth state as the group's log keeps it (replication::AuthLog), once, first
 /// ```
 /// The crc covers every byte before it. Packed values travel packed: the
 /// sender decompresses nothing, the receiver holds no raw copy it would pack
 /// again (at 1M nodes the values are 7.3 GiB raw, 0.4 GiB packed).
 pub const STREAM_MAGIC: &[u8; 8] = b"MGNSNAP2";
 const ITEM_END: u8 = b'E';
+const ITEM_AUTH: u8 = b'A';
 /// Keys copied per shard lock: a writer to the shard waits at most one chunk.
 const STREAM_CHUNK_KEYS: usize = 2048;
 /// Bounds for a key or value length read from a stream (a garbled one must not
@@ -253,11 +255,21 @@ impl<W: std::io::Write> CrcWriter<W> {
 /// until the stream is written (one would drop versions it still reads).
 /// Returns the revision and the bytes written.
 pub fn write_stream(store: &Store, w: impl std::io::Write) -> std::io::Result<(i64, u64)> {
+    write_stream_with(store, w, None)
+}
+
+/// `write_stream` with the auth state (`'A'` item) after the head.
+pub fn write_stream_with(store: &Store, w: impl std::io::Write, auth: Option<&[u8]>) -> std::io::Result<(i64, u64)> {
     let _no_compaction = store.hold_compactions();
     let rev = store.current_rev();
     let mut w = CrcWriter { inner: std::io::BufWriter::with_capacity(1 << 20, w), crc: 0 };
     let mut head = Vec::with_capacity(64);
     put_head(&mut head, STREAM_MAGIC, store, rev);
+    if let Some(a) = auth {
+        head.push(ITEM_AUTH);
+        head.extend_from_slice(&(a.len() as u32).to_le_bytes());
+        head.extend_from_slice(a);
+    }
     w.put(&head)?;
     let mut total = head.len() as u64;
     let mut buf = Vec::with_capacity(1 << 20);
@@ -341,6 +353,12 @@ impl<R: std::io::Read> CrcReader<R> {
 /// the keys. A stream that ends early or fails its checksum is an error: the
 /// store then holds part of it and must not serve (the caller stops).
 pub fn install_stream(store: &Store, r: impl std::io::Read) -> Result<(i64, u64), String> {
+    install_stream_with(store, r).map(|(rev, keys, _)| (rev, keys))
+}
+
+/// `install_stream`, also giving the auth state the stream carried.
+pub fn install_stream_with(store: &Store, r: impl std::io::Read) -> Result<(i64, u64, Option<Vec<u8>>), String> {
+    let mut auth = None;
     let mut r = CrcReader { inner: std::io::BufReader::with_capacity(1 << 20, r), crc: 0 };
     let mut magic = [0u8; 8];
     r.take(&mut magic)?;
@@ -362,6 +380,10 @@ pub fn install_stream(store: &Store, r: impl std::io::Read) -> Result<(i64, u64)
     loop {
         match r.u8()? {
             ITEM_END => break,
+            ITEM_AUTH if auth.is_none() && keys == 0 => {
+                let n = r.u32()? as usize;
+                auth = Some(r.bytes(n)?.to_vec());
+            }
             ITEM_DICT => {
                 let id = r.u32()?;
                 let n = r.u32()? as usize;
@@ -408,7 +430,7 @@ pub fn install_stream(store: &Store, r: impl std::io::Read) -> Result<(i64, u64)
         return Err("snapshot stream checksum mismatch".into());
     }
     store.finish_snapshot(rev, compacted, &leases);
-    Ok((rev, keys))
+    Ok((rev, keys, auth))
 }
 
 #[cfg(test)]

@@ -8,6 +8,7 @@
 //! (writers are the rare auth RPCs) and looks the user's merged intervals up.
 pub mod cn;
 pub mod jwt;
+pub mod ops;
 pub mod perm;
 pub mod persist;
 pub mod token;

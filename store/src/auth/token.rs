@@ -54,6 +54,22 @@ impl SimpleTokens {
 
     /// A new token for `user`.
     pub fn assign(&self, user: &str) -> String {
+        let token = self.new_token();
+        self.insert(&token, user);
+        token
+    }
+
+    /// A new token's text, not yet valid (`insert`): a replicated group's
+    /// leader makes it, and every member inserts it as its log says.
+    pub fn new_token(&self) -> String {
+        let mut g = self.inner.lock();
+        let index = g.next_index;
+        g.next_index += 1;
+        format!("{}.{index}", random_prefix())
+    }
+
+    /// Makes `token` valid for `user` for the TTL.
+    pub fn insert(&self, token: &str, user: &str) {
         let now = Instant::now();
         let mut g = self.inner.lock();
         // Expired tokens go at most once a second (etcd's keeper ticks at 1 s).
@@ -61,11 +77,7 @@ impl SimpleTokens {
             g.tokens.retain(|_, (_, exp)| *exp > now);
             g.swept = Some(now);
         }
-        let index = g.next_index;
-        g.next_index += 1;
-        let token = format!("{}.{index}", random_prefix());
-        g.tokens.insert(token.clone(), (user.to_string(), now + self.ttl));
-        token
+        g.tokens.insert(token.to_string(), (user.to_string(), now + self.ttl));
     }
 
     /// The user of a live token, whose TTL starts again.

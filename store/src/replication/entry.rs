@@ -8,6 +8,7 @@
 //!   rev = -1: a member's attributes, its name and client URLs (members.rs)
 //!   rev = -2: a compaction: compact_rev:i64 (LE)
 //!   rev = -3: a member's new peer URLs (MemberUpdate, members.rs)
+//!   rev = -4: an auth change, opaque here (crate::auth::ops; applied by `AuthLog`)
 //! ```
 use bytes::Bytes;
 
@@ -28,6 +29,17 @@ pub enum Change {
     Compact(i64),
     /// A member's new peer URLs (etcd's MemberUpdate).
     PeerUrls { id: u64, peer_urls: Vec<String> },
+    /// An auth change (users, roles, auth on or off, a simple token).
+    Auth(Vec<u8>),
+}
+
+/// The entry revision that marks an auth change.
+pub const AUTH: i64 = -4;
+
+pub fn encode_auth(body: &[u8]) -> Vec<u8> {
+    let mut out = AUTH.to_le_bytes().to_vec();
+    out.extend_from_slice(body);
+    out
 }
 
 /// The entry revision that marks a compaction.
@@ -71,6 +83,9 @@ pub fn decode(data: &[u8]) -> Result<Change, String> {
     if rev == super::members::PEER_URLS {
         let (id, peer_urls) = super::members::decode_peer_urls(body)?;
         return Ok(Change::PeerUrls { id, peer_urls });
+    }
+    if rev == AUTH {
+        return Ok(Change::Auth(body.to_vec()));
     }
     if rev == COMPACT {
         let at = body.try_into().map(i64::from_le_bytes).map_err(|_| "compaction entry without its revision")?;
@@ -138,6 +153,7 @@ mod tests {
         two.extend_from_slice(&encode_revoke(1)[8..]);
         assert!(decode(&two).is_err(), "one lease change per entry");
         assert_eq!(decode(&encode_compact(77)).unwrap(), Change::Compact(77));
+        assert_eq!(decode(&encode_auth(b"op")).unwrap(), Change::Auth(b"op".to_vec()));
         assert!(decode(&encode_compact(77)[..12]).is_err());
     }
 }

@@ -53,6 +53,8 @@ pub enum Input {
     UpdatePeerUrls(u64, Vec<String>, oneshot::Sender<Result<Membership, String>>),
     /// etcd's MoveLeader: hand leadership to this voter.
     TransferLeader(u64),
+    /// An auth change to propose (`Replica::propose_auth`), answered once proposed.
+    ProposeAuth(Vec<u8>, oneshot::Sender<Result<(), String>>),
     /// A peer's connection to this member closed between frames (its process
     /// ended, or it reconnects).
     PeerClosed(u64),
@@ -98,6 +100,28 @@ pub struct ReplicaConfig {
     /// snapshot's raft index: a sender that has not applied that far refuses.
     /// Without one a snapshot stops the member.
     pub fetch_snapshot: Option<SnapshotFetcher>,
+    /// The auth store's side of the log (its entries, its state in snapshots).
+    pub auth: Option<Arc<dyn AuthLog>>,
+}
+
+/// State beside the store that changes only through the log (the auth store:
+/// users, roles, auth on or off, simple tokens), its entries opaque here.
+/// Every member applies every entry in log order; a snapshot carries the
+/// whole state, which holds the entries up to some index.
+pub trait AuthLog: Send + Sync {
+    /// Applies the entry at raft index `index` (one the state already holds,
+    /// at or below the index of a restored snapshot, is passed over).
+    fn apply(&self, index: u64, body: &[u8]);
+    /// The state for a snapshot this member streams.
+    fn snapshot(&self) -> Vec<u8>;
+    /// Takes a snapshot's state.
+    fn restore(&self, state: &[u8]) -> Result<(), String>;
+}
+
+impl std::fmt::Debug for dyn AuthLog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AuthLog")
+    }
 }
 
 /// Opens the stream of the store's state (`crate::snapshot::write_stream`)
@@ -123,6 +147,7 @@ impl ReplicaConfig {
             me: MemberInfo { id, ..Default::default() },
             log_keep: 5_000,
             fetch_snapshot: None,
+            auth: None,
         }
     }
 }
@@ -312,6 +337,7 @@ impl Replica {
             next_self_report: Instant::now(),
             log_keep: cfg.log_keep.max(1),
             fetch_snapshot: cfg.fetch_snapshot.clone(),
+            auth: cfg.auth.clone(),
             snapshot_rev: None,
             snapshots_sent: HashMap::new(),
             snapshot_data_stale: true,
@@ -473,6 +499,15 @@ impl Replica {
         rx
     }
 
+    /// Proposes an auth change (crate::auth::ops) on this member, which must
+    /// be the writable leader: answered once proposed; every member applies it
+    /// through its `AuthLog` when committed.
+    pub fn propose_auth(&self, body: Vec<u8>) -> oneshot::Receiver<Result<(), String>> {
+        let (tx, rx) = oneshot::channel();
+        let _ = self.inbox.send(Input::ProposeAuth(body, tx));
+        rx
+    }
+
     /// etcd's MoveLeader: the leader hands over to `to` once it has caught up.
     pub fn move_leader(&self, to: u64) {
         let _ = self.inbox.send(Input::TransferLeader(to));
@@ -611,6 +646,7 @@ struct Driver {
     next_self_report: Instant,
     log_keep: u64,
     fetch_snapshot: Option<SnapshotFetcher>,
+    auth: Option<Arc<dyn AuthLog>>,
     /// After installing a snapshot taken at this revision: entries it already
     /// covers (revisions up to it, lease changes before the next revision) are
     /// passed over, until a later revision is applied.
@@ -792,6 +828,17 @@ impl Driver {
                 }
             }
             Input::TransferLeader(to) => self.node.transfer_leader(to),
+            Input::ProposeAuth(data, tx) => {
+                let r = if !self.writable() {
+                    Err("not the leader".to_string())
+                } else {
+                    self.node.propose(Vec::new(), entry::encode_auth(&data)).map_err(|e| e.to_string())
+                };
+                if r.is_err() {
+                    self.shared.failed.fetch_add(1, Ordering::Relaxed);
+                }
+                let _ = tx.send(r);
+            }
             Input::PeerClosed(from) => {
                 self.heard.remove(&from);
                 self.leader_gone(from);
@@ -897,12 +944,12 @@ impl Driver {
         let from = infos.iter().find(|m| m.id == sender).cloned().ok_or_else(|| format!("snapshot from {sender:x}, a member it does not list"))?;
         let t0 = Instant::now();
         let mut attempt = 0;
-        let (rev, keys) = loop {
+        let (rev, keys, auth) = loop {
             attempt += 1;
             // Loaded as it arrives: the sender's walk, the transfer and this load overlap.
             let got = (fetch.0)(&from, index)
                 .map_err(|e| format!("fetching the snapshot from member {sender:x}: {e}"))
-                .and_then(|stream| crate::snapshot::install_stream(&self.store, stream).map_err(|e| format!("the snapshot from member {sender:x}: {e}")));
+                .and_then(|stream| crate::snapshot::install_stream_with(&self.store, stream).map_err(|e| format!("the snapshot from member {sender:x}: {e}")));
             match got {
                 Ok(done) => break done,
                 // Nothing loaded yet (the sender refused, busy or not caught up,
@@ -917,6 +964,9 @@ impl Driver {
             }
         };
         let timing = format!("{keys} keys streamed and loaded in {} ms", t0.elapsed().as_millis());
+        if let (Some(a), Some(state)) = (&self.auth, auth) {
+            a.restore(&state).map_err(|e| format!("the auth state in the snapshot from member {sender:x}: {e}"))?;
+        }
         self.applied_rev = rev;
         self.snapshot_rev = Some(rev);
         self.proposed.clear();
@@ -1022,6 +1072,11 @@ impl Driver {
                     entry::Change::Attributes { id, name, client_urls } => self.apply_attributes(id, name, client_urls),
                     entry::Change::Compact(rev) => self.apply_compaction(rev),
                     entry::Change::PeerUrls { id, peer_urls } => self.apply_peer_urls(e.index, id, peer_urls),
+                    entry::Change::Auth(body) => {
+                        if let Some(a) = &self.auth {
+                            a.apply(e.index, &body);
+                        }
+                    }
                     lease => self.apply_lease(&e, lease)?,
                 },
                 EntryType::EntryConfChange => {
@@ -1163,7 +1218,7 @@ impl Driver {
         let r = match change {
             entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
             entry::Change::LeaseRevoke(id) => leases.revoke(id).map(|_| ()),
-            entry::Change::Revision(..) | entry::Change::Attributes { .. } | entry::Change::Compact(_) | entry::Change::PeerUrls { .. } => {
+            entry::Change::Revision(..) | entry::Change::Attributes { .. } | entry::Change::Compact(_) | entry::Change::PeerUrls { .. } | entry::Change::Auth(_) => {
                 unreachable!("decoded as a lease change")
             }
         };

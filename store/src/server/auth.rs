@@ -17,6 +17,7 @@ use tonic::{Request, Response, Status};
 
 use super::routes::{self, HttpResponse};
 use super::Ctx;
+use crate::auth::ops::AuthOp;
 use crate::auth::perm::Perm;
 use crate::auth::{AuthError, AuthInfo, Password};
 
@@ -164,27 +165,41 @@ fn admin<T>(ctx: &Ctx, r: &Request<T>) -> Result<Option<AuthInfo>, Status> {
     Ok(ai)
 }
 
-/// Answers a header-only mutation.
-fn done(ctx: &Ctx, res: Result<(), AuthError>) -> Result<HeaderOnly, Status> {
-    res?;
+/// Applies a change: at once on a single member, through the log in a group
+/// (server::auth_log; the forward layer brings it to the leader). The outer
+/// error is the group's, the inner the auth store's answer.
+async fn apply(ctx: &Ctx, op: AuthOp) -> Result<Result<(), AuthError>, Status> {
+    match ctx.replica.get() {
+        None => Ok(ctx.auth.apply(op)),
+        Some(r) => ctx.auth_log.change(r, op).await,
+    }
+}
+
+/// Applies a header-only mutation and answers it.
+async fn done(ctx: &Ctx, op: AuthOp) -> Result<HeaderOnly, Status> {
+    apply(ctx, op).await??;
     Ok(header_only(ctx))
 }
 
-async fn hash(ctx: &Arc<Ctx>, password: String, hashed: String) -> Result<Password, Status> {
+/// The bcrypt text of a password (hashed here) or of a given hash.
+async fn hash(ctx: &Arc<Ctx>, password: String, hashed: String) -> Result<String, Status> {
     let auth = ctx.auth.clone();
-    Ok(blocking(move || auth.hash_password(&password, &hashed)).await??)
+    match blocking(move || auth.hash_password(&password, &hashed)).await?? {
+        Password::Hashed(h) => Ok(h),
+        Password::None => Ok(String::new()),
+    }
 }
 
 type Res<T> = Result<T, Status>;
 
 async fn auth_enable(ctx: Arc<Ctx>, r: Request<Empty>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.enable())
+    done(&ctx, AuthOp::Enable).await
 }
 
 async fn auth_disable(ctx: Arc<Ctx>, r: Request<Empty>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.disable())
+    done(&ctx, AuthOp::Disable).await
 }
 
 async fn auth_status(ctx: Arc<Ctx>, r: Request<Empty>) -> Res<AuthStatusResponse> {
@@ -194,19 +209,34 @@ async fn auth_status(ctx: Arc<Ctx>, r: Request<Empty>) -> Res<AuthStatusResponse
 }
 
 /// No token check: etcd authenticates whatever metadata the request carries.
+/// In a group a simple token goes through the log, so every member knows it
+/// (etcd proposes Authenticate too); a JWT is valid everywhere as it is.
 async fn authenticate(ctx: Arc<Ctx>, r: Request<AuthenticateRequest>) -> Res<AuthenticateResponse> {
     let r = r.into_inner();
     let auth = ctx.auth.clone();
-    let token = blocking(move || auth.authenticate(&r.name, &r.password)).await??;
-    Ok(AuthenticateResponse { header: ctx.header(ctx.store.current_rev()), token })
+    if ctx.replica.get().is_none() || auth.jwt_tokens() {
+        let token = blocking(move || auth.authenticate(&r.name, &r.password)).await??;
+        return Ok(AuthenticateResponse { header: ctx.header(ctx.store.current_rev()), token });
+    }
+    loop {
+        let (auth, name, password) = (ctx.auth.clone(), r.name.clone(), r.password.clone());
+        let rev = blocking(move || auth.check_password(&name, &password)).await??;
+        let token = ctx.auth.new_simple_token();
+        match apply(&ctx, AuthOp::Token { user: r.name.clone(), token: token.clone(), rev }).await? {
+            Ok(()) => return Ok(AuthenticateResponse { header: ctx.header(ctx.store.current_rev()), token }),
+            // The auth store changed since the password was checked: check it again.
+            Err(AuthError::AuthOldRevision) => continue,
+            Err(e) => return Err(e.into()),
+        }
+    }
 }
 
 /// The password is hashed first, as etcd's server does before proposing.
 async fn user_add(ctx: Arc<Ctx>, r: Request<UserAddRequest>) -> Res<HeaderOnly> {
     let no_password = r.get_ref().options.as_ref().is_some_and(|o| o.no_password);
-    let pw = if no_password { Password::None } else { hash(&ctx, r.get_ref().password.clone(), r.get_ref().hashed_password.clone()).await? };
+    let hash = if no_password { String::new() } else { hash(&ctx, r.get_ref().password.clone(), r.get_ref().hashed_password.clone()).await? };
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.user_add(&r.get_ref().name, pw, no_password))
+    done(&ctx, AuthOp::UserAdd { name: r.into_inner().name, hash, no_password }).await
 }
 
 async fn user_get(ctx: Arc<Ctx>, r: Request<NameRequest>) -> Res<NamesResponse> {
@@ -227,34 +257,36 @@ async fn user_list(ctx: Arc<Ctx>, r: Request<Empty>) -> Res<NamesResponse> {
 
 async fn user_delete(ctx: Arc<Ctx>, r: Request<NameRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.user_delete(&r.get_ref().name))
+    done(&ctx, AuthOp::UserDelete { name: r.into_inner().name }).await
 }
 
 /// etcd hashes a password given; without one it decodes the hash field (empty: no password bytes).
 async fn user_change_password(ctx: Arc<Ctx>, r: Request<ChangePasswordRequest>) -> Res<HeaderOnly> {
     let q = r.get_ref();
-    let pw = match (q.password.as_str(), q.hashed_password.as_str()) {
-        ("", "") => Password::Hashed(String::new()),
+    let hash = match (q.password.as_str(), q.hashed_password.as_str()) {
+        ("", "") => String::new(),
         ("", h) => hash(&ctx, String::new(), h.to_string()).await?,
         (p, _) => hash(&ctx, p.to_string(), String::new()).await?,
     };
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.user_change_password(&r.get_ref().name, pw))
+    done(&ctx, AuthOp::UserChangePassword { name: r.into_inner().name, hash }).await
 }
 
 async fn user_grant_role(ctx: Arc<Ctx>, r: Request<UserRoleRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.user_grant_role(&r.get_ref().user, &r.get_ref().role))
+    let r = r.into_inner();
+    done(&ctx, AuthOp::UserGrantRole { user: r.user, role: r.role }).await
 }
 
 async fn user_revoke_role(ctx: Arc<Ctx>, r: Request<UserRoleRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.user_revoke_role(&r.get_ref().user, &r.get_ref().role))
+    let r = r.into_inner();
+    done(&ctx, AuthOp::UserRevokeRole { user: r.user, role: r.role }).await
 }
 
 async fn role_add(ctx: Arc<Ctx>, r: Request<NameRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.role_add(&r.get_ref().name))
+    done(&ctx, AuthOp::RoleAdd { name: r.into_inner().name }).await
 }
 
 async fn role_get(ctx: Arc<Ctx>, r: Request<NameRequest>) -> Res<RoleGetResponse> {
@@ -280,20 +312,20 @@ async fn role_list(ctx: Arc<Ctx>, r: Request<Empty>) -> Res<NamesResponse> {
 
 async fn role_delete(ctx: Arc<Ctx>, r: Request<NameRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    done(&ctx, ctx.auth.role_delete(&r.get_ref().name))
+    done(&ctx, AuthOp::RoleDelete { name: r.into_inner().name }).await
 }
 
 async fn role_grant_permission(ctx: Arc<Ctx>, r: Request<GrantPermissionRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
     let r = r.into_inner();
-    let p = r.perm.map(|p| Perm { perm_type: p.perm_type, key: p.key, range_end: p.range_end });
-    done(&ctx, ctx.auth.role_grant_permission(&r.name, p))
+    let perm = r.perm.map(|p| Perm { perm_type: p.perm_type, key: p.key, range_end: p.range_end });
+    done(&ctx, AuthOp::RoleGrantPermission { role: r.name, perm }).await
 }
 
 async fn role_revoke_permission(ctx: Arc<Ctx>, r: Request<RevokePermissionRequest>) -> Res<HeaderOnly> {
     admin(&ctx, &r)?;
-    let r = r.get_ref();
-    done(&ctx, ctx.auth.role_revoke_permission(&r.role, &r.key, &r.range_end))
+    let r = r.into_inner();
+    done(&ctx, AuthOp::RoleRevokePermission { role: r.role, key: r.key, range_end: r.range_end }).await
 }
 
 /// The Auth service's methods; served as `AuthRouter`.

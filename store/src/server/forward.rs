@@ -55,12 +55,13 @@ fn needs_leader(path: &str) -> bool {
             | "/etcdserverpb.Cluster/MemberPromote"
     ) || path.starts_with("/v3lockpb.Lock/")
         || path.starts_with("/v3electionpb.Election/")
+        || auth_change(path)
 }
 
-/// Calls that change state a group does not replicate yet (users, roles,
-/// auth on or off): refused rather than applied on one member (docs/design.md §10).
-fn not_replicated(path: &str) -> bool {
-    path.strip_prefix("/etcdserverpb.Auth/").is_some_and(|m| !matches!(m, "Authenticate" | "AuthStatus" | "UserGet" | "UserList" | "RoleGet" | "RoleList"))
+/// Auth changes and Authenticate go through the log from the leader
+/// (server::auth_log); the reads of the auth store are served by any member.
+fn auth_change(path: &str) -> bool {
+    path.strip_prefix("/etcdserverpb.Auth/").is_some_and(|m| !matches!(m, "AuthStatus" | "UserGet" | "UserList" | "RoleGet" | "RoleList"))
 }
 
 /// `routes` with every call that needs the leader going through `forward`.
@@ -82,9 +83,6 @@ fn answer(s: Status) -> Response {
 
 async fn forward(State(f): State<Forwarder>, req: Request, next: Next) -> Response {
     let path = req.uri().path();
-    if not_replicated(path) {
-        return answer(Status::unimplemented("meganode-store: auth changes are not replicated across members yet (docs/design.md §10)"));
-    }
     if !needs_leader(path) {
         return next.run(req).await;
     }
@@ -252,10 +250,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn writes_need_the_leader_and_auth_changes_are_refused() {
+    fn writes_and_auth_changes_need_the_leader() {
         assert!(needs_leader("/etcdserverpb.KV/Put") && needs_leader("/etcdserverpb.Lease/LeaseKeepAlive") && needs_leader("/v3lockpb.Lock/Lock"));
         assert!(!needs_leader("/etcdserverpb.KV/Range") && !needs_leader("/etcdserverpb.Watch/Watch") && !needs_leader("/etcdserverpb.Maintenance/Status"));
-        assert!(not_replicated("/etcdserverpb.Auth/AuthEnable") && not_replicated("/etcdserverpb.Auth/UserAdd"));
-        assert!(!not_replicated("/etcdserverpb.Auth/Authenticate") && !not_replicated("/etcdserverpb.KV/Put"));
+        assert!(needs_leader("/etcdserverpb.Auth/AuthEnable") && needs_leader("/etcdserverpb.Auth/UserAdd") && needs_leader("/etcdserverpb.Auth/Authenticate"));
+        assert!(!needs_leader("/etcdserverpb.Auth/UserGet") && !needs_leader("/etcdserverpb.Auth/AuthStatus"));
     }
 }

@@ -2,6 +2,7 @@
 //! `concurrency` (etcd's client-side recipes, which Lock and Election run) and
 //! `routes` (serving a service without a generated server).
 pub mod auth;
+pub mod auth_log;
 pub mod authz;
 pub mod backpressure;
 pub mod bulk;
@@ -108,6 +109,8 @@ pub struct Ctx {
     /// How this member dials https:// peer URLs (set at start-up in a group
     /// with peer TLS): the forwards to the leader go over the peer port.
     pub peer_tls: std::sync::OnceLock<Arc<crate::replication::peer_tls::PeerTls>>,
+    /// The auth store's changes through a group's log (unused by a single member).
+    pub auth_log: Arc<auth_log::AuthReplication>,
 }
 
 impl Ctx {
@@ -144,10 +147,12 @@ impl Ctx {
             }));
         }
         let member = member_state::Member::new(cfg.advertise_peer_urls.clone());
+        let auth_log = Arc::new(auth_log::AuthReplication::new(auth.clone(), member_id));
         Arc::new(Ctx {
             store, cfg, member_id, cluster_id, metrics: metrics::Metrics::default(), wal, auth, member,
             replica: std::sync::OnceLock::new(),
             peer_tls: std::sync::OnceLock::new(),
+            auth_log,
         })
     }
 
