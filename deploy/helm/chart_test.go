@@ -3,8 +3,10 @@
 // into the k8s.io/api types, and runs the checks the plain manifests of deploy/store and
 // deploy/scheduler pass (manifesttest.CheckStore, CheckScheduler) on the result — for a store
 // group: --initial-cluster naming every pod, the Services' peer port, the disruption budget,
-// anti-affinity and the NetworkPolicy — plus the durability plan, the ServiceMonitor's guard
-// and the values' validation (an even store.replicas fails the render). The apiserver's own
+// anti-affinity and the NetworkPolicy, peer TLS on https:// peer URLs only — plus the durability
+// plan, peer TLS's three modes (store.peerTLS.mode none, auto, secret), the ServiceMonitor's guard
+// and the values' validation (an even store.replicas, or peerTLS mode secret without a Secret,
+// fails the render). The apiserver's own
 // validation of the rendered objects runs in test/e2e/scheduler (server-side dry run on an
 // `up` cluster).
 package helm
@@ -317,11 +319,151 @@ func TestChartGroupOfFive(t *testing.T) {
 	}
 }
 
+// Peer TLS (store.peerTLS.mode) on every group the chart renders: auto gives https:// peer URLs
+// and --peer-auto-tls; secret gives https:// peer URLs and etcd's peer certificate flags, their
+// files in the Secret mounted at their directory; both keep the NetworkPolicy on the peer port.
+// A single member takes none of it (no peer port).
+func TestChartPeerTLS(t *testing.T) {
+	const shards = "--set=store.shards.leases.enabled=true,store.shards.events.enabled=true"
+	peerFlags := []string{"--peer-auto-tls", "--peer-client-cert-auth", "--peer-cert-file", "--peer-key-file", "--peer-trusted-ca-file"}
+	has := func(c corev1.Container, flag string) bool {
+		return slices.ContainsFunc(c.Args, func(a string) bool { return a == flag || strings.HasPrefix(a, flag+"=") })
+	}
+	peerVolume := func(s *appsv1.StatefulSet) *corev1.Volume {
+		for i, v := range s.Spec.Template.Spec.Volumes {
+			if v.Name == "peer-tls" {
+				return &s.Spec.Template.Spec.Volumes[i]
+			}
+		}
+		return nil
+	}
+	// https:// everywhere a peer URL is named, as the group's own DNS names.
+	https := func(t *testing.T, name string, f map[string]string) {
+		t.Helper()
+		for _, flag := range []string{"--listen-peer-urls", "--initial-advertise-peer-urls"} {
+			if !strings.HasPrefix(f[flag], "https://") {
+				t.Errorf("%s: %s=%s, want https://", name, flag, f[flag])
+			}
+		}
+		for _, e := range strings.Split(f["--initial-cluster"], ",") {
+			if _, u, _ := strings.Cut(e, "="); !strings.HasPrefix(u, "https://") {
+				t.Errorf("%s: --initial-cluster entry %s, want https://", name, e)
+			}
+		}
+	}
+
+	t.Run("none", func(t *testing.T) {
+		r := render(t, "meganode", "meganode-system", shards, "--set=store.peerTLS.mode=none")
+		for name, f := range r.stores(t) {
+			c := r.sets[name].Spec.Template.Spec.Containers[0]
+			if !strings.HasPrefix(f["--listen-peer-urls"], "http://") || slices.ContainsFunc(peerFlags, func(fl string) bool { return has(c, fl) }) || peerVolume(r.sets[name]) != nil {
+				t.Errorf("%s: mode none, want http:// peer URLs and no peer TLS: %v", name, c.Args)
+			}
+		}
+	})
+
+	t.Run("auto", func(t *testing.T) {
+		r := render(t, "meganode", "meganode-system", shards, "--set=store.peerTLS.mode=auto")
+		stores := r.stores(t)
+		if len(stores) != 3 || len(r.policies) != 3 {
+			t.Fatalf("%d stores, %d NetworkPolicies, want 3 of each", len(stores), len(r.policies))
+		}
+		for name, f := range stores {
+			c := r.sets[name].Spec.Template.Spec.Containers[0]
+			https(t, name, f)
+			if !has(c, "--peer-auto-tls") || has(c, "--peer-cert-file") || has(c, "--peer-client-cert-auth") || peerVolume(r.sets[name]) != nil {
+				t.Errorf("%s: mode auto, want --peer-auto-tls alone: %v", name, c.Args)
+			}
+			// The client port keeps its own TLS and Secret.
+			if f["--listen-client-urls"] != "https://0.0.0.0:2379" || f["--cert-file"] != "/etc/meganode-store/tls/tls.crt" {
+				t.Errorf("%s: client TLS changed: %v", name, f)
+			}
+		}
+		// The checks must see a broken copy: https:// peer URLs without --peer-auto-tls.
+		s := r.sets["meganode-store"].DeepCopy()
+		c := &s.Spec.Template.Spec.Containers[0]
+		c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return a == "--peer-auto-tls" })
+		if p := manifesttest.StoreProblems(s, manifesttest.StoreObjects{Services: r.services, PDBs: r.pdbs, NetworkPolicies: r.policies}); !strings.Contains(strings.Join(p, "\n"), "https:// peer URLs without peer TLS") {
+			t.Errorf("https:// peer URLs without --peer-auto-tls: problems %v", p)
+		}
+	})
+
+	for _, tc := range []struct{ name, release, ns, set string }{
+		{"secret", "meganode", "meganode-system", "--set=store.peerTLS.mode=secret,store.peerTLS.secretName=meganode-store-peer-tls"},
+		// Client TLS off: the peer Secret is the pods' only volume beside the claim.
+		{"secret without client TLS", "prod", "cp", "--set=store.peerTLS.mode=secret,store.peerTLS.secretName=meganode-store-peer-tls,store.tls.enabled=false"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := render(t, tc.release, tc.ns, shards, tc.set)
+			stores := r.stores(t)
+			if len(stores) != 3 || len(r.policies) != 3 {
+				t.Fatalf("%d stores, %d NetworkPolicies, want 3 of each", len(stores), len(r.policies))
+			}
+			for name, f := range stores {
+				s := r.sets[name]
+				c := s.Spec.Template.Spec.Containers[0]
+				https(t, name, f)
+				for flag, want := range map[string]string{"--peer-cert-file": "/etc/meganode-store/peer-tls/tls.crt",
+					"--peer-key-file": "/etc/meganode-store/peer-tls/tls.key", "--peer-trusted-ca-file": "/etc/meganode-store/peer-tls/ca.crt"} {
+					if f[flag] != want {
+						t.Errorf("%s: %s=%q, want %s", name, flag, f[flag], want)
+					}
+				}
+				if !has(c, "--peer-client-cert-auth") || has(c, "--peer-auto-tls") {
+					t.Errorf("%s: mode secret, want --peer-client-cert-auth and no --peer-auto-tls: %v", name, c.Args)
+				}
+				if v := peerVolume(s); v == nil || v.Secret == nil || v.Secret.SecretName != "meganode-store-peer-tls" {
+					t.Errorf("%s: volume peer-tls %+v, want the Secret meganode-store-peer-tls", name, v)
+				}
+				if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool {
+					return m.Name == "peer-tls" && m.MountPath == "/etc/meganode-store/peer-tls" && m.ReadOnly
+				}) {
+					t.Errorf("%s: mounts %+v, want peer-tls read-only at /etc/meganode-store/peer-tls", name, c.VolumeMounts)
+				}
+				if got, want := len(s.Spec.Template.Spec.Volumes), map[bool]int{true: 2, false: 1}[f["--cert-file"] != ""]; got != want {
+					t.Errorf("%s: %d volumes, want %d", name, got, want)
+				}
+			}
+			// The checks must see a broken copy: the peer Secret no longer mounted.
+			s := r.sets[map[bool]string{true: "meganode-store", false: "prod-meganode-store"}[tc.release == "meganode"]].DeepCopy()
+			c := &s.Spec.Template.Spec.Containers[0]
+			c.VolumeMounts = slices.DeleteFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == "peer-tls" })
+			if p := manifesttest.StoreProblems(s, manifesttest.StoreObjects{Services: r.services, PDBs: r.pdbs, NetworkPolicies: r.policies}); !strings.Contains(strings.Join(p, "\n"), "is not in a Secret volume mounted at its directory /etc/meganode-store/peer-tls") {
+				t.Errorf("peer certificate files without their Secret mounted: problems %v", p)
+			}
+		})
+	}
+
+	t.Run("single member", func(t *testing.T) {
+		for _, set := range []string{"--set=store.peerTLS.mode=auto", "--set=store.peerTLS.mode=secret,store.peerTLS.secretName=meganode-store-peer-tls"} {
+			r := render(t, "meganode", "one", "--set=store.replicas=1", set)
+			r.stores(t)
+			c := r.sets["meganode-store"].Spec.Template.Spec.Containers[0]
+			if slices.ContainsFunc(peerFlags, func(fl string) bool { return has(c, fl) }) || peerVolume(r.sets["meganode-store"]) != nil {
+				t.Errorf("%s: a single member (no peer port) with peer TLS: %v", set, c.Args)
+			}
+		}
+	})
+
+	// Mode secret needs the Secret's name; any mode but none, auto and secret is refused.
+	for set, want := range map[string]string{
+		"store.peerTLS.mode=secret":                          "store.peerTLS.secretName is empty",
+		"store.peerTLS.mode=secret,store.replicas=1":         "store.peerTLS.secretName is empty",
+		"store.peerTLS.mode=tls":                             `store.peerTLS.mode "tls": want none`,
+		"store.peerTLS.mode=":                                `store.peerTLS.mode "": want none`,
+		"store.peerTLS.mode=Auto,store.peerTLS.secretName=x": `store.peerTLS.mode "Auto": want none`,
+	} {
+		if out := manifesttest.Helm(t, "meganode", "x", true, "--set="+set); !strings.Contains(string(out), want) {
+			t.Errorf("--set %s: %s, want %q", set, out, want)
+		}
+	}
+}
+
 // Values the store or the scheduler would refuse fail the render, not the pod.
 func TestChartRejectsBadValues(t *testing.T) {
 	for _, set := range []string{"store.durability=sometimes", "store.durabilityPrefixes[0].mode=always", "scheduler.intake=poll", "scheduler.shards=0",
 		"store.replicas=2", "store.replicas=4", "store.replicas=0", "store.replicas=1.5", "store.durability=fsync", "store.shards.leases.enabled=true,store.shards.leases.durability=buffered",
-		"store.replicas=1,store.durability=replicated", "store.podAntiAffinity=sometimes"} {
+		"store.replicas=1,store.durability=replicated", "store.podAntiAffinity=sometimes", "store.peerTLS.mode=secret", "store.peerTLS.mode=mtls"} {
 		if out := manifesttest.Helm(t, "meganode", "x", true, "--set="+set); !strings.Contains(string(out), "want") {
 			t.Errorf("--set %s: %s", set, out)
 		}

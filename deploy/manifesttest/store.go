@@ -3,6 +3,7 @@ package manifesttest
 import (
 	"fmt"
 	"net/url"
+	"path"
 	"reflect"
 	"slices"
 	"strings"
@@ -38,8 +39,9 @@ func CheckStore(t *testing.T, s *appsv1.StatefulSet, o StoreObjects) {
 // present, --data-dir on the claim template's volume, durability modes the store serves for
 // that many members, TLS files under a mount, and probes on /livez, /health or /readyz of the
 // port --listen-metrics-urls opens, and with TLS on no plain-HTTP client listener. A group
-// (replicas > 1) must also be one the store can form (checkGroup). It returns the problems, so
-// that a test can also show a broken copy fails.
+// (replicas > 1) must also be one the store can form (checkGroup), with peer TLS whenever its
+// peer URLs are https:// (checkPeerTLS). It returns the problems, so that a test can also show
+// a broken copy fails.
 func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 	var out []string
 	errorf := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
@@ -179,8 +181,9 @@ func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 }
 
 // checkGroup checks that the pods of a StatefulSet of replicas > 1 form one group: every pod
-// named in --initial-cluster by its own name, with the headless Service's DNS name and the
-// container's peer port, each pod's advertised peer URL its own entry (after the kubelet
+// named in --initial-cluster by its own name, with the headless Service's DNS name, the
+// container's peer port and the scheme of --listen-peer-urls (https:// only with the flags of
+// peer TLS, checkPeerTLS), each pod's advertised peer URL its own entry (after the kubelet
 // expands $(POD_NAME) and $(POD_NAMESPACE)), advertised client URLs at the pod's own DNS name
 // on a port it listens on with that scheme, the Service publishing not-ready pods with the peer
 // port, a PodDisruptionBudget that keeps a quorum, anti-affinity across nodes, and the peer port
@@ -221,8 +224,10 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 	if peerPort == 0 {
 		errorf("no container port named peer")
 	}
-	if want := fmt.Sprintf("http://0.0.0.0:%d", peerPort); flags["listen-peer-urls"] != want {
-		errorf("--listen-peer-urls=%q, want %s (peer URLs are http://: peer TLS is not built)", flags["listen-peer-urls"], want)
+	scheme, problems := checkPeerTLS(s.Spec.Template.Spec, c, flags)
+	out = append(out, problems...)
+	if want := fmt.Sprintf("%s://0.0.0.0:%d", scheme, peerPort); flags["listen-peer-urls"] != want {
+		errorf("--listen-peer-urls=%q, want %s (every interface, the container's peer port; http://, or https:// with peer TLS)", flags["listen-peer-urls"], want)
 	}
 	if flags["initial-cluster-state"] != "new" {
 		errorf("--initial-cluster-state=%q, want new (the members found the group together)", flags["initial-cluster-state"])
@@ -248,11 +253,11 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 	}
 	for i := range int(replicas) {
 		pod := fmt.Sprintf("%s-%d", s.Name, i)
-		want := fmt.Sprintf("http://%s.%s.%s.svc:%d", pod, s.Spec.ServiceName, s.Namespace, peerPort)
+		want := fmt.Sprintf("%s://%s.%s.%s.svc:%d", scheme, pod, s.Spec.ServiceName, s.Namespace, peerPort)
 		if got, ok := members[pod]; !ok {
 			errorf("--initial-cluster does not name pod %s", pod)
 		} else if got != want {
-			errorf("--initial-cluster: %s=%s, want %s (its DNS name behind the headless Service, the peer port)", pod, got, want)
+			errorf("--initial-cluster: %s=%s, want %s (its DNS name behind the headless Service, the peer port, the scheme of --listen-peer-urls)", pod, got, want)
 		}
 		if got := expand(flags["name"], pod); got != pod {
 			errorf("--name=%s is %q in pod %s: want the pod's name, as --initial-cluster names it", flags["name"], got, pod)
@@ -342,8 +347,9 @@ func checkGroup(s *appsv1.StatefulSet, replicas int32, c corev1.Container, flags
 }
 
 // checkNetworkPolicies: some NetworkPolicy isolates the group's pods for ingress; what it lets
-// reach the peer port (raft, snapshots and forwarded client calls, all unauthenticated) comes
-// only from the group's pods; the client and metrics ports stay reachable.
+// reach the peer port (raft, snapshots and forwarded client calls, which run there without the
+// client port's certificate check; unauthenticated without a peer CA) comes only from the
+// group's pods, whatever the peer TLS; the client and metrics ports stay reachable.
 func checkNetworkPolicies(s *appsv1.StatefulSet, c corev1.Container, policies []*networkingv1.NetworkPolicy) []string {
 	var out []string
 	errorf := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
@@ -397,7 +403,7 @@ func checkNetworkPolicies(s *appsv1.StatefulSet, c corev1.Container, policies []
 		}
 	}
 	if !isolated {
-		errorf("no NetworkPolicy isolates the group's pods for ingress: the peer port (plain TCP, no TLS) is open to every pod")
+		errorf("no NetworkPolicy isolates the group's pods for ingress: the peer port (forwarded client calls skip the client port's certificate check) is open to every pod")
 	}
 	for _, name := range []string{"client", "metrics"} {
 		if isolated && !open[name] {
@@ -405,6 +411,92 @@ func checkNetworkPolicies(s *appsv1.StatefulSet, c corev1.Container, policies []
 		}
 	}
 	return out
+}
+
+// checkPeerTLS checks the peer TLS of a group's container against the scheme of its
+// --listen-peer-urls, which it returns ("http" when that is neither http nor https) for the
+// other peer URLs to match. As the store (and etcd) decides: https:// peer URLs need peer TLS —
+// --peer-auto-tls (a self-signed certificate made at start, peers' not checked), or
+// --peer-cert-file, --peer-key-file and --peer-trusted-ca-file together (the CA every member's
+// certificate chains to; naming it makes the listener require one), each in a Secret volume
+// mounted at the file's directory; --peer-client-cert-auth needs the CA. With http:// peer URLs
+// the store ignores these flags and peer traffic stays plain TCP, so none may be given.
+func checkPeerTLS(spec corev1.PodSpec, c corev1.Container, flags map[string]string) (string, []string) {
+	var out []string
+	errorf := func(f string, a ...any) { out = append(out, fmt.Sprintf(f, a...)) }
+	scheme := "http"
+	if u, err := url.Parse(flags["listen-peer-urls"]); err != nil || u.Scheme != "http" && u.Scheme != "https" {
+		errorf("--listen-peer-urls=%q: want an http:// or https:// URL", flags["listen-peer-urls"])
+	} else {
+		scheme = u.Scheme
+	}
+	files := []string{"peer-cert-file", "peer-key-file", "peer-trusted-ca-file"}
+	var given []string
+	for _, f := range files {
+		if flags[f] != "" {
+			given = append(given, "--"+f)
+		}
+	}
+	auto, clientAuth := boolFlag(flags, "peer-auto-tls"), boolFlag(flags, "peer-client-cert-auth")
+	if scheme == "http" {
+		if auto {
+			given = append(given, "--peer-auto-tls")
+		}
+		if clientAuth {
+			given = append(given, "--peer-client-cert-auth")
+		}
+		if len(given) > 0 {
+			errorf("%s with http:// peer URLs: the store ignores peer TLS there and peer traffic stays plain TCP; want https:// peer URLs (--listen-peer-urls, --initial-advertise-peer-urls, --initial-cluster)", strings.Join(given, ", "))
+		}
+		return scheme, out
+	}
+	if !auto && len(given) == 0 {
+		errorf("https:// peer URLs without peer TLS (the store refuses to start): want --peer-auto-tls, or --peer-cert-file, --peer-key-file and --peer-trusted-ca-file from a mounted Secret")
+	}
+	if len(given) > 0 {
+		for _, f := range files {
+			if flags[f] == "" {
+				errorf("%s without --%s: --peer-cert-file, --peer-key-file and --peer-trusted-ca-file go together (the CA every member's peer certificate chains to)", strings.Join(given, ", "), f)
+			} else if !inSecretVolume(spec, c, flags[f]) {
+				errorf("--%s=%s is not in a Secret volume mounted at its directory %s", f, flags[f], path.Dir(flags[f]))
+			}
+		}
+	}
+	if clientAuth && flags["peer-trusted-ca-file"] == "" {
+		errorf("--peer-client-cert-auth needs --peer-trusted-ca-file (the store refuses to start)")
+	}
+	return scheme, out
+}
+
+// boolFlag: a boolean flag given bare (--flag) or with a true value, as the store parses it.
+func boolFlag(flags map[string]string, name string) bool {
+	v, ok := flags[name]
+	return ok && (v == "" || v == "true" || v == "1")
+}
+
+// inSecretVolume: file is a key of a Secret volume mounted (whole, not a subPath) at the file's
+// directory — the Secret's key itself when the volume lists no items, else one item's path.
+func inSecretVolume(spec corev1.PodSpec, c corev1.Container, file string) bool {
+	dir, base := path.Split(file)
+	for _, m := range c.VolumeMounts {
+		if m.SubPath != "" || m.SubPathExpr != "" || path.Clean(m.MountPath) != path.Clean(dir) {
+			continue
+		}
+		for _, v := range spec.Volumes {
+			if v.Name != m.Name || v.Secret == nil {
+				continue
+			}
+			if len(v.Secret.Items) == 0 {
+				return true
+			}
+			for _, it := range v.Secret.Items {
+				if it.Path == base {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 func mounted(c corev1.Container, path string) bool {

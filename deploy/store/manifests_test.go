@@ -2,11 +2,13 @@
 // test parses every one of them into the k8s.io/api types, strictly, and checks the flags,
 // volume and probes fit together and that each StatefulSet forms one replicated group with its
 // Services, PodDisruptionBudget and NetworkPolicy (manifesttest.StoreProblems, which the chart's
-// stores pass too). Broken copies of the main store must fail the same checks.
+// stores pass too). Broken copies of the main store must fail the same checks, and the peer TLS
+// statefulset.yaml's comment describes must pass them.
 package store
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -137,6 +139,26 @@ func TestManifestChecksFail(t *testing.T) {
 		{"podManagementPolicy", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
 			s.Spec.PodManagementPolicy = appsv1.OrderedReadyPodManagement
 		}},
+		// Peer TLS: https:// peer URLs need it (the store refuses to start), http:// ones ignore it.
+		{"https:// peer URLs without peer TLS", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) { peerHTTPS(s) }},
+		{"--peer-auto-tls with http:// peer URLs", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			addArgs(s, "--peer-auto-tls")
+		}},
+		{"want https://meganode-store-1.meganode-store-headless.meganode-store.svc:2380", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			peerHTTPS(s)
+			addArgs(s, "--peer-auto-tls")
+			setFlag(s, "--initial-cluster", func(v string) string { return strings.Replace(v, "-1=https://", "-1=http://", 1) })
+		}},
+		{"is not in a Secret volume mounted at its directory /etc/meganode-store/peer-tls", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			peerHTTPS(s)
+			addArgs(s, peerSecretArgs...) // the Secret not mounted
+		}},
+		{"without --peer-trusted-ca-file", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			peerHTTPS(s)
+			addPeerSecret(s)
+			c := &s.Spec.Template.Spec.Containers[0]
+			c.Args = slices.DeleteFunc(c.Args, func(a string) bool { return strings.HasPrefix(a, "--peer-trusted-ca-file=") })
+		}},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			o, sets := objects(t)
@@ -151,6 +173,55 @@ func TestManifestChecksFail(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The peer TLS statefulset.yaml's comment describes passes the checks: https:// peer URLs with
+// --peer-auto-tls, or with etcd's certificate flags and the Secret mounted at their directory.
+func TestPeerTLSAsDocumented(t *testing.T) {
+	for name, enable := range map[string]func(s *appsv1.StatefulSet){
+		"auto":   func(s *appsv1.StatefulSet) { addArgs(s, "--peer-auto-tls") },
+		"secret": addPeerSecret,
+	} {
+		t.Run(name, func(t *testing.T) {
+			o, sets := objects(t)
+			for _, s := range sets {
+				peerHTTPS(s)
+				enable(s)
+				if p := manifesttest.StoreProblems(s, o); len(p) != 0 {
+					t.Errorf("%s: %q", s.Name, p)
+				}
+			}
+		})
+	}
+}
+
+// peerHTTPS switches every peer URL of the store container to https://.
+func peerHTTPS(s *appsv1.StatefulSet) {
+	for _, f := range []string{"--initial-cluster", "--listen-peer-urls", "--initial-advertise-peer-urls"} {
+		setFlag(s, f, func(v string) string { return strings.ReplaceAll(v, "http://", "https://") })
+	}
+}
+
+var peerSecretArgs = []string{
+	"--peer-cert-file=/etc/meganode-store/peer-tls/tls.crt",
+	"--peer-key-file=/etc/meganode-store/peer-tls/tls.key",
+	"--peer-trusted-ca-file=/etc/meganode-store/peer-tls/ca.crt",
+	"--peer-client-cert-auth",
+}
+
+// addPeerSecret gives the store container etcd's peer certificate flags and the Secret
+// meganode-store-peer-tls mounted at their directory, as statefulset.yaml's comment describes.
+func addPeerSecret(s *appsv1.StatefulSet) {
+	addArgs(s, peerSecretArgs...)
+	spec := &s.Spec.Template.Spec
+	spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts,
+		corev1.VolumeMount{Name: "peer-tls", MountPath: "/etc/meganode-store/peer-tls", ReadOnly: true})
+	spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "peer-tls",
+		VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: "meganode-store-peer-tls", DefaultMode: ptr.To[int32](0o400)}}})
+}
+
+func addArgs(s *appsv1.StatefulSet, args ...string) {
+	s.Spec.Template.Spec.Containers[0].Args = append(s.Spec.Template.Spec.Containers[0].Args, args...)
 }
 
 // setFlag rewrites the value of one --flag=value argument of the store container.
