@@ -223,7 +223,8 @@ pub(crate) fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Versi
 /// item: the third checkpoint format's (docs/design.md §5): 'D' | dict id:u32 | len:u32 | zstd
 ///   dictionary, before the first value packed with it; 'K' | key | versions with mod_rev <= rev,
 ///   each value with its dictionary id (0: raw) as stored — packed values stay packed;
-///   'A' | len:u32 | the auth state as the group's log keeps it (replication::AuthLog), once, first
+///   'A' | len:u32 | the auth state as the group's log keeps it (replication::AuthLog), once, first;
+///   'M' | n:u32 | (member:u64 | alarm:i32)* the raised alarms, once, after 'A' (none: no item)
 /// ```
 /// The crc covers every byte before it. Packed values travel packed: the
 /// sender decompresses nothing, the receiver holds no raw copy it would pack
@@ -231,6 +232,7 @@ pub(crate) fn get_keys(b: &mut &[u8], nk: usize) -> Result<Vec<(Bytes, Vec<Versi
 pub const STREAM_MAGIC: &[u8; 8] = b"MGNSNAP2";
 const ITEM_END: u8 = b'E';
 const ITEM_AUTH: u8 = b'A';
+const ITEM_ALARMS: u8 = b'M';
 /// Keys copied per shard lock: a writer to the shard waits at most one chunk.
 const STREAM_CHUNK_KEYS: usize = 2048;
 /// Bounds for a key or value length read from a stream (a garbled one must not
@@ -269,6 +271,15 @@ pub fn write_stream_with(store: &Store, w: impl std::io::Write, auth: Option<&[u
         head.push(ITEM_AUTH);
         head.extend_from_slice(&(a.len() as u32).to_le_bytes());
         head.extend_from_slice(a);
+    }
+    let alarms = store.alarms.get(crate::quota::ALARM_NONE);
+    if !alarms.is_empty() {
+        head.push(ITEM_ALARMS);
+        head.extend_from_slice(&(alarms.len() as u32).to_le_bytes());
+        for (member, alarm) in alarms {
+            head.extend_from_slice(&member.to_le_bytes());
+            head.extend_from_slice(&alarm.to_le_bytes());
+        }
     }
     w.put(&head)?;
     let mut total = head.len() as u64;
@@ -384,6 +395,17 @@ pub fn install_stream_with(store: &Store, r: impl std::io::Read) -> Result<(i64,
                 let n = r.u32()? as usize;
                 auth = Some(r.bytes(n)?.to_vec());
             }
+            ITEM_ALARMS if keys == 0 => {
+                let n = r.u32()?;
+                if n > 1 << 16 {
+                    return Err(format!("snapshot stream: {n} alarms"));
+                }
+                for _ in 0..n {
+                    let member = r.i64()? as u64;
+                    let alarm = r.u32()? as i32;
+                    store.alarms.activate(member, alarm);
+                }
+            }
             ITEM_DICT => {
                 let id = r.u32()?;
                 let n = r.u32()? as usize;
@@ -478,6 +500,27 @@ mod tests {
         assert!(install_stream(&Store::new(), &bad[..]).is_err(), "a flipped bit");
         assert!(install_stream(&Store::new(), &out[..out.len() - 1]).is_err(), "cut short");
         assert!(install_stream(&Store::new(), &out[8..]).is_err(), "no magic");
+    }
+
+    /// A group member's stream carries the auth state and the raised alarms beside the keys.
+    #[test]
+    fn a_stream_carries_the_auth_state_and_the_alarms() {
+        let s = Store::new();
+        s.put(&PbPutRequest { key: b"k".to_vec(), value: b"v".to_vec(), ..Default::default() }).unwrap();
+        s.alarms.activate(7, crate::quota::ALARM_NOSPACE);
+        s.alarms.activate(9, crate::quota::ALARM_CORRUPT);
+        let mut out = Vec::new();
+        write_stream_with(&s, &mut out, Some(b"the auth state")).unwrap();
+        let t = Store::new();
+        let (_, keys, auth) = install_stream_with(&t, &out[..]).unwrap();
+        assert_eq!((keys, auth.as_deref()), (1, Some(&b"the auth state"[..])));
+        assert_eq!(t.alarms.get(crate::quota::ALARM_NONE), s.alarms.get(crate::quota::ALARM_NONE));
+        assert!(t.alarms.capped() && t.alarms.corrupt());
+        // Without them, neither item.
+        let mut plain = Vec::new();
+        write_stream(&Store::new(), &mut plain).unwrap();
+        let (_, _, auth) = install_stream_with(&Store::new(), &plain[..]).unwrap();
+        assert!(auth.is_none());
     }
 
     #[test]

@@ -9,6 +9,7 @@
 //!   rev = -2: a compaction: compact_rev:i64 (LE)
 //!   rev = -3: a member's new peer URLs (MemberUpdate, members.rs)
 //!   rev = -4: an auth change, opaque here (crate::auth::ops; applied by `AuthLog`)
+//!   rev = -5: an alarm raised or disarmed: action:u8 (1 raise, 0 disarm) | member:u64 | alarm:i32 (LE)
 //! ```
 use bytes::Bytes;
 
@@ -31,6 +32,19 @@ pub enum Change {
     PeerUrls { id: u64, peer_urls: Vec<String> },
     /// An auth change (users, roles, auth on or off, a simple token).
     Auth(Vec<u8>),
+    /// etcd's Alarm ACTIVATE (`raise`) or DEACTIVATE of `alarm` for `member`.
+    Alarm { raise: bool, member: u64, alarm: i32 },
+}
+
+/// The entry revision that marks an alarm change.
+pub const ALARM: i64 = -5;
+
+pub fn encode_alarm(raise: bool, member: u64, alarm: i32) -> Vec<u8> {
+    let mut out = ALARM.to_le_bytes().to_vec();
+    out.push(raise as u8);
+    out.extend_from_slice(&member.to_le_bytes());
+    out.extend_from_slice(&alarm.to_le_bytes());
+    out
 }
 
 /// The entry revision that marks an auth change.
@@ -86,6 +100,11 @@ pub fn decode(data: &[u8]) -> Result<Change, String> {
     }
     if rev == AUTH {
         return Ok(Change::Auth(body.to_vec()));
+    }
+    if rev == ALARM {
+        let b: &[u8; 13] = body.try_into().map_err(|_| "alarm entry of the wrong length")?;
+        let member = u64::from_le_bytes(b[1..9].try_into().expect("8 bytes"));
+        return Ok(Change::Alarm { raise: b[0] == 1, member, alarm: i32::from_le_bytes(b[9..].try_into().expect("4 bytes")) });
     }
     if rev == COMPACT {
         let at = body.try_into().map(i64::from_le_bytes).map_err(|_| "compaction entry without its revision")?;
@@ -154,6 +173,9 @@ mod tests {
         assert!(decode(&two).is_err(), "one lease change per entry");
         assert_eq!(decode(&encode_compact(77)).unwrap(), Change::Compact(77));
         assert_eq!(decode(&encode_auth(b"op")).unwrap(), Change::Auth(b"op".to_vec()));
+        assert_eq!(decode(&encode_alarm(true, 9, 1)).unwrap(), Change::Alarm { raise: true, member: 9, alarm: 1 });
+        assert_eq!(decode(&encode_alarm(false, 9, 2)).unwrap(), Change::Alarm { raise: false, member: 9, alarm: 2 });
+        assert!(decode(&encode_alarm(true, 9, 1)[..15]).is_err());
         assert!(decode(&encode_compact(77)[..12]).is_err());
     }
 }

@@ -55,6 +55,9 @@ pub enum Input {
     TransferLeader(u64),
     /// An auth change to propose (`Replica::propose_auth`), answered once proposed.
     ProposeAuth(Vec<u8>, oneshot::Sender<Result<(), String>>),
+    /// An alarm change to propose (`Replica::propose_alarm`); `done` hears, once
+    /// this member applied it, whether it changed the alarm set.
+    ProposeAlarm(Vec<u8>, Option<oneshot::Sender<bool>>),
     /// A peer's connection to this member closed between frames (its process
     /// ended, or it reconnects).
     PeerClosed(u64),
@@ -319,6 +322,7 @@ impl Replica {
             shared: shared.clone(),
             proposed: HashMap::new(),
             proposed_leases: HashMap::new(),
+            proposed_alarms: HashMap::new(),
             led: false,
             term_start: 0,
             tick: cfg.tick,
@@ -499,6 +503,17 @@ impl Replica {
         rx
     }
 
+    /// Proposes raising (`raise`) or disarming alarm `alarm` of `member`
+    /// through the log; with `wait`, the answer says once this member applied
+    /// it whether it changed the set (for a raise: that it is raised). A
+    /// member that does not lead drops it (the receiver then errs).
+    pub fn propose_alarm(&self, raise: bool, member: u64, alarm: i32, wait: bool) -> Option<oneshot::Receiver<bool>> {
+        let (tx, rx) = oneshot::channel();
+        let (done, rx) = if wait { (Some(tx), Some(rx)) } else { (None, None) };
+        let _ = self.inbox.send(Input::ProposeAlarm(entry::encode_alarm(raise, member, alarm), done));
+        rx
+    }
+
     /// Proposes an auth change (crate::auth::ops) on this member, which must
     /// be the writable leader: answered once proposed; every member applies it
     /// through its `AuthLog` when committed.
@@ -612,6 +627,8 @@ struct Driver {
     proposed: HashMap<i64, u64>,
     /// Its lease proposals: log index → the term, and who waits for the commit.
     proposed_leases: HashMap<u64, (u64, Option<std::sync::mpsc::Sender<()>>)>,
+    /// Its alarm proposals: log index → the term, and who waits for the application.
+    proposed_alarms: HashMap<u64, (u64, oneshot::Sender<bool>)>,
     /// Whether it led at the last Ready (a new leader refreshes every lease).
     led: bool,
     /// As leader: the index of its term's first entry; writes wait until it is applied.
@@ -828,6 +845,16 @@ impl Driver {
                 }
             }
             Input::TransferLeader(to) => self.node.transfer_leader(to),
+            // Not this member's to raise unless it leads (a write refused for the
+            // quota on a deposed leader): dropped, and whoever waits hears so.
+            Input::ProposeAlarm(data, done) => {
+                let before = self.node.raft.raft_log.last_index();
+                if self.writable() && self.node.propose(Vec::new(), data).is_ok() && self.node.raft.raft_log.last_index() > before {
+                    if let Some(done) = done {
+                        self.proposed_alarms.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, done));
+                    }
+                }
+            }
             Input::ProposeAuth(data, tx) => {
                 let r = if !self.writable() {
                     Err("not the leader".to_string())
@@ -1077,6 +1104,7 @@ impl Driver {
                             a.apply(e.index, &body);
                         }
                     }
+                    entry::Change::Alarm { raise, member, alarm } => self.apply_alarm(&e, raise, member, alarm),
                     lease => self.apply_lease(&e, lease)?,
                 },
                 EntryType::EntryConfChange => {
@@ -1092,6 +1120,8 @@ impl Driver {
                     self.apply_change(e.index, applied, None);
                 }
             }
+            // An alarm proposal whose index holds something else was dropped (its waiter hears so).
+            self.proposed_alarms.remove(&e.index);
             if self.proposed_leases.remove(&e.index).is_some() {
                 // apply_lease takes its own entries: this index holds another leader's.
                 return Err(format!("the lease change proposed here at index {} was overwritten: this member's lease table left the group's", e.index));
@@ -1218,11 +1248,35 @@ impl Driver {
         let r = match change {
             entry::Change::LeaseGrant { id, ttl } => leases.grant(id, ttl).map(|_| ()),
             entry::Change::LeaseRevoke(id) => leases.revoke(id).map(|_| ()),
-            entry::Change::Revision(..) | entry::Change::Attributes { .. } | entry::Change::Compact(_) | entry::Change::PeerUrls { .. } | entry::Change::Auth(_) => {
+            entry::Change::Revision(..)
+            | entry::Change::Attributes { .. }
+            | entry::Change::Compact(_)
+            | entry::Change::PeerUrls { .. }
+            | entry::Change::Auth(_)
+            | entry::Change::Alarm { .. } => {
                 unreachable!("decoded as a lease change")
             }
         };
         r.map_err(|err| format!("lease change at index {}: {err}", e.index))
+    }
+
+    /// Raises or disarms an alarm on this member as the log says (etcd applies
+    /// its Alarm requests on every member); idempotent, so a snapshot that
+    /// holds it already changes nothing. Tells this member's caller, if it
+    /// proposed it, whether the set changed.
+    fn apply_alarm(&mut self, e: &Entry, raise: bool, member: u64, alarm: i32) {
+        let alarms = &self.store.alarms;
+        let changed = if raise { alarms.activate(member, alarm).is_some_and(|(_, new)| new) } else { alarms.deactivate(member, alarm).is_some() };
+        if changed {
+            let name = crate::quota::alarm_name(alarm);
+            eprintln!("meganode-store: alarm {}: {name} from member {member:x} (raft index {})", if raise { "raised" } else { "disarmed" }, e.index);
+        }
+        if let Some((term, done)) = self.proposed_alarms.remove(&e.index) {
+            // Another leader's entry at this index: the proposal was dropped.
+            if term == e.term {
+                let _ = done.send(if raise { true } else { changed });
+            }
+        }
     }
 
     /// Asks raft once for every linearizable read that arrived in this turn.

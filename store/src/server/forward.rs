@@ -53,6 +53,7 @@ fn needs_leader(path: &str) -> bool {
             | "/etcdserverpb.Cluster/MemberRemove"
             | "/etcdserverpb.Cluster/MemberUpdate"
             | "/etcdserverpb.Cluster/MemberPromote"
+            | "/etcdserverpb.Maintenance/Alarm"
     ) || path.starts_with("/v3lockpb.Lock/")
         || path.starts_with("/v3electionpb.Election/")
         || auth_change(path)
@@ -255,5 +256,6 @@ mod tests {
         assert!(!needs_leader("/etcdserverpb.KV/Range") && !needs_leader("/etcdserverpb.Watch/Watch") && !needs_leader("/etcdserverpb.Maintenance/Status"));
         assert!(needs_leader("/etcdserverpb.Auth/AuthEnable") && needs_leader("/etcdserverpb.Auth/UserAdd") && needs_leader("/etcdserverpb.Auth/Authenticate"));
         assert!(!needs_leader("/etcdserverpb.Auth/UserGet") && !needs_leader("/etcdserverpb.Auth/AuthStatus"));
+        assert!(needs_leader("/etcdserverpb.Maintenance/Alarm"));
     }
 }

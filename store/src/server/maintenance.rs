@@ -97,8 +97,24 @@ impl PbMaintenanceService for MaintenanceService {
         }
         let r = r.into_inner();
         let ctx = &self.0;
+        let group = ctx.replica.get();
         let alarms: Vec<(u64, i32)> = match r.action {
             ACTION_GET => ctx.store.alarms.get(r.alarm),
+            // In a group through the log (the forward layer brought the call to
+            // the leader): answered once this member applied it, as etcd's.
+            ACTION_ACTIVATE | ACTION_DEACTIVATE if group.is_some() => {
+                let raise = r.action == ACTION_ACTIVATE;
+                if raise && r.alarm == ALARM_NONE {
+                    Vec::new()
+                } else {
+                    let rx = group.expect("checked").propose_alarm(raise, r.member_id, r.alarm, true).expect("waited for");
+                    match tokio::time::timeout(super::forward::REQUEST_TIMEOUT, rx).await {
+                        Ok(Ok(true)) => vec![(r.member_id, r.alarm)],
+                        Ok(Ok(false)) => Vec::new(),
+                        _ => return Err(Status::unavailable("etcdserver: request timed out")),
+                    }
+                }
+            }
             ACTION_ACTIVATE => ctx.activate_alarm(r.member_id, r.alarm).into_iter().collect(),
             ACTION_DEACTIVATE => ctx.deactivate_alarm(r.member_id, r.alarm).into_iter().collect(),
             _ => Vec::new(),

@@ -262,7 +262,18 @@ impl Ctx {
         if self.store.quota_available(cost) {
             return Ok(());
         }
-        self.activate_alarm(self.member_id, ALARM_NOSPACE);
+        match self.replica.get() {
+            // In a group the alarm goes through the log, so every member holds
+            // it (etcd's member proposes its NOSPACE); proposed once, until it is applied.
+            Some(r) => {
+                if !self.store.alarms.get(ALARM_NOSPACE).contains(&(self.member_id, ALARM_NOSPACE)) {
+                    r.propose_alarm(true, self.member_id, ALARM_NOSPACE, false);
+                }
+            }
+            None => {
+                self.activate_alarm(self.member_id, ALARM_NOSPACE);
+            }
+        }
         Err(StoreError::NoSpace.into())
     }
 
