@@ -96,9 +96,9 @@ pub struct PeerTransport {
     cluster_id: u64,
     me: u64,
     /// Each peer's URL (its name resolved at every connection attempt: a
-    /// restarted pod comes back at another address under its name) and its
-    /// sender task's queue.
-    queues: Mutex<HashMap<u64, (String, mpsc::Sender<Message>)>>,
+    /// restarted pod comes back at another address under its name), its
+    /// sender task's queue and the socket the raft thread may write itself.
+    queues: Mutex<HashMap<u64, Link>>,
     pub dropped: Arc<AtomicU64>,
     /// A peer answered that this member was removed from the group.
     removed: Arc<AtomicBool>,
@@ -119,14 +119,15 @@ impl PeerTransport {
 
     fn reach(&self, id: u64, target: String) {
         let mut queues = self.queues.lock();
-        if queues.get(&id).is_some_and(|(a, _)| *a == target) {
+        if queues.get(&id).is_some_and(|l| l.target == target) {
             return;
         }
         let (tx, rx) = mpsc::channel(MAX_QUEUE);
+        let direct: Arc<Mutex<Direct>> = Arc::default();
         let hs = Handshake { cluster_id: self.cluster_id, from: self.me, to: id };
-        self.rt.spawn(send_loop(hs, target.clone(), rx, self.removed.clone(), self.tls.clone()));
+        self.rt.spawn(send_loop(hs, target.clone(), rx, direct.clone(), self.removed.clone(), self.tls.clone()));
         // A replaced sender's task ends when its queue closes.
-        queues.insert(id, (target, tx));
+        queues.insert(id, Link { target, queue: tx, direct });
     }
 }
 
@@ -137,14 +138,68 @@ pub fn peer_addr(url: &str) -> Result<SocketAddr, String> {
     std::net::ToSocketAddrs::to_socket_addrs(hp).ok().and_then(|mut a| a.next()).ok_or_else(|| format!("peer URL {url:?}: cannot resolve {hp:?}"))
 }
 
-impl Transport for PeerTransport {
-    fn send(&self, msgs: Vec<Message>) {
-        let queues = self.queues.lock();
+impl PeerTransport {
+    /// Queues `msgs` for `link`'s task (the lock on its `Direct` held).
+    fn queue(&self, link: &Link, d: &mut Direct, msgs: impl IntoIterator<Item = Message>) {
         for m in msgs {
-            if let Some((_, q)) = queues.get(&m.to) {
-                if q.try_send(m).is_err() {
-                    self.dropped.fetch_add(1, Ordering::Relaxed);
-                }
+            if link.queue.try_send(Out::Msg(m)).is_err() {
+                self.dropped.fetch_add(1, Ordering::Relaxed);
+            } else {
+                d.busy = true;
+            }
+        }
+    }
+
+    /// Sends one peer's messages of a Ready: written here when its link is
+    /// idle and plaintext (`Direct`), else through its task.
+    fn send_to(&self, link: &Link, msgs: Vec<Message>, buf: &mut Vec<u8>) {
+        let mut d = link.direct.lock();
+        let Some(sock) = d.sock.as_ref().filter(|_| !d.busy) else {
+            return self.queue(link, &mut d, msgs);
+        };
+        buf.clear();
+        if msgs.iter().any(|m| encode_frame(m, buf).is_err()) {
+            return;
+        }
+        match std::io::Write::write(&mut &*sock, buf) {
+            Ok(n) if n == buf.len() => {}
+            // The socket took part (or none) of it: the task writes the rest
+            // before anything else; if it cannot, the connection must end (a
+            // frame cut in the middle), and the task reconnects.
+            Ok(n) => self.hand_rest(link, &mut d, buf[n..].to_vec()),
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => self.hand_rest(link, &mut d, std::mem::take(buf)),
+            Err(_) => {
+                // The task meets the same error on its next write and reconnects.
+                d.sock = None;
+                self.dropped.fetch_add(msgs.len() as u64, Ordering::Relaxed);
+            }
+        }
+    }
+
+    fn hand_rest(&self, link: &Link, d: &mut Direct, rest: Vec<u8>) {
+        if link.queue.try_send(Out::Raw(rest)).is_ok() {
+            d.busy = true;
+        } else if let Some(s) = d.sock.take() {
+            let _ = s.shutdown(std::net::Shutdown::Both);
+        }
+    }
+}
+
+impl Transport for PeerTransport {
+    fn send(&self, mut msgs: Vec<Message>) {
+        let queues = self.queues.lock();
+        // A Ready's messages to one peer go out together, in their order.
+        msgs.sort_by_key(|m| m.to);
+        let mut buf = Vec::new();
+        let mut msgs = msgs.into_iter().peekable();
+        while let Some(first) = msgs.next() {
+            let to = first.to;
+            let mut group = vec![first];
+            while let Some(m) = msgs.next_if(|m| m.to == to) {
+                group.push(m);
+            }
+            if let Some(link) = queues.get(&to) {
+                self.send_to(link, group, &mut buf);
             }
         }
     }
@@ -191,7 +246,7 @@ pub struct Extras {
 pub async fn connect_h2(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u64, url: &str) -> std::io::Result<PeerStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(H2_MAGIC);
-    connect_with(&b, tls, url).await
+    Ok(connect_with(&b, tls, url).await?.0)
 }
 
 /// Opens member `to`'s stream of its store's state (its `Extras::snapshot`)
@@ -201,7 +256,7 @@ pub async fn connect_h2(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u
 pub async fn open_snapshot(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u64, url: &str, index: u64) -> std::io::Result<PeerStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(SNAPSHOT_MAGIC);
-    let mut s = connect_with(&b, tls, url).await?;
+    let mut s = connect_with(&b, tls, url).await?.0;
     s.write_all(&index.to_le_bytes()).await?;
     Ok(s)
 }
@@ -211,7 +266,7 @@ pub async fn open_snapshot(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to
 pub async fn roster(tls: Option<&PeerTls>, url: &str) -> std::io::Result<Vec<u8>> {
     let mut b = [0u8; 32];
     b[..8].copy_from_slice(ROSTER_MAGIC);
-    let mut s = connect_with(&b, tls, url).await?;
+    let mut s = connect_with(&b, tls, url).await?.0;
     let mut len = [0u8; 4];
     let read = async {
         s.read_exact(&mut len).await?;
@@ -236,12 +291,42 @@ struct Handshake {
     to: u64,
 }
 
+/// The way to one peer: its URL, its sender task's queue, and its link's
+/// socket for the raft thread's direct writes.
+struct Link {
+    target: String,
+    queue: mpsc::Sender<Out>,
+    direct: Arc<Mutex<Direct>>,
+}
+
+/// What a sender task writes: raft messages, or the rest of frames the raft
+/// thread began writing itself that the socket did not take at once.
+enum Out {
+    Msg(Message),
+    Raw(Vec<u8>),
+}
+
+/// A plaintext link's socket, shared by its sender task and the raft thread.
+/// While the task has nothing in hand, the raft thread writes a Ready's frames
+/// to the peer itself with one non-blocking write: at low rates the hop to a
+/// runtime worker (a wake-up, a context switch) was most of a write's cost on
+/// the leader. What the socket does not take, and every frame while the task
+/// holds some, goes through the task, so the bytes stay in order.
+#[derive(Default)]
+struct Direct {
+    /// A second handle on the connection's socket; None over TLS and while
+    /// the task is not connected.
+    sock: Option<std::net::TcpStream>,
+    /// The task has frames queued or in hand: the raft thread queues too.
+    busy: bool,
+}
+
 /// Opens a forwarding connection from member `from` to member `to` of
 /// `cluster_id` at its peer URL `url`, handshake done.
 pub async fn connect_forward(tls: Option<&PeerTls>, cluster_id: u64, from: u64, to: u64, url: &str) -> std::io::Result<PeerStream> {
     let mut b = Handshake { cluster_id, from, to }.encode();
     b[..8].copy_from_slice(FORWARD_MAGIC);
-    connect_with(&b, tls, url).await
+    Ok(connect_with(&b, tls, url).await?.0)
 }
 
 impl Handshake {
@@ -263,15 +348,22 @@ impl Handshake {
     }
 }
 
-async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message>, removed: Arc<AtomicBool>, tls: Option<Arc<PeerTls>>) {
+async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Out>, direct: Arc<Mutex<Direct>>, removed: Arc<AtomicBool>, tls: Option<Arc<PeerTls>>) {
     let mut backoff = Duration::from_millis(20);
     let mut refused = false;
     loop {
         match connect_with(&hs.encode(), tls.as_deref(), &target).await {
-            Ok(stream) => {
+            Ok((stream, sock)) => {
                 backoff = Duration::from_millis(20);
                 refused = false;
-                match write_messages(stream, &mut rx).await {
+                {
+                    let mut d = direct.lock();
+                    d.sock = sock;
+                    d.busy = !rx.is_empty();
+                }
+                let r = write_messages(stream, &mut rx, &direct).await;
+                direct.lock().sock = None;
+                match r {
                     Ok(()) => return, // the transport was dropped
                     Err(_) => continue,
                 }
@@ -286,7 +378,9 @@ async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message
                     eprintln!("meganode-store: peer {:x} at {target}: {e}", hs.to);
                 }
                 // What queued while the peer was away is stale: raft resends.
+                let _d = direct.lock();
                 while rx.try_recv().is_ok() {}
+                drop(_d);
                 if rx.is_closed() {
                     return;
                 }
@@ -297,8 +391,8 @@ async fn send_loop(hs: Handshake, target: String, mut rx: mpsc::Receiver<Message
     }
 }
 
-async fn connect_with(hs: &[u8; 32], tls: Option<&PeerTls>, url: &str) -> std::io::Result<PeerStream> {
-    let mut s = peer_tls::dial(tls, url).await?;
+async fn connect_with(hs: &[u8; 32], tls: Option<&PeerTls>, url: &str) -> std::io::Result<(PeerStream, Option<std::net::TcpStream>)> {
+    let (mut s, sock) = peer_tls::dial_with_socket(tls, url).await?;
     s.write_all(hs).await?;
     s.flush().await?;
     let mut status = [0u8; 1];
@@ -306,7 +400,7 @@ async fn connect_with(hs: &[u8; 32], tls: Option<&PeerTls>, url: &str) -> std::i
         .await
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::TimedOut, "handshake timed out"))??;
     match status[0] {
-        ACCEPTED => Ok(s),
+        ACCEPTED => Ok((s, sock)),
         CLUSTER_MISMATCH => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "cluster ID mismatch")),
         REMOVED => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, REMOVED_MESSAGE)),
         _ => Err(std::io::Error::new(std::io::ErrorKind::PermissionDenied, "the member at this address is not the one named")),
@@ -319,28 +413,55 @@ async fn connect_with(hs: &[u8; 32], tls: Option<&PeerTls>, url: &str) -> std::i
 const KEEPALIVE: Duration = Duration::from_millis(200);
 
 /// Writes every queued message, flushing when the queue is empty; a keepalive
-/// when nothing was queued for `KEEPALIVE`.
-async fn write_messages(stream: PeerStream, rx: &mut mpsc::Receiver<Message>) -> std::io::Result<()> {
+/// when nothing was queued for `KEEPALIVE`. The raft thread writes to the
+/// socket itself only while this task holds nothing (`Direct::busy` false):
+/// the task marks itself busy before it writes and idle once everything
+/// queued is flushed, both under the lock the raft thread writes under.
+async fn write_messages(stream: PeerStream, rx: &mut mpsc::Receiver<Out>, direct: &Mutex<Direct>) -> std::io::Result<()> {
     let mut w = BufWriter::with_capacity(256 << 10, stream);
     let mut frame = Vec::new();
     loop {
-        let m = match tokio::time::timeout(KEEPALIVE, rx.recv()).await {
-            Ok(Some(m)) => m,
+        let out = match tokio::time::timeout(KEEPALIVE, rx.recv()).await {
+            Ok(Some(out)) => out,
             Ok(None) => return Ok(()),
             Err(_) => {
+                {
+                    let mut d = direct.lock();
+                    // Something is queued (the raft thread began a write): it goes first.
+                    if d.busy {
+                        continue;
+                    }
+                    d.busy = true;
+                }
                 w.write_all(&[0u8; 8]).await?;
                 w.flush().await?;
+                idle_if_drained(direct, rx);
                 continue;
             }
         };
-        let mut next = Some(m);
-        while let Some(m) = next {
-            frame.clear();
-            encode_frame(&m, &mut frame)?;
-            w.write_all(&frame).await?;
+        direct.lock().busy = true;
+        let mut next = Some(out);
+        while let Some(out) = next {
+            match out {
+                Out::Msg(m) => {
+                    frame.clear();
+                    encode_frame(&m, &mut frame)?;
+                    w.write_all(&frame).await?;
+                }
+                Out::Raw(b) => w.write_all(&b).await?,
+            }
             next = rx.try_recv().ok();
         }
         w.flush().await?;
+        idle_if_drained(direct, rx);
+    }
+}
+
+/// Lets the raft thread write again if nothing was queued meanwhile.
+fn idle_if_drained(direct: &Mutex<Direct>, rx: &mpsc::Receiver<Out>) {
+    let mut d = direct.lock();
+    if rx.is_empty() {
+        d.busy = false;
     }
 }
 

@@ -121,6 +121,13 @@ pub async fn resolve(host_port: &str) -> io::Result<std::net::SocketAddr> {
 /// Connects to the member at peer URL `url`: its name resolved now, TLS for
 /// https:// (this member's `tls`, which it must have).
 pub async fn dial(tls: Option<&PeerTls>, url: &str) -> io::Result<PeerStream> {
+    Ok(dial_with_socket(tls, url).await?.0)
+}
+
+/// `dial`, with a second handle on a plaintext connection's socket
+/// (non-blocking, as the stream's): the raft thread writes to it directly
+/// (peer.rs, `Direct`). None over TLS.
+pub async fn dial_with_socket(tls: Option<&PeerTls>, url: &str) -> io::Result<(PeerStream, Option<std::net::TcpStream>)> {
     let (hp, secure) = split_url(url).map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
     let addr = resolve(hp).await?;
     let s = tokio::time::timeout(Duration::from_secs(1), TcpStream::connect(addr))
@@ -128,7 +135,9 @@ pub async fn dial(tls: Option<&PeerTls>, url: &str) -> io::Result<PeerStream> {
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "connect timed out"))??;
     s.set_nodelay(true)?;
     if !secure {
-        return Ok(Box::new(s));
+        use std::os::fd::AsFd;
+        let dup = std::net::TcpStream::from(s.as_fd().try_clone_to_owned()?);
+        return Ok((Box::new(s), Some(dup)));
     }
     let tls = tls.ok_or_else(|| {
         io::Error::new(io::ErrorKind::InvalidInput, format!("peer URL {url} is https and this member has no peer TLS (--peer-cert-file and --peer-key-file, or --peer-auto-tls)"))
@@ -138,7 +147,7 @@ pub async fn dial(tls: Option<&PeerTls>, url: &str) -> io::Result<PeerStream> {
     let s = tokio::time::timeout(Duration::from_secs(2), tls.connector.connect(name, s))
         .await
         .map_err(|_| io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))??;
-    Ok(Box::new(s))
+    Ok((Box::new(s), None))
 }
 
 /// The server side of a connection on a peer listener: TLS when the listener
