@@ -144,7 +144,7 @@ fn main() {
         return;
     }
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F | --auto-tls] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  [--runtime-workers N|auto (auto: CPUs - 1, at least 1)]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
+        eprintln!("usage: meganode-store [--name N] [--data-dir D] [--listen-client-urls URLS] [--advertise-client-urls URLS]\n  [--listen-metrics-urls URLS] [--max-request-bytes N] [--cert-file F --key-file F | --auto-tls] [--trusted-ca-file F]\n  [--client-cert-auth] [--watch-progress-notify-interval D] [--durability none|buffered|fsync]\n  [--durability-prefix PREFIX=MODE,...] [--restore-from SNAPSHOT (the store's, or etcd's: converted by meganode store import)] [--quota-backend-bytes N (0: 40% of RAM or cgroup limit; <0: none)]\n  [--auth-token simple|jwt,pub-key=F,priv-key=F,sign-method=ALG,ttl=D] [--auth-token-ttl SECONDS] [--bcrypt-cost N]\n  [--grpc-transport lean|tonic] [--history-spill true|false] [--value-compression true|false] [--value-compression-cpu SHARE]\n  [--runtime-workers N|auto (auto: CPUs - 1, at least 1)]\n  for tests only: [--test-fault-fsync-latency D] [--test-fault-write-latency D] (simulate a slow disk)");
         return;
     }
     let cfg = match config::parse(&args) {
@@ -401,11 +401,67 @@ fn set_volatile(store: &Store, dur: &wal::Durability) {
     });
 }
 
+/// Whether `path` is a bbolt file (etcd's backend: `etcdctl snapshot save`'s
+/// output or a member's `member/snap/db`): its first page is a meta page
+/// (flags 0x04) holding bbolt's magic 0xED0CDAED.
+fn is_bbolt(path: &str) -> bool {
+    let mut head = [0u8; 20];
+    std::fs::File::open(path).and_then(|mut f| std::io::Read::read_exact(&mut f, &mut head)).is_ok()
+        && u16::from_le_bytes([head[8], head[9]]) == 0x04
+        && u32::from_le_bytes(head[16..20].try_into().expect("4 bytes")) == 0xED0C_DAED
+}
+
+/// etcd's snapshot given to --restore-from: converted to this store's snapshot
+/// by `meganode store import` (which reads bbolt with etcd's own library;
+/// docs/design.md §5 "From etcd"), found beside this binary, else on PATH
+/// (MEGANODE_BIN overrides). The converted file goes to a temporary directory,
+/// so a failed conversion writes nothing into the data dir.
+fn convert_etcd_snapshot(path: &str) -> Result<tempdir::Converted, String> {
+    let tool = std::env::var_os("MEGANODE_BIN").map(std::path::PathBuf::from).unwrap_or_else(|| {
+        let beside = std::env::current_exe().ok().map(|e| e.with_file_name("meganode"));
+        beside.filter(|p| p.exists()).unwrap_or_else(|| "meganode".into())
+    });
+    let dir = std::env::temp_dir().join(format!("meganode-store-import-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("--restore-from {path}: {}: {e}", dir.display()))?;
+    let converted = tempdir::Converted { dir: dir.clone(), file: dir.join("store.snap") };
+    eprintln!("meganode-store: --restore-from {path} is an etcd snapshot: converting it with {} store import", tool.display());
+    let out = std::process::Command::new(&tool)
+        .args(["store", "import", "--from", path, "--out"])
+        .arg(&converted.file)
+        .output()
+        .map_err(|e| format!("--restore-from {path} is an etcd snapshot; converting it needs `meganode store import` ({}: {e})", tool.display()))?;
+    if !out.status.success() {
+        let why = String::from_utf8_lossy(&out.stderr);
+        return Err(format!("--restore-from {path}: {}", why.trim().lines().last().unwrap_or("meganode store import failed")));
+    }
+    Ok(converted)
+}
+
+mod tempdir {
+    /// A converted snapshot, removed with its directory when dropped.
+    pub struct Converted {
+        pub dir: std::path::PathBuf,
+        pub file: std::path::PathBuf,
+    }
+
+    impl Drop for Converted {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}
+
 /// A single member's logs (docs/design.md §5): recovery into `store`, then the
 /// log as its commit sink, with its checkpointer; the recovered auth state of a
 /// --restore-from snapshot; the data dir's lock.
 fn open_log(cfg: &Config, store: &Arc<Store>, dur: &wal::Durability) -> Result<(Arc<wal::Wal>, Option<Vec<u8>>, std::fs::File), String> {
-    let (log, rep, lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), store, cfg.restore_from.as_deref().map(std::path::Path::new))?;
+    let converted = match cfg.restore_from.as_deref() {
+        Some(p) if is_bbolt(p) && !wal::holds_logs(std::path::Path::new(&cfg.data_dir)) => Some(convert_etcd_snapshot(p)?),
+        _ => None,
+    };
+    let restore = converted.as_ref().map(|c| c.file.as_path()).or(cfg.restore_from.as_deref().map(std::path::Path::new));
+    let (log, rep, lock) = wal::open(std::path::Path::new(&cfg.data_dir), dur.clone(), store, restore)?;
+    drop(converted);
     eprintln!(
         "meganode-store: recovered {} keys, {} leases from {} files ({} records) in {} ms; revision {}, compacted {}; accounted size {}{}",
         store.key_count(), rep.leases, rep.files, rep.records, rep.millis, rep.rev, rep.compacted,

@@ -27,7 +27,7 @@ pub use checkpoint::{decode_checkpoint, CKPT_MAGIC};
 pub use logfile::LogFile;
 pub use metrics::WalMetrics;
 pub use record::{decode_records, encode_event, encode_lease_grant, encode_lease_revoke, read_log, Record, Replayed};
-pub use recovery::{open, read_all, RecoveryReport};
+pub use recovery::{holds_logs, open, read_all, RecoveryReport};
 pub use sink::{SyncState, Wal, FLOOR_MARGIN};
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -53,6 +53,16 @@ extern "C" {
 
 /// Opens (creating if needed) the data directory, replays checkpoints and
 /// logs into `store`, and returns the log ready to be the store's sink.
+fn is_log(p: &Path) -> bool {
+    p.extension().is_some_and(|x| x == "wal" || x == "ckpt" || x == "old") && !p.ends_with("meta.wal")
+}
+
+/// Whether `dir` holds a store's logs (then --restore-from is ignored: a
+/// restart with the same flags).
+pub fn holds_logs(dir: &Path) -> bool {
+    fs::read_dir(dir).is_ok_and(|es| es.filter_map(|e| e.ok()).any(|e| is_log(&e.path())))
+}
+
 pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) -> Result<(Arc<Wal>, RecoveryReport, File), String> {
     let t0 = Instant::now();
     fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -77,7 +87,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
     let mut entries: Vec<PathBuf> = fs::read_dir(dir).map_err(|e| e.to_string())?.filter_map(|e| e.ok().map(|e| e.path())).collect();
     entries.sort();
     let mut restored = false;
-    let has_logs = entries.iter().any(|p| p.extension().map_or(false, |x| x == "wal" || x == "ckpt" || x == "old") && !p.ends_with("meta.wal"));
+    let has_logs = entries.iter().any(|p| is_log(p));
     let restore = match restore {
         Some(src) if has_logs => {
             // A restart with the same flags: the directory already holds the restored state.
