@@ -258,7 +258,13 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
             Arc::new(move |id: u64| replica.was_removed(id))
         };
         let h2 = meganode_store::transport::forwarded_h2_handler(ctx.clone());
-        let extras = peer::Extras { forward: Some(forward), roster: Some(roster), snapshot: Some(snapshot), removed: Some(removed), h2: Some(h2) };
+        let extras = peer::Extras {
+            forward: Some(forward),
+            roster: Some(roster),
+            snapshot: Some(snapshot),
+            removed: Some(removed),
+            h2: Some(h2),
+        };
         tokio::spawn(peer::serve(l, secure, cluster, me, replica.inbox(), errors.clone(), extras));
     }
     let _ = ctx.replica.set(replica.clone());

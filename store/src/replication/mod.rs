@@ -19,5 +19,5 @@ pub mod transport;
 mod tests;
 
 pub use members::MemberInfo;
-pub use node::{AuthLog, Counters, Input, Membership, Replica, ReplicaConfig, SnapshotFetcher, Status};
+pub use node::{AuthLog, Counters, ForwardedCall, Input, Membership, Replica, ReplicaConfig, SnapshotFetcher, Status};
 pub use transport::{MemNetwork, Transport};

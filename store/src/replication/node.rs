@@ -213,6 +213,10 @@ impl Membership {
 
 #[derive(Default)]
 struct Shared {
+    /// Calls a follower forwarded that this leader is running: their
+    /// followers wait to apply the write before answering, so the commit
+    /// index is told at once while any runs (`Driver::tell_commit`).
+    forwarded: AtomicU64,
     leader: AtomicU64,
     term: AtomicU64,
     commit: AtomicU64,
@@ -288,6 +292,11 @@ impl Replica {
             check_quorum: true,
             max_size_per_msg: 1 << 20,
             max_inflight_msgs: 256,
+            // A new commit index rides on the next append (or a heartbeat)
+            // instead of an append of its own to every follower, whose answers
+            // each wake this thread again: the driver tells it within
+            // COMMIT_TELL if no append carried it (`tell_commit`).
+            skip_bcast_commit: true,
             ..Default::default()
         };
         raft_cfg.validate().map_err(|e| format!("raft config: {e}"))?;
@@ -348,6 +357,8 @@ impl Replica {
             applying_compaction,
             early_campaign: None,
             heartbeats_sent: HashMap::new(),
+            commit_told: HashMap::new(),
+            commit_untold_since: None,
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
@@ -437,6 +448,13 @@ impl Replica {
     /// Whether this member is a learner (one load): `Status::is_learner`.
     pub fn is_learner(&self) -> bool {
         self.shared.learner.load(Ordering::Acquire)
+    }
+
+    /// Marks a call another member forwarded as running here until the guard
+    /// drops: the followers hear each commit index at once meanwhile.
+    pub fn forwarded_call(&self) -> ForwardedCall {
+        self.shared.forwarded.fetch_add(1, Ordering::AcqRel);
+        ForwardedCall(self.shared.clone())
     }
 
     /// Whether the store may take a write here now (one load): `Status::writable`.
@@ -563,6 +581,19 @@ struct ReplicationSink {
     applying_compaction: Arc<std::sync::atomic::AtomicI64>,
 }
 
+/// A forwarded call running on the leader (`Replica::forwarded_call`).
+pub struct ForwardedCall(Arc<Shared>);
+
+impl Drop for ForwardedCall {
+    fn drop(&mut self) {
+        self.0.forwarded.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How long a leader's new commit index may wait for an append to carry it
+/// before one is sent for it alone (`Driver::tell_commit`).
+const COMMIT_TELL: Duration = Duration::from_millis(10);
+
 /// How long a LeaseGrant waits for its group before answering anyway (the
 /// grant then stands on this member alone; etcd answers "request timed out").
 const LEASE_COMMIT_WAIT: Duration = Duration::from_secs(7);
@@ -678,6 +709,10 @@ struct Driver {
     early_campaign: Option<(u64, Instant)>,
     /// Heartbeats sent and not yet answered, by peer: when (round trips).
     heartbeats_sent: HashMap<u64, Instant>,
+    /// The commit index each peer was last sent (in an append or a heartbeat).
+    commit_told: HashMap<u64, u64>,
+    /// Since when a peer has not been sent this leader's commit index.
+    commit_untold_since: Option<Instant>,
 }
 
 /// Compactions from the log, one at a time in their order of arrival.
@@ -735,6 +770,7 @@ impl Driver {
         let mut next_tick = Instant::now() + self.tick;
         loop {
             let wake = self.early_campaign.map_or(next_tick, |(_, at)| at.min(next_tick));
+            let wake = self.commit_untold_since.map_or(wake, |t| wake.min(t + COMMIT_TELL));
             let wait = wake.saturating_duration_since(Instant::now());
             match rx.recv_timeout(wait) {
                 Ok(input) => {
@@ -762,6 +798,7 @@ impl Driver {
             if let Err(e) = self.on_ready() {
                 self.fail(e);
             }
+            self.tell_commit();
             self.campaign_early();
             self.answer_reads();
             self.track_catch_up();
@@ -1030,11 +1067,50 @@ impl Driver {
                 // The oldest unanswered one: a lost answer shows as a long round trip.
                 MessageType::MsgHeartbeat => {
                     self.heartbeats_sent.entry(m.to).or_insert(now);
+                    let told = self.commit_told.entry(m.to).or_default();
+                    *told = (*told).max(m.commit);
+                }
+                MessageType::MsgAppend => {
+                    let told = self.commit_told.entry(m.to).or_default();
+                    *told = (*told).max(m.commit);
                 }
                 _ => {}
             }
         }
         self.transport.send(msgs);
+    }
+
+    /// With `skip_bcast_commit` a leader's new commit index reaches the
+    /// followers on the next append: at once under load (every Ready sends
+    /// one), and otherwise within COMMIT_TELL, by an append to each peer that
+    /// was not sent it (they apply the entry then: their watchers and
+    /// serializable reads see it that much later; a linearizable read asks
+    /// the leader, whose heartbeats carry the index). While a follower's
+    /// forwarded call runs here it is told at once: that follower answers its
+    /// client once it applied the write (etcd's member answers a write once it
+    /// applied it), so a read there sees it.
+    fn tell_commit(&mut self) {
+        if self.node.raft.state != StateRole::Leader {
+            self.commit_untold_since = None;
+            return;
+        }
+        let committed = self.node.raft.raft_log.committed;
+        let me = self.node.raft.id;
+        // A peer is owed the index as far as it holds the log (a lagging or
+        // dead one gets it with the entries it lacks, when it takes them).
+        let untold = self.node.raft.prs().iter().any(|(id, pr)| *id != me && self.commit_told.get(id).copied().unwrap_or(0) < committed.min(pr.matched));
+        if !untold {
+            self.commit_untold_since = None;
+            return;
+        }
+        let since = *self.commit_untold_since.get_or_insert_with(Instant::now);
+        if since.elapsed() >= COMMIT_TELL || self.shared.forwarded.load(Ordering::Acquire) > 0 {
+            self.node.raft.bcast_append();
+            self.commit_untold_since = None;
+            if let Err(e) = self.on_ready() {
+                self.fail(e);
+            }
+        }
     }
 
     /// A heartbeat's answer: the round trip to its sender.

@@ -94,6 +94,8 @@ async fn forward(State(f): State<Forwarder>, req: Request, next: Next) -> Respon
         return answer(Status::failed_precondition("etcdserver: rpc not supported for learner"));
     }
     if r.writable() {
+        // A follower's call: its followers hear each commit at once meanwhile.
+        let _forwarded = req.headers().contains_key(FORWARDED).then(|| r.forwarded_call());
         return next.run(req).await;
     }
     let forwarded = req.headers().contains_key(FORWARDED);

@@ -210,6 +210,7 @@ pub async fn call(s: Services, method: Method, msg: Bytes, meta: Meta) -> Result
             if let Some(l) = link(&s, &r, leader).await {
                 match l.call(method, &msg, &meta).await {
                     Answer::Ok(body) => {
+                        applied_here(&s, &body).await;
                         let mut framed = Vec::with_capacity(5 + body.len());
                         framed.push(0);
                         framed.extend_from_slice(&(body.len() as u32).to_be_bytes());
@@ -227,6 +228,20 @@ pub async fn call(s: Services, method: Method, msg: Bytes, meta: Meta) -> Result
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// Waits, briefly, until this member applied the write whose answer `body`
+/// is (its header's revision), as etcd's member answers a write it took once
+/// it applied it: a read here after the answer sees the write. The leader
+/// tells the commit at once while forwarded calls run (`Replica::forwarded_call`).
+async fn applied_here(s: &Services, body: &[u8]) {
+    let Ok(h) = <crate::server::auth::HeaderOnly as prost::Message>::decode(body) else { return };
+    let Some(rev) = h.header.map(|h| h.revision) else { return };
+    let _ = tokio::time::timeout(APPLY_WAIT, s.ctx.store.wait_visible(rev)).await;
+}
+
+/// How long a follower waits to apply a forwarded write before answering
+/// anyway (it is committed: a member cut off from its leader meanwhile).
+const APPLY_WAIT: Duration = Duration::from_secs(1);
 
 /// The leader's side: serves a follower's forwarding connection.
 pub fn handler(services: Services) -> ForwardHandler {
@@ -265,6 +280,7 @@ async fn serve(stream: PeerStream, s: Services) {
             let answer = match method {
                 // Only a writable leader runs it: elsewhere it would take a revision the group does not give it.
                 Some(m) if s.ctx.replica.get().is_some_and(|r| r.writable()) => {
+                    let _forwarded = s.ctx.replica.get().map(|r| r.forwarded_call());
                     let meta = Meta { token, authorization: None, timeout: (timeout > 0).then(|| Duration::from_millis(timeout as u64)), client_cn: None };
                     match unary::call_local(&s, m, msg, meta).0.await {
                         Ok(reply) => {
