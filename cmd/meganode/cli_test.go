@@ -150,6 +150,8 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"doctor", "host", "--role", "toaster"},
 		{"etcd-proxy"},
 		{"etcd-proxy", "replay", "--in", "x"},
+		{"store", "import", "--from", "x"},
+		{"store", "export", "--endpoints", "http://127.0.0.1:1,http://127.0.0.1:2", "--out", "x"},
 	}
 	// Every command: an unknown flag; every command with subcommands: an unknown one.
 	for _, c := range commands() {
@@ -179,6 +181,7 @@ func TestFailedRunIsOneLineAndExit1(t *testing.T) {
 	for _, args := range [][]string{
 		{"create-pods", "--state-dir", filepath.Join(dir, "none")},
 		{"doctor", "plan", "--nodes", "1000", "--bench-json", filepath.Join(dir, "missing.json")},
+		{"store", "import", "--from", filepath.Join(dir, "missing.db"), "--out", filepath.Join(dir, "out.snap")},
 	} {
 		code, _, errOut := execute(t, args...)
 		what := "meganode " + strings.Join(args, " ")
@@ -305,6 +308,8 @@ func TestInternalInvocationsParse(t *testing.T) {
 		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379", "--name", "m0", "--listen-peer-urls", "http://127.0.0.1:2380",
 			"--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2382", "--initial-cluster-token", "meganode-bench"}, // bench --store-replicas
 		{"etcd-proxy", "--listen", "127.0.0.1:1", "--target", "http://127.0.0.1:2", "--record", "/r.jsonl"},
+		{"store", "import", "--from", "/etcd.db", "--out", "/tmp/meganode-store-import-1/store.snap"}, // meganode-store --restore-from etcd.db
+		{"store", "check-backend", "--file", "/etcd.db"},                                              // store import, in a process of its own
 	} {
 		dryRun(t, args...)
 	}

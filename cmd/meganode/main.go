@@ -45,7 +45,8 @@ func newRootCmd(stdout, stderr io.Writer) *cobra.Command {
   a local Kubernetes control plane on meganode-store or etcd with KWOK nodes (up, demo,
   make-nodes, create-pods, delete-pods, report, down), side-by-side load against
   meganode-store and real etcd (bench), the sharded meganode scheduler (scheduler),
-  an etcd traffic recorder (etcd-proxy) and host checks and cluster sizing (doctor).
+  an etcd traffic recorder (etcd-proxy), host checks and cluster sizing (doctor), and
+  moving a cluster's data from etcd into the store and back with its revisions (store).
 
 Every command takes --help. Errors are one line on stderr; the exit code is 0 when the
 command did its work, 1 when it failed (or doctor found problems), 2 for a usage error.`,
@@ -68,7 +69,7 @@ command did its work, 1 when it failed (or doctor found problems), 2 for a usage
 	root.SetHelpCommand(newHelpCmd())
 	root.AddCommand(
 		newUpCmd(), newDownCmd(), newDemoCmd(), newMakeNodesCmd(), newCreatePodsCmd(), newDeletePodsCmd(), newReportCmd(),
-		newBenchCmd(), newSchedulerCmd(), newDoctorCmd(), newEtcdProxyCmd(), newEtcdCmd(),
+		newBenchCmd(), newSchedulerCmd(), newDoctorCmd(), newEtcdProxyCmd(), newEtcdCmd(), newStoreCmd(),
 	)
 	// cobra's completion command (bash, zsh, fish, powershell), made now rather than at
 	// Execute so that a shell it does not know is an error, not its help with exit 0.

@@ -398,10 +398,11 @@ fn member_marker(dir: &std::path::Path, name: &str, me: u64, cluster: u64) -> Re
 }
 
 /// History of memory-only prefixes did not survive: serve them as compacted
-/// up to now, so watchers of those prefixes relist.
-fn set_volatile(store: &Store, dur: &wal::Durability) {
+/// up to `since` (now; on a start that restored a snapshot, which holds their
+/// history, its compaction point), so watchers of those prefixes relist.
+fn set_volatile(store: &Store, dur: &wal::Durability, since: i64) {
     store.set_volatile(meganode_store::mvcc::kvstore::Volatile {
-        since: store.current_rev(),
+        since,
         prefixes: dur.prefixes.iter().filter(|(_, m)| *m == wal::Mode::None).map(|(p, _)| p.clone()).collect(),
         all: dur.default == wal::Mode::None,
     });
@@ -419,7 +420,7 @@ fn is_bbolt(path: &str) -> bool {
 
 /// etcd's snapshot given to --restore-from: converted to this store's snapshot
 /// by `meganode store import` (which reads bbolt with etcd's own library;
-/// docs/design.md §5 "From etcd"), found beside this binary, else on PATH
+/// docs/design.md §11), found beside this binary, else on PATH
 /// (MEGANODE_BIN overrides). The converted file goes to a temporary directory,
 /// so a failed conversion writes nothing into the data dir.
 fn convert_etcd_snapshot(path: &str) -> Result<tempdir::Converted, String> {
@@ -481,7 +482,7 @@ fn open_log(cfg: &Config, store: &Arc<Store>, dur: &wal::Durability) -> Result<(
         );
         log.faults.set(Some(Arc::new(wal::fault::Latency { fsync: cfg.test_fault_fsync_latency, write: cfg.test_fault_write_latency })));
     }
-    set_volatile(store, dur);
+    set_volatile(store, dur, if rep.restored { rep.compacted } else { store.current_rev() });
     let orphans = store.relink_leases();
     store.set_sink(log.clone());
     // A key whose lease did not survive (its grant was in no durable log) is
@@ -551,7 +552,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         if cfg.restore_from.is_some() {
             return Err("--restore-from in a replicated group is not built yet: restore a single member".into());
         }
-        set_volatile(&store, &dur);
+        set_volatile(&store, &dur, store.current_rev());
         (None, None, None)
     } else {
         let (log, auth, lock) = open_log(&cfg, &store, &dur)?;

@@ -14,7 +14,7 @@ use super::fault::Faults;
 use super::health::Health;
 use super::logfile::LogFile;
 use super::metrics::WalMetrics;
-use super::record::{encode_pair, read_log, Record, Replayed, REC_LEASE_GRANT, REC_REV_FLOOR};
+use super::record::{encode_pair, read_log, Record, Replayed, REC_COMPACT, REC_LEASE_GRANT, REC_REV_FLOOR};
 use super::sink::{SyncState, Wal, REV_BLOCK};
 use super::{Durability, Mode};
 use crate::mvcc::key_history::Version;
@@ -33,6 +33,8 @@ pub struct RecoveryReport {
     pub millis: u128,
     /// The auth state a `--restore-from` snapshot carried (crate::auth::persist's encoding).
     pub restored_auth: Option<Vec<u8>>,
+    /// This start restored a `--restore-from` snapshot (every prefix's history is the snapshot's).
+    pub restored: bool,
 }
 
 fn lock_file(dir: &Path) -> Result<File, String> {
@@ -110,6 +112,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         compacted = compacted.max(snap.compacted);
         rep.restored_auth = snap.auth;
         restored = true;
+        rep.restored = true;
     }
     // The revision each prefix's checkpoint covers, by its `.ckpt` path.
     let mut covered: HashMap<PathBuf, i64> = HashMap::new();
@@ -248,7 +251,7 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
         // of the directory yet. On failure (one error line, naming the file and
         // the error) the files written so far are removed, so that the next
         // start restores again instead of taking them for the directory's state.
-        let persisted = (|| {
+        let persisted = (|| -> Result<(), String> {
             for (id, ttl) in &lease_set {
                 wal.leases.append(0, |buf| {
                     encode_pair(buf, REC_LEASE_GRANT, *id, Some(*ttl));
@@ -256,7 +259,13 @@ pub fn open(dir: &Path, dur: Durability, store: &Store, restore: Option<&Path>) 
                 });
             }
             wal.leases.flush_to(i64::MAX, &wal.metrics).map_err(|e| format!("{}: {e}", wal.leases.path.display()))?;
-            wal.checkpoint_all(store).map_err(|e| e.to_string())
+            wal.checkpoint_all(store).map_err(|e| e.to_string())?;
+            // The restored compaction point, as a compaction would have left it:
+            // a restart must refuse reads below it as this start does.
+            if compacted > 0 {
+                wal.write_meta(REC_COMPACT, compacted).map_err(|e| format!("{}: {e}", wal.meta.path.display()))?;
+            }
+            Ok(())
         })();
         if let Err(e) = persisted {
             undo_restore(dir);
