@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Medians per variant from output.txt (run.sh's raw output) → summary.txt."""
-import re, statistics, pathlib
-here = pathlib.Path(__file__).parent
+"""Medians per variant from DIR/output.txt (an A/B run.sh's raw output) → DIR/summary.txt.
+Usage: summarize.py DIR "what base is" "what new is"."""
+import re, statistics, pathlib, sys
+here = pathlib.Path(sys.argv[1])
 cur, vals = None, {}
 for line in (here / "output.txt").read_text().splitlines():
     m = re.match(r"== (\w+) round", line)
@@ -13,7 +14,7 @@ for line in (here / "output.txt").read_text().splitlines():
         m = re.search(pat, line)
         if m:
             vals.setdefault(key, {}).setdefault(cur, []).append(float(m.group(1)))
-out = ["medians of the rounds in output.txt (base: before, new: the commit index told on the next append)"]
+out = [f"medians of the rounds in output.txt (base: {sys.argv[2]}, new: {sys.argv[3]})"]
 for key, by in vals.items():
     b, n = statistics.median(by["base"]), statistics.median(by["new"])
     out.append(f"{key:32s} base {b:10.1f}  new {n:10.1f}  new/base {n / b:.3f}")
