@@ -35,9 +35,7 @@ func TestReplicatedGroupAlarms(t *testing.T) {
 	must(t, "restart", g.Members[x].Restart())
 	want := fmt.Sprintf("memberID:%d alarm:NOSPACE ", member)
 	waitStatusErrors(t, g.Endpoints(), clis, []string{want})
-	if !strings.Contains(g.Members[x].Tail(), "took a snapshot") {
-		t.Errorf("the restarted member caught up without a snapshot:\n%s", g.Members[x].Tail())
-	}
+	waitTookSnapshot(t, g.Members[x], "the restarted member")
 	for i, c := range clis {
 		if _, err := c.Put(ctx, "k/more", "v"); err == nil || !strings.Contains(err.Error(), "database space exceeded") {
 			t.Errorf("a put through m%d under NOSPACE: %v, want etcd's 'database space exceeded'", i, err)

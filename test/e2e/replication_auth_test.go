@@ -81,13 +81,7 @@ func TestReplicatedGroupAuth(t *testing.T) {
 		must(t, "put", err)
 	}
 	must(t, "restart", g.Members[x].Restart())
-	deadline := time.Now().Add(15 * time.Second)
-	for !strings.Contains(g.Members[x].Tail(), "took a snapshot") {
-		if time.Now().After(deadline) {
-			t.Fatalf("the restarted member took no snapshot:\n%s", g.Members[x].Tail())
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+	waitTookSnapshot(t, g.Members[x], "the restarted member")
 	roots[x] = authClient(t, "root", "rootpw", g.Members[x].Endpoint)
 	waitAuthAgrees(t, roots)
 	bob := authClient(t, "bob", "bobpw", g.Members[x].Endpoint)

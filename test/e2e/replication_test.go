@@ -505,9 +505,7 @@ func TestReplicatedGroupSnapshotCatchUp(t *testing.T) {
 	}
 	must(t, "restart", g.Members[x].Restart())
 	waitSameHash(t, g, clis)
-	if !strings.Contains(g.Members[x].Tail(), "took a snapshot") {
-		t.Errorf("the restarted member caught up without a snapshot:\n%s", g.Members[x].Tail())
-	}
+	waitTookSnapshot(t, g.Members[x], "the restarted member")
 	r, err := clis[x].Get(ctxT(t), "k/", clientv3.WithPrefix(), clientv3.WithCountOnly())
 	must(t, "get", err)
 	if r.Count != 450 {
@@ -523,6 +521,19 @@ func TestReplicatedGroupSnapshotCatchUp(t *testing.T) {
 	must(t, "time to live", err)
 	if ttl.TTL <= 0 || len(ttl.Keys) != 50 {
 		t.Errorf("the lease after the snapshot: TTL %d, %d keys; want > 0 and 50", ttl.TTL, len(ttl.Keys))
+	}
+}
+
+// waitTookSnapshot fails the test unless member p logs, within 15 s, that it
+// took a snapshot: it logs the line once it has loaded (and serves) the state,
+// so the line may trail what a client already reads there.
+func waitTookSnapshot(t *testing.T, p *storeproc.Proc, who string) {
+	t.Helper()
+	for wait := time.Now().Add(15 * time.Second); !strings.Contains(p.Tail(), "took a snapshot"); time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(wait) {
+			t.Errorf("%s caught up without a snapshot:\n%s", who, p.Tail())
+			return
+		}
 	}
 }
 
@@ -706,9 +717,7 @@ func TestReplicatedGroupOverTLS(t *testing.T) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if !strings.Contains(joined.Tail(), "took a snapshot") {
-		t.Errorf("the learner caught up without a snapshot:\n%s", joined.Tail())
-	}
+	waitTookSnapshot(t, joined, "the learner")
 	ml, err := f.MemberList(ctxT(t))
 	must(t, "member list", err)
 	for _, m := range ml.Members {
