@@ -34,7 +34,7 @@ reports medians and ratios; --clients 1,16,64,256,1000 sweeps and charts the res
 	for _, w := range bench.Workloads {
 		cmd.AddCommand(newBenchWorkloadCmd(w))
 	}
-	cmd.AddCommand(newBenchReportCmd(), newBenchReplayCmd(), newBenchMemoryCmd(), newBenchSoakCmd(), newBenchStateCmd(), newBenchStateWritersCmd(), newBenchFailoverCmd(), newBenchGroupPutCmd(), newBenchCatchUpCmd(), newBenchWatchFanoutCmd(), newBenchAPIFailoverCmd())
+	cmd.AddCommand(newBenchReportCmd(), newBenchReplayCmd(), newBenchMemoryCmd(), newBenchSoakCmd(), newBenchStateCmd(), newBenchStateWritersCmd(), newBenchFailoverCmd(), newBenchGroupPutCmd(), newBenchCatchUpCmd(), newBenchWatchFanoutCmd(), newBenchAPIFailoverCmd(), newBenchMigrateCmd())
 	return cmd
 }
 

@@ -20,6 +20,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"github.com/meganode/meganode/deploy/manifesttest"
+	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
 	"github.com/meganode/meganode/internal/scheduler/collector"
 )
@@ -142,6 +143,11 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"bench", "put", "--store-replicas", "0"},
 		{"bench", "put", "--target", "meganode", "--store-replicas", "3", "--endpoints", "127.0.0.1:2379"},
 		{"bench", "report"},
+		{"bench", "migrate", "--nodes", "0"},
+		{"bench", "migrate", "--nodes", "100", "--pods", "-1"},
+		{"bench", "migrate", "--nodes", "100", "--etcd-leases", "101"},
+		{"bench", "migrate", "--nodes", "100", "--leases", "10", "--etcd-leases", "20"},
+		{"bench", "migrate", "--page-limit", "0"},
 		{"scheduler", "--scatter", "0"},
 		{"scheduler", "bench", "--shards", "two"},
 		{"scheduler", "simulate", "--binds", "maybe"},
@@ -286,6 +292,19 @@ func TestFlagsLandInOptions(t *testing.T) {
 	if b := o.(*benchStateFlags); b.nodes != 2000 || b.targets != "etcd" || b.watchDuration.Seconds() != 5 || !b.skipRst || b.skipWatch ||
 		b.clients != 64 || b.watchers != 5 || b.pageLimit != 500 || b.etcdQuota != 64<<30 {
 		t.Errorf("bench state: %+v", b)
+	}
+	_, o = dryRun(t, "bench", "migrate")
+	if b := o.(*benchMigrateFlags); !reflect.DeepEqual(b.config(), bench.MigrateConfig{Nodes: 1000000, Pods: 1000000, Leases: 1000000, EtcdLeases: 1000,
+		Clients: 64, Conns: 8, PageLimit: 5000, DataRoot: "/dev/shm", SnapshotDir: os.TempDir(), StoreArgs: []string{}, EtcdQuota: 64 << 30}) || b.out != "" || b.serverLog {
+		t.Errorf("bench migrate defaults: %+v", b.config())
+	}
+	_, o = dryRun(t, "bench", "migrate", "--nodes", "10000", "--pods", "20000", "--leases", "5000", "--etcd-leases", "50",
+		"--page-limit", "100", "--snapshot-dir", "/var/tmp/x", "--store-args", "--durability=fsync --quota-backend-bytes=-1", "--out", "/tmp/m")
+	if b := o.(*benchMigrateFlags); b.out != "/tmp/m" {
+		t.Errorf("bench migrate --out: %q", b.out)
+	} else if c := b.config(); c.Nodes != 10000 || c.Pods != 20000 || c.Leases != 5000 || c.EtcdLeases != 50 || c.PageLimit != 100 ||
+		c.SnapshotDir != "/var/tmp/x" || !reflect.DeepEqual(c.StoreArgs, []string{"--durability=fsync", "--quota-backend-bytes=-1"}) {
+		t.Errorf("bench migrate: %+v", c)
 	}
 	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000000", "--json")
 	if p := o.(*doctorPlanFlags); p.nodes != 1000000 || p.format != "json" || p.replicas != 1 {

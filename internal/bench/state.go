@@ -34,6 +34,33 @@ type StateConfig struct {
 	SkipWatch      bool
 	SkipRestart    bool
 	Log            io.Writer // progress lines; nil = none
+
+	// Pods and Leases are the objects of those kinds; 0 means Nodes (`bench state` loads as
+	// many of each, and only its load phase reads these: `bench migrate` sets them).
+	Pods, Leases int
+	// EtcdLease, when set, is the etcd lease object i of kind is created with (0: none), as
+	// kube-apiserver attaches one to the objects it stores with a TTL. `bench state` attaches
+	// none (kube-apiserver attaches none to Nodes, Pods and node Leases).
+	EtcdLease func(kind string, i int) clientv3.LeaseID
+}
+
+// objects is how many objects of kind the load creates.
+func (c *StateConfig) objects(kind string) int {
+	switch {
+	case kind == "pods" && c.Pods > 0:
+		return c.Pods
+	case kind == "leases" && c.Leases > 0:
+		return c.Leases
+	}
+	return c.Nodes
+}
+
+// etcdLease is the etcd lease object i of kind is created with (0: none).
+func (c *StateConfig) etcdLease(kind string, i int) clientv3.LeaseID {
+	if c.EtcdLease == nil {
+		return 0
+	}
+	return c.EtcdLease(kind, i)
 }
 
 func (c *StateConfig) normalize() {

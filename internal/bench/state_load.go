@@ -82,7 +82,7 @@ func (st *stateRun) load(ctx context.Context) (*StateLoad, error) {
 		st.cfg.logf("%s: %d %s in %.1f s (%.0f/s, %.0f B each, %.1f µs server CPU each, %d errors)", st.target.Name,
 			k.Objects, kind, k.Seconds, k.ObjectsPerSec, k.BytesPerObject, k.ServerCPUPerObjUs, k.Errors)
 		if k.Errors > 0 {
-			firstErr = fmt.Errorf("%s: %d of %d creates failed, first: %s", kind, k.Errors, st.cfg.Nodes, k.FirstError)
+			firstErr = fmt.Errorf("%s: %d of %d creates failed, first: %s", kind, k.Errors, st.cfg.objects(kind), k.FirstError)
 			break
 		}
 	}
@@ -102,9 +102,9 @@ func (st *stateRun) load(ctx context.Context) (*StateLoad, error) {
 	return res, st.compact(ctx, res)
 }
 
-// loadKind creates N objects of kind with cfg.Clients writers.
+// loadKind creates the objects of kind (cfg.objects) with cfg.Clients writers.
 func (st *stateRun) loadKind(ctx context.Context, kind string) StateKindLoad {
-	n := st.cfg.Nodes
+	n := st.cfg.objects(kind)
 	res := StateKindLoad{Kind: kind, Prefix: statePrefix(kind)}
 	var next, done, bytes, errs atomic.Int64
 	var mu sync.Mutex
@@ -127,7 +127,7 @@ func (st *stateRun) loadKind(ctx context.Context, kind string) StateKindLoad {
 				if err == nil {
 					t0 := time.Now()
 					var resp kubernetes.PutResponse
-					resp, err = kc.OptimisticPut(ctx, StateKey(kind, i), val, 0, kubernetes.PutOptions{})
+					resp, err = kc.OptimisticPut(ctx, StateKey(kind, i), val, 0, kubernetes.PutOptions{LeaseID: st.cfg.etcdLease(kind, i)})
 					h.Record(time.Since(t0))
 					if err == nil && !resp.Succeeded {
 						err = errors.New("create Txn did not succeed: the key exists")
