@@ -643,24 +643,8 @@ func hostMemInUse() uint64 {
 	if err != nil {
 		return 0
 	}
-	var total, avail uint64
-	for _, line := range strings.Split(string(b), "\n") {
-		k, v, ok := strings.Cut(line, ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, _ := strconv.ParseUint(f[0], 10, 64)
-		switch k {
-		case "MemTotal":
-			total = n * 1024
-		case "MemAvailable":
-			avail = n * 1024
-		}
-	}
+	f := procFields(b)
+	total, avail := f["MemTotal"], f["MemAvailable"]
 	if avail > total {
 		return 0
 	}

@@ -73,10 +73,17 @@ func parseStat(b []byte) (utime, stime uint64, err error) {
 
 // parseStatus extracts VmRSS, VmHWM (bytes) and Threads from /proc/<pid>/status.
 func parseStatus(b []byte) (rss, hwm uint64, threads int) {
+	f := procFields(b)
+	return f["VmRSS"], f["VmHWM"], int(f["Threads"])
+}
+
+// procFields reads a /proc "Key: value [kB]" file (status, meminfo): each
+// key's number, in bytes where the line says kB.
+func procFields(b []byte) map[string]uint64 {
+	out := map[string]uint64{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
-		line := sc.Text()
-		k, v, ok := strings.Cut(line, ":")
+		k, v, ok := strings.Cut(sc.Text(), ":")
 		if !ok {
 			continue
 		}
@@ -88,20 +95,12 @@ func parseStatus(b []byte) (rss, hwm uint64, threads int) {
 		if err != nil {
 			continue
 		}
-		mult := uint64(1)
 		if len(f) > 1 && strings.EqualFold(f[1], "kB") {
-			mult = 1024
+			n *= 1024
 		}
-		switch k {
-		case "VmRSS":
-			rss = n * mult
-		case "VmHWM":
-			hwm = n * mult
-		case "Threads":
-			threads = int(n)
-		}
+		out[k] = n
 	}
-	return rss, hwm, threads
+	return out
 }
 
 func truncate(b []byte) string {
