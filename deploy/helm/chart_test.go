@@ -231,6 +231,11 @@ func TestChartValues(t *testing.T) {
 	if main["--durability"] != "buffered" || main["--durability-prefix"] != "/registry/pods/=fsync" {
 		t.Errorf("durability plan: --durability=%s --durability-prefix=%s", main["--durability"], main["--durability-prefix"])
 	}
+	// A group keeps its raft logs on disk with buffered or fsync.
+	group := render(t, "prod", "sched", "--set=store.durability=fsync").stores(t)["prod-meganode-store"]
+	if group["--durability"] != "fsync" || group["--initial-cluster"] == "" {
+		t.Errorf("a 3-member group with fsync: %v", group)
+	}
 	for _, n := range []string{"prod-meganode-store-leases", "prod-meganode-store-events"} {
 		if f := stores[n]; f["--durability"] != "none" || f["--durability-prefix"] != "" || f["--cert-file"] != "" ||
 			!strings.HasPrefix(f["--listen-client-urls"], "http://") {
@@ -462,7 +467,7 @@ func TestChartPeerTLS(t *testing.T) {
 // Values the store or the scheduler would refuse fail the render, not the pod.
 func TestChartRejectsBadValues(t *testing.T) {
 	for _, set := range []string{"store.durability=sometimes", "store.durabilityPrefixes[0].mode=always", "scheduler.intake=poll", "scheduler.shards=0",
-		"store.replicas=2", "store.replicas=4", "store.replicas=0", "store.replicas=1.5", "store.durability=fsync", "store.shards.leases.enabled=true,store.shards.leases.durability=buffered",
+		"store.replicas=2", "store.replicas=4", "store.replicas=0", "store.replicas=1.5", "store.shards.leases.enabled=true,store.shards.leases.durability=often",
 		"store.replicas=1,store.durability=replicated", "store.podAntiAffinity=sometimes", "store.peerTLS.mode=secret", "store.peerTLS.mode=mtls"} {
 		if out := manifesttest.Helm(t, "meganode", "x", true, "--set="+set); !strings.Contains(string(out), "want") {
 			t.Errorf("--set %s: %s", set, out)

@@ -101,8 +101,8 @@ func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 	if !onPV {
 		errorf("--data-dir=%s is not a mounted volume claim (%v)", flags["data-dir"], claims)
 	}
-	// Durability modes are the ones the store serves: a group refuses buffered and fsync (its
-	// members keep no local log yet) and a single member refuses replicated.
+	// Durability modes are the ones the store serves: a group serves every mode (buffered and
+	// fsync keep each member's raft log on its claim) and a single member refuses replicated.
 	modes := []string{flags["durability"]}
 	if p := flags["durability-prefix"]; p != "" {
 		for _, item := range strings.Split(p, ",") {
@@ -116,7 +116,7 @@ func StoreProblems(s *appsv1.StatefulSet, o StoreObjects) []string {
 	}
 	allowed := []string{"none", "buffered", "fsync"}
 	if replicas > 1 {
-		allowed = []string{"replicated", "none"}
+		allowed = []string{"replicated", "none", "buffered", "fsync"}
 	}
 	for _, m := range modes {
 		if !slices.Contains(allowed, m) {

@@ -96,8 +96,8 @@ func TestManifestChecksFail(t *testing.T) {
 		{"want the pod's name", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
 			setFlag(s, "--name", func(string) string { return "meganode-store" })
 		}},
-		{"durability mode \"fsync\" with 3 replicas", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
-			setFlag(s, "--durability", func(string) string { return "fsync" })
+		{"durability mode \"always\" with 3 replicas", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {
+			setFlag(s, "--durability", func(string) string { return "always" })
 		}},
 		// The former workaround: a plain-HTTP client port for followers forwarding to the leader.
 		{"a plain-HTTP client listener beside TLS", func(s *appsv1.StatefulSet, _ *manifesttest.StoreObjects) {

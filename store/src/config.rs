@@ -351,6 +351,12 @@ impl Config {
     pub fn own_peer_urls(&self) -> Vec<String> {
         self.initial_cluster.iter().filter(|(n, _)| *n == self.name).map(|(_, u)| u.clone()).collect()
     }
+
+    /// Whether the peer links are TLS: any https:// URL among --initial-cluster
+    /// and --listen-peer-urls (check_cluster holds the rules for the TLS flags).
+    pub fn peer_https(&self) -> bool {
+        self.initial_cluster.iter().map(|(_, u)| u).chain(&self.listen_peer_urls).any(|u| u.starts_with("https://"))
+    }
 }
 
 /// etcd's checks of the cluster flags, then what a replicated group built so
@@ -375,11 +381,6 @@ fn check_cluster(c: &mut Config) -> Result<(), String> {
     if !c.durability_given {
         c.durability = "replicated".into();
     }
-    if let Some(m) = modes(c).into_iter().find(|m| m == "buffered" || m == "fsync") {
-        return Err(format!(
-            "durability {m:?} in a replicated group: members keep no local log yet; use --durability replicated (a quorum holds each write in memory)"
-        ));
-    }
     let own = c.own_peer_urls();
     let adv_given = c.advertise_peer_urls != Config::default().advertise_peer_urls;
     if adv_given {
@@ -399,7 +400,7 @@ fn check_cluster(c: &mut Config) -> Result<(), String> {
     for u in c.initial_cluster.iter().map(|(_, u)| u).chain(&c.listen_peer_urls) {
         crate::replication::peer_tls::split_url(u)?;
     }
-    let https = c.initial_cluster.iter().map(|(_, u)| u).chain(&c.listen_peer_urls).any(|u| u.starts_with("https://"));
+    let https = c.peer_https();
     let files = c.peer_cert_file.is_some() || c.peer_key_file.is_some();
     if https && !files && !c.peer_auto_tls {
         return Err("https peer URLs need peer TLS: --peer-cert-file and --peer-key-file (with --peer-trusted-ca-file), or --peer-auto-tls".into());
@@ -477,8 +478,9 @@ mod tests {
         assert_eq!(c.advertise_peer_urls, vec!["http://127.0.0.1:2381"]);
         let with = |extra: &[&str]| parse(&a(&[&three[..], extra].concat()));
         assert!(with(&["--durability", "none"]).is_ok());
-        let e = with(&["--durability-prefix", "/registry/pods/=fsync"]).unwrap_err();
-        assert!(e.contains("\"fsync\"") && e.contains("replicated") && !e.contains('\n'), "{e}");
+        // buffered and fsync prefixes: the members keep their raft logs on disk.
+        assert!(with(&["--durability-prefix", "/registry/pods/=fsync"]).is_ok());
+        assert!(with(&["--durability", "buffered"]).is_ok());
         let e = with(&["--initial-advertise-peer-urls", "http://127.0.0.1:9"]).unwrap_err();
         assert!(e.contains("missing from --initial-advertise-peer-urls"), "{e}");
         assert!(with(&["--initial-advertise-peer-urls", "http://127.0.0.1:2381"]).is_ok());

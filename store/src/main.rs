@@ -111,8 +111,8 @@ fn tls_config(cfg: &Config) -> Result<Arc<tokio_rustls::rustls::ServerConfig>, S
 /// a self-signed one and checks none.
 fn peer_tls(cfg: &Config) -> Result<Option<Arc<meganode_store::replication::peer_tls::PeerTls>>, String> {
     use meganode_store::replication::peer_tls;
-    let urls = || cfg.listen_peer_urls.iter().chain(cfg.initial_cluster.iter().map(|(_, u)| u));
-    if !urls().any(|u| u.starts_with("https://")) {
+    // The flags were checked together in config::check_cluster.
+    if !cfg.peer_https() {
         if cfg.peer_cert_file.is_some() {
             eprintln!("meganode-store: the peer URLs are http: ignoring --peer-cert-file and --peer-key-file");
         }
@@ -169,7 +169,12 @@ fn main() {
 /// marker in the data dir restarted and lost what it held (nothing is on
 /// disk): it rejoins, catching up before it votes. A member whose replication
 /// stops (its state left the group's) exits, to be restarted and rejoin.
-fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganode_store::replication::peer_tls::PeerTls>>) -> Result<(), String> {
+fn start_replica(
+    ctx: &Arc<Ctx>,
+    joined: Option<Joined>,
+    tls: Option<Arc<meganode_store::replication::peer_tls::PeerTls>>,
+    disk: Option<meganode_store::replication::disk_log::DiskConfig>,
+) -> Result<(), String> {
     use meganode_store::replication::{identity, peer, peer_tls, MemberInfo, Replica, ReplicaConfig, SnapshotFetcher};
     let cfg = &ctx.cfg;
     let joining = joined.is_some();
@@ -183,7 +188,10 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
             .collect(),
     };
     let (me, cluster) = (ctx.member_id, ctx.cluster_id);
-    let rejoining = member_marker(std::path::Path::new(&cfg.data_dir), &cfg.name, me, cluster)?;
+    // A member whose raft log survived on disk restarts from it (and votes);
+    // one that held this data dir without one lost what it held.
+    let from_disk = disk.as_ref().is_some_and(|d| meganode_store::replication::disk_log::holds_state(&d.dir));
+    let rejoining = member_marker(std::path::Path::new(&cfg.data_dir), &cfg.name, me, cluster)? && !from_disk;
     let mut listeners = Vec::new();
     for url in &cfg.listen_peer_urls {
         let addr = peer::peer_addr(url)?;
@@ -206,6 +214,7 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
     rc.me = MemberInfo { id: me, name: cfg.name.clone(), peer_urls: cfg.advertise_peer_urls.clone(), client_urls: cfg.advertise_client_urls.clone() };
     rc.auth = Some(ctx.auth_log.clone());
     rc.fetch_snapshot = Some(SnapshotFetcher(Arc::new(fetch_snapshot(tokio::runtime::Handle::current(), cluster, me, tls))));
+    rc.disk = disk;
     let replica = Arc::new(Replica::start(rc, ctx.store.clone(), transport)?);
     let errors = Arc::new(peer::PeerErrors::default());
     for (l, secure) in listeners {
@@ -273,6 +282,8 @@ fn start_replica(ctx: &Arc<Ctx>, joined: Option<Joined>, tls: Option<Arc<meganod
         cfg.initial_cluster.len(),
         if rejoining {
             ", rejoining: it held this data dir before and lost what it kept in memory"
+        } else if from_disk {
+            ", restarted from its raft log on disk"
         } else if joining {
             ", joining the running group"
         } else {
@@ -547,16 +558,30 @@ async fn run(cfg: Config) -> Result<(), String> {
             Err(e) => eprintln!("meganode-store: warning: no history spill in {}: {e}; replaced values stay in memory", cfg.data_dir),
         }
     }
-    let (log, restored_auth, _lock) = if cfg.is_cluster() {
+    // A group's members keep a raft log on disk when any prefix is `buffered`
+    // or `fsync` (§10): a quorum has written (synced) each write before it is
+    // answered. Their stores keep no logs of their own.
+    let mut raft_disk = None;
+    let (log, restored_auth, _lock, dur) = if cfg.is_cluster() {
         // A member's state comes from its group, not from its data dir (§10).
         if cfg.restore_from.is_some() {
             return Err("--restore-from in a replicated group is not built yet: restore a single member".into());
         }
+        if dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None) {
+            use meganode_store::replication::disk_log::{DiskConfig, SyncRule};
+            let sync = SyncRule {
+                default_fsync: dur.default == wal::Mode::Fsync,
+                prefixes: dur.prefixes.iter().map(|(p, m)| (p.clone(), *m == wal::Mode::Fsync)).collect(),
+            };
+            let dir = std::path::Path::new(&cfg.data_dir).join("member").join("raft");
+            raft_disk = Some(DiskConfig { dir, sync, snapshot_every: cfg.snapshot_count });
+        }
+        let dur = wal::Durability::new(wal::Mode::None, &[]);
         set_volatile(&store, &dur, store.current_rev());
-        (None, None, None)
+        (None, None, None, dur)
     } else {
         let (log, auth, lock) = open_log(&cfg, &store, &dur)?;
-        (Some(log), auth, Some(lock))
+        (Some(log), auth, Some(lock), dur)
     };
     if cfg.value_compression {
         meganode_store::mvcc::packer::Packer::spawn(store.clone(), cfg.value_compression_cpu).map_err(|e| e.to_string())?;
@@ -582,7 +607,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         ctx.member.keep_in(std::path::PathBuf::from(&cfg.data_dir))?;
     }
     if cfg.is_cluster() {
-        start_replica(&ctx, joined, ptls)?;
+        start_replica(&ctx, joined, ptls, raft_disk)?;
     }
     tokio::spawn(lease::expiry_loop(ctx.clone()));
     for url in &cfg.listen_metrics_urls {

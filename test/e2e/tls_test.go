@@ -198,8 +198,7 @@ func TestClusterFlagsRefused(t *testing.T) {
 	for _, args := range [][]string{
 		{"--name", "m0", "--initial-cluster", "m0=http://127.0.0.1:2380", "--initial-cluster-state", "existing"},
 		{"--name", "m9", "--initial-cluster", "m0=http://127.0.0.1:2380"},
-		// What a replicated group does not keep yet: local logs, peer TLS.
-		{"--name", "m0", "--initial-cluster", three, "--durability", "fsync"},
+		// https peer URLs without peer TLS flags.
 		{"--name", "m0", "--initial-cluster", strings.ReplaceAll(three, "http:", "https:")},
 		{"--durability", "replicated"},
 		// Joining, with no member to ask.

@@ -6,6 +6,7 @@
 //! for https:// peer URLs in `peer_tls`),
 //! `identity` etcd's member and cluster IDs. The store side (applying a committed
 //! revision, the publication watermark) is `mvcc::kvstore_replica`.
+pub mod disk_log;
 pub mod entry;
 pub mod identity;
 pub mod log_store;

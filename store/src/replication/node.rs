@@ -25,6 +25,7 @@ use tokio::sync::oneshot;
 use raft::storage::MemStorage;
 use raft::{RawNode, SnapshotStatus, StateRole};
 
+use super::disk_log::{self, DiskConfig, DiskLog};
 use super::entry;
 use super::log_store::LogStore;
 use super::members::{self, MemberInfo};
@@ -105,6 +106,9 @@ pub struct ReplicaConfig {
     pub fetch_snapshot: Option<SnapshotFetcher>,
     /// The auth store's side of the log (its entries, its state in snapshots).
     pub auth: Option<Arc<dyn AuthLog>>,
+    /// The raft log on disk (groups with `buffered` or `fsync` prefixes): a
+    /// member that finds one restarts from it instead of rejoining empty.
+    pub disk: Option<DiskConfig>,
 }
 
 /// State beside the store that changes only through the log (the auth store:
@@ -151,6 +155,7 @@ impl ReplicaConfig {
             log_keep: 5_000,
             fetch_snapshot: None,
             auth: None,
+            disk: None,
         }
     }
 }
@@ -278,8 +283,37 @@ impl Replica {
     /// revisions are published only once the group commits them, and the writes
     /// it commits are proposed. Messages leave through `transport`; peers'
     /// messages come in through `inbox()`.
-    pub fn start(cfg: ReplicaConfig, store: Arc<Store>, transport: Arc<dyn Transport>) -> Result<Replica, String> {
-        let (mem, applied) = bootstrap(&cfg)?;
+    pub fn start(mut cfg: ReplicaConfig, store: Arc<Store>, transport: Arc<dyn Transport>) -> Result<Replica, String> {
+        let (mut disk, recovered) = match &cfg.disk {
+            Some(d) => {
+                let (log, rec) = DiskLog::open(d.clone())?;
+                (Some(log), rec)
+            }
+            None => (None, None),
+        };
+        let mut known = Vec::new();
+        let mut snapshot_rev = None;
+        let (mem, applied) = match recovered {
+            // Its log and votes survived: it is the member it was, and votes.
+            Some(rec) => {
+                cfg.rejoining = false;
+                let (mem, applied, rev, infos) = recover(&cfg, &store, rec)?;
+                snapshot_rev = rev;
+                known = infos;
+                (mem, applied)
+            }
+            None => {
+                let (mem, applied) = bootstrap(&cfg)?;
+                if let Some(d) = &mut disk {
+                    // A founding member's first entries (a joining or rejoining one has none).
+                    let last = raft::Storage::last_index(&mem).map_err(|e| format!("raft: {e}"))?;
+                    let entries = if last == 0 { Vec::new() } else { raft::Storage::entries(&mem, 1, last + 1, None, raft::GetEntriesContext::empty(false)).map_err(|e| format!("raft: {e}"))? };
+                    let hs = raft::Storage::initial_state(&mem).map_err(|e| format!("raft: {e}"))?.hard_state;
+                    d.append(&entries, Some(&hs))?;
+                }
+                (mem, applied)
+            }
+        };
         let storage = LogStore::new(mem);
         let raft_cfg = raft::Config {
             id: cfg.id,
@@ -322,6 +356,12 @@ impl Replica {
             for f in &cfg.founders {
                 info.entry(f.id).or_insert_with(|| f.clone());
             }
+            // The members its snapshot on disk named, with their URLs.
+            for m in known {
+                if info.contains_key(&m.id) {
+                    info.insert(m.id, m);
+                }
+            }
             transport.set_peers(&info.values().cloned().collect::<Vec<_>>());
         }
         let mut driver = Driver {
@@ -330,8 +370,7 @@ impl Replica {
             transport,
             shared: shared.clone(),
             proposed: HashMap::new(),
-            proposed_leases: HashMap::new(),
-            proposed_alarms: HashMap::new(),
+            proposed_at: HashMap::new(),
             led: false,
             term_start: 0,
             tick: cfg.tick,
@@ -351,7 +390,7 @@ impl Replica {
             log_keep: cfg.log_keep.max(1),
             fetch_snapshot: cfg.fetch_snapshot.clone(),
             auth: cfg.auth.clone(),
-            snapshot_rev: None,
+            snapshot_rev,
             snapshots_sent: HashMap::new(),
             snapshot_data_stale: true,
             applying_compaction,
@@ -359,6 +398,8 @@ impl Replica {
             heartbeats_sent: HashMap::new(),
             commit_told: HashMap::new(),
             commit_untold_since: None,
+            disk,
+            disk_saved: Arc::default(),
         };
         let thread = std::thread::Builder::new()
             .name(format!("raft-{}", cfg.id))
@@ -656,10 +697,8 @@ struct Driver {
     shared: Arc<Shared>,
     /// This member's proposals not yet applied: revision → the term it was proposed in.
     proposed: HashMap<i64, u64>,
-    /// Its lease proposals: log index → the term, and who waits for the commit.
-    proposed_leases: HashMap<u64, (u64, Option<std::sync::mpsc::Sender<()>>)>,
-    /// Its alarm proposals: log index → the term, and who waits for the application.
-    proposed_alarms: HashMap<u64, (u64, oneshot::Sender<bool>)>,
+    /// Its lease and alarm proposals: log index → the term, and who waits.
+    proposed_at: HashMap<u64, (u64, Waiter)>,
     /// Whether it led at the last Ready (a new leader refreshes every lease).
     led: bool,
     /// As leader: the index of its term's first entry; writes wait until it is applied.
@@ -713,6 +752,18 @@ struct Driver {
     commit_told: HashMap<u64, u64>,
     /// Since when a peer has not been sent this leader's commit index.
     commit_untold_since: Option<Instant>,
+    /// The raft log on disk, if this member keeps one.
+    disk: Option<DiskLog>,
+    /// A snapshot saved on its own thread: the raft index it covers, or why it failed.
+    disk_saved: Arc<Mutex<Option<Result<u64, String>>>>,
+}
+
+/// Who waits for a lease or alarm change proposed here.
+enum Waiter {
+    /// Hears when the group holds the change (the lease is in this member's table already).
+    Lease(Option<std::sync::mpsc::Sender<()>>),
+    /// Hears, once applied here, whether the alarm set changed.
+    Alarm(oneshot::Sender<bool>),
 }
 
 /// Compactions from the log, one at a time in their order of arrival.
@@ -763,6 +814,52 @@ fn bootstrap(cfg: &ReplicaConfig) -> Result<(MemStorage, u64), String> {
         hs.commit = n;
     }
     Ok((storage, n))
+}
+
+/// A member's raft log and store from its disk log: the newest snapshot's
+/// state loaded into the (empty) store, raft's log from the snapshot's index
+/// on, its hard state. Returns raft's log, its applied index, the snapshot's
+/// revision (entries it covers are passed over) and the members it named.
+fn recover(cfg: &ReplicaConfig, store: &Store, rec: disk_log::Recovered) -> Result<(MemStorage, u64, Option<i64>, Vec<MemberInfo>), String> {
+    let t0 = Instant::now();
+    let (mem, applied, rev, infos) = match &rec.snapshot {
+        Some(saved) => {
+            let (_, infos) = members::decode_members(&saved.members)?;
+            let (rev, keys, auth) = crate::snapshot::install_stream_with(store, saved.open_stream()?).map_err(|e| format!("{}: {e}", saved.path.display()))?;
+            if let (Some(a), Some(state)) = (&cfg.auth, auth) {
+                a.restore(&state).map_err(|e| format!("the auth state in {}: {e}", saved.path.display()))?;
+            }
+            let mem = MemStorage::new();
+            let mut snap = raft::prelude::Snapshot::default();
+            snap.set_metadata(saved.metadata.clone());
+            mem.wl().apply_snapshot(snap).map_err(|e| format!("raft snapshot: {e}"))?;
+            eprintln!("meganode-store: member {:x}: loaded its snapshot at raft index {} (revision {rev}, {keys} keys)", cfg.id, saved.metadata.index);
+            (mem, saved.metadata.index, Some(rev), infos)
+        }
+        // No snapshot yet: the log holds every entry from the group's first.
+        None if !cfg.voters.is_empty() => {
+            let mut voters = cfg.voters.clone();
+            voters.sort_unstable();
+            voters.dedup();
+            (MemStorage::new_with_conf_state(ConfState::from((voters, Vec::<u64>::new()))), 0, None, Vec::new())
+        }
+        None => (MemStorage::new(), 0, None, Vec::new()),
+    };
+    {
+        let mut core = mem.wl();
+        core.append(&rec.entries).map_err(|e| format!("raft log from disk: {e}"))?;
+        core.set_hardstate(rec.hard_state.clone());
+    }
+    eprintln!(
+        "meganode-store: member {:x}: recovered its raft log in {} ms: {} entries after index {applied}, term {}, commit {}{}",
+        cfg.id,
+        t0.elapsed().as_millis(),
+        rec.entries.len(),
+        rec.hard_state.term,
+        rec.hard_state.commit,
+        rec.torn.map(|t| format!("; a torn tail cut ({t})")).unwrap_or_default()
+    );
+    Ok((mem, applied, rev, infos))
 }
 
 impl Driver {
@@ -858,7 +955,7 @@ impl Driver {
                     self.shared.failed.fetch_add(1, Ordering::Relaxed);
                     self.fail(format!("a lease change could not be proposed: {e}"));
                 } else if self.node.raft.raft_log.last_index() > before {
-                    self.proposed_leases.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, done));
+                    self.proposed_at.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, Waiter::Lease(done)));
                 }
             }
             Input::ChangeMembers(cc, tx) => {
@@ -888,7 +985,7 @@ impl Driver {
                 let before = self.node.raft.raft_log.last_index();
                 if self.writable() && self.node.propose(Vec::new(), data).is_ok() && self.node.raft.raft_log.last_index() > before {
                     if let Some(done) = done {
-                        self.proposed_alarms.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, done));
+                        self.proposed_at.insert(self.node.raft.raft_log.last_index(), (self.node.raft.term, Waiter::Alarm(done)));
                     }
                 }
             }
@@ -939,7 +1036,7 @@ impl Driver {
 
     fn fail(&self, why: String) {
         // What this member proposed and the group has not applied will not be applied here.
-        self.shared.failed.fetch_add((self.proposed.len() + self.proposed_leases.len()) as u64, Ordering::Relaxed);
+        self.shared.failed.fetch_add((self.proposed.len() + self.proposed_at.len()) as u64, Ordering::Relaxed);
         self.shared.stop(self.node.raft.id, why);
     }
 
@@ -976,6 +1073,11 @@ impl Driver {
         if let Some(hs) = rd.hs() {
             storage.wl().set_hardstate(hs.clone());
         }
+        // On disk before raft counts them as this member's (its own vote as
+        // leader, its acknowledgement as follower).
+        if let Some(d) = &mut self.disk {
+            d.append(rd.entries(), rd.hs())?;
+        }
         if !rd.persisted_messages().is_empty() {
             self.send(rd.take_persisted_messages());
         }
@@ -999,8 +1101,17 @@ impl Driver {
         let index = snap.get_metadata().index;
         let (sender, infos) = members::decode_members(&snap.data)?;
         if self.store.committed_rev() > 1 || self.store.key_count() > 0 {
+            // Its log on disk leads to this state again: it goes, so that the
+            // member's restart comes back empty, rejoins and takes the snapshot.
+            let discarded = match &mut self.disk {
+                Some(d) => {
+                    d.discard()?;
+                    "; its raft log on disk is discarded"
+                }
+                None => "",
+            };
             return Err(format!(
-                "a snapshot at index {index} arrived for a member holding revisions up to {}: restart it with an empty store to take it",
+                "a snapshot at index {index} arrived for a member holding revisions up to {}{discarded}: restart it with an empty store to take it",
                 self.store.committed_rev()
             ));
         }
@@ -1049,6 +1160,18 @@ impl Driver {
         self.snapshot_data_stale = true;
         self.shared.applied.store(index, Ordering::Release);
         eprintln!("meganode-store: member {:x} took a snapshot from {sender:x}: raft index {index}, revision {rev}; {timing}", self.node.raft.id);
+        // Its log on disk restarts at the snapshot: saved here before raft
+        // goes on from it (the entries on disk before it no longer follow).
+        if let Some(d) = &mut self.disk {
+            let t0 = Instant::now();
+            d.snapshot_started(index + 1)?;
+            let auth = self.auth.as_ref().map(|a| a.snapshot());
+            let store = &self.store;
+            let saved = disk_log::save_snapshot(d.dir(), snap.get_metadata(), &snap.data, |f| crate::snapshot::write_stream_with(store, f, auth.as_deref()));
+            d.snapshot_done(saved.as_ref().ok().map(|_| index));
+            saved.map_err(|e| format!("saving the snapshot to the raft log's directory: {e}"))?;
+            eprintln!("meganode-store: member {:x} saved the snapshot at raft index {index} to disk in {} ms", self.node.raft.id, t0.elapsed().as_millis());
+        }
         Ok(())
     }
 
@@ -1131,6 +1254,7 @@ impl Driver {
             let infos: Vec<MemberInfo> = self.shared.info.lock().values().cloned().collect();
             *self.node.raft.raft_log.store.snapshot_data.lock() = members::encode_members(self.node.raft.id, &infos);
         }
+        self.save_to_disk()?;
         let r = &self.node.raft;
         let applied = r.raft_log.applied;
         let first = r.raft_log.first_index();
@@ -1159,6 +1283,49 @@ impl Driver {
             self.node.raft.raft_log.store.mem.wl().compact(upto).map_err(|e| format!("raft log compaction: {e}"))?;
             self.shared.log_first.store(upto, Ordering::Release);
         }
+        Ok(())
+    }
+
+    /// Every `snapshot_every` entries, the store's state at the applied index
+    /// is saved beside the disk log on a thread of its own (the driver goes on
+    /// appending to a new segment); once saved, the segments it covers go.
+    fn save_to_disk(&mut self) -> Result<(), String> {
+        let Some(d) = &mut self.disk else { return Ok(()) };
+        if let Some(done) = self.disk_saved.lock().take() {
+            match done {
+                Ok(index) => d.snapshot_done(Some(index)),
+                Err(e) => {
+                    eprintln!("meganode-store: member {:x}: saving a snapshot of the raft log failed: {e}; the log is kept whole", self.node.raft.id);
+                    d.snapshot_done(None);
+                }
+            }
+        }
+        // A member still catching up, or one whose store holds a snapshot's
+        // state ahead of its applied index, saves later.
+        if !d.snapshot_due() || self.catching_up.is_some() || self.snapshot_rev.is_some() {
+            return Ok(());
+        }
+        let r = &self.node.raft;
+        let mut meta = raft::prelude::SnapshotMetadata::default();
+        meta.index = r.raft_log.applied;
+        meta.term = r.raft_log.term(meta.index).map_err(|e| format!("raft log term at {}: {e}", meta.index))?;
+        meta.set_conf_state(r.prs().conf().to_conf_state());
+        d.snapshot_started(r.raft_log.last_index() + 1)?;
+        let members = self.node.raft.raft_log.store.snapshot_data.lock().clone();
+        let (dir, store, auth, slot, id) = (d.dir().to_path_buf(), self.store.clone(), self.auth.clone(), self.disk_saved.clone(), self.node.raft.id);
+        std::thread::Builder::new()
+            .name("raft-snapshot".into())
+            .spawn(move || {
+                crate::background::lower_this_thread();
+                let t0 = Instant::now();
+                let auth = auth.map(|a| a.snapshot());
+                let saved = disk_log::save_snapshot(&dir, &meta, &members, |f| crate::snapshot::write_stream_with(&store, f, auth.as_deref()));
+                if let Ok(rev) = &saved {
+                    eprintln!("meganode-store: member {id:x} saved a snapshot at raft index {} (revision {rev}) in {} ms", meta.index, t0.elapsed().as_millis());
+                }
+                *slot.lock() = Some(saved.map(|_| meta.index));
+            })
+            .map_err(|e| format!("raft snapshot thread: {e}"))?;
         Ok(())
     }
 
@@ -1196,10 +1363,10 @@ impl Driver {
                     self.apply_change(e.index, applied, None);
                 }
             }
-            // An alarm proposal whose index holds something else was dropped (its waiter hears so).
-            self.proposed_alarms.remove(&e.index);
-            if self.proposed_leases.remove(&e.index).is_some() {
-                // apply_lease takes its own entries: this index holds another leader's.
+            // apply_lease and apply_alarm take their own entries: this index holds
+            // another leader's. A dropped alarm's waiter hears so; a lease change
+            // is already in this member's table.
+            if let Some((_, Waiter::Lease(_))) = self.proposed_at.remove(&e.index) {
                 return Err(format!("the lease change proposed here at index {} was overwritten: this member's lease table left the group's", e.index));
             }
             if self.pending_change.as_ref().is_some_and(|(i, _)| *i == e.index) {
@@ -1301,7 +1468,7 @@ impl Driver {
     /// hears it is held); another's is applied to the table. A revoke only drops
     /// the lease: the deletes of its keys come as the next revision.
     fn apply_lease(&mut self, e: &Entry, change: entry::Change) -> Result<(), String> {
-        if let Some((term, done)) = self.proposed_leases.remove(&e.index) {
+        if let Some((term, Waiter::Lease(done))) = self.proposed_at.remove(&e.index) {
             if term == e.term {
                 if let Some(done) = done {
                     let _ = done.send(());
@@ -1347,7 +1514,7 @@ impl Driver {
             let name = crate::quota::alarm_name(alarm);
             eprintln!("meganode-store: alarm {}: {name} from member {member:x} (raft index {})", if raise { "raised" } else { "disarmed" }, e.index);
         }
-        if let Some((term, done)) = self.proposed_alarms.remove(&e.index) {
+        if let Some((term, Waiter::Alarm(done))) = self.proposed_at.remove(&e.index) {
             // Another leader's entry at this index: the proposal was dropped.
             if term == e.term {
                 let _ = done.send(if raise { true } else { changed });
@@ -1607,7 +1774,7 @@ impl Driver {
         if !leads {
             self.heartbeats_sent.clear();
         }
-        self.shared.pending.store((self.proposed.len() + self.proposed_leases.len()) as u64, Ordering::Relaxed);
+        self.shared.pending.store((self.proposed.len() + self.proposed_at.len()) as u64, Ordering::Relaxed);
         self.shared.leader.store(r.leader_id, Ordering::Release);
         self.shared.term.store(r.term, Ordering::Release);
         self.shared.commit.store(r.raft_log.committed, Ordering::Release);

@@ -880,3 +880,125 @@ fn acknowledged_writes_survive_rounds_of_faults() {
         }
     }
 }
+
+/// Members with their raft logs on disk (`buffered`/`fsync` groups): the whole
+/// group stopped at once comes back from its disks with every published write,
+/// the same state on every member, and goes on; a member stopped alone
+/// restarts from its log and catches up from the leader without a snapshot of
+/// the leader's (the saved snapshots bound each log).
+#[test]
+fn members_with_disk_logs_restart_from_them_together_or_alone() {
+    let root = std::env::temp_dir().join(format!("replication-disk-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    let disk = |id: u64| super::disk_log::DiskConfig {
+        dir: root.join(format!("m{id}")),
+        sync: super::disk_log::SyncRule { default_fsync: true, prefixes: vec![(b"/registry/leases/".to_vec(), false)] },
+        snapshot_every: 64,
+    };
+    let mut g = Group { net: Arc::new(MemNetwork::default()), stores: Vec::new(), members: Vec::new(), by_id: Arc::default(), log_keep: 5_000 };
+    let start_as = |g: &mut Group, id: u64, rejoining: bool| {
+        let store = Arc::new(Store::new());
+        let m = Replica::start(ReplicaConfig { disk: Some(disk(id)), rejoining, ..g.config(id) }, store.clone(), g.net.clone()).unwrap();
+        g.net.join(id, m.inbox());
+        g.by_id.lock().insert(id, store.clone());
+        if g.stores.len() < id as usize {
+            g.stores.push(store);
+            g.members.push(Some(m));
+        } else {
+            g.stores[id as usize - 1] = store;
+            g.members[id as usize - 1] = Some(m);
+        }
+    };
+    let start = |g: &mut Group, id: u64| start_as(g, id, false);
+    for id in 1..=3 {
+        start(&mut g, id);
+    }
+    let l = g.leader(&[]);
+    let lease = g.store(l).grant_lease(0, 600).unwrap().0;
+    let mut rev = put_nodes(g.store(l), 150, "ready");
+    for i in 0..100 {
+        rev = put(g.store(l), &format!("/registry/leases/n{}", i % 10), "renew");
+    }
+    g.wait_published(&[1, 2, 3], rev);
+    let before = g.store(l).dump();
+    // Every member at once: what each stream had published comes back from disk.
+    for id in 1..=3 {
+        g.members[id as usize - 1].take().unwrap().stop();
+    }
+    // From here on the members keep 20 entries behind their applied index.
+    g.log_keep = 20;
+    for id in 1..=3 {
+        assert!(super::disk_log::holds_state(&disk(id).dir), "member {id} kept nothing");
+        let snaps = std::fs::read_dir(disk(id).dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".snap")).count();
+        // (The one before the newest stays until the driver has accounted the newest.)
+        assert!((1..=2).contains(&snaps), "member {id} keeps {snaps} snapshots");
+        start(&mut g, id);
+    }
+    let l = g.leader(&[]);
+    g.wait_published(&[1, 2, 3], rev);
+    assert!(g.store(l).dump() == before, "the state after the restart differs from the state before");
+    g.assert_same_state(&[1, 2, 3]);
+    assert!((1..=3).all(|id| g.store(id).leases.exists(lease)), "the lease came back on every member");
+    rev = put(g.store(l), "/registry/pods/ns/after", "y");
+    g.wait_published(&[1, 2, 3], rev);
+
+    // One member alone: it restarts from its log and catches up.
+    let x = (1..=3).find(|id| *id != l).unwrap();
+    g.members[x as usize - 1].take().unwrap().stop();
+    // Fewer than the 20 entries the leader keeps: x's log still leads to the leader's.
+    for i in 0..10 {
+        rev = put(g.store(l), &format!("/registry/configmaps/ns/c{i}"), "z");
+    }
+    g.wait_published(&[l], rev);
+    start(&mut g, x);
+    g.wait_published(&[1, 2, 3], rev);
+    g.assert_same_state(&[1, 2, 3]);
+    assert!(!g.member(x).status().catching_up, "a member with its log votes at once");
+    // The saved snapshots bounded the logs: no member keeps its first segment.
+    // (A snapshot saved on its thread is accounted at the driver's next turn.)
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for id in 1..=3 {
+        loop {
+            let logs = std::fs::read_dir(disk(id).dir).unwrap().flatten().filter(|e| e.file_name().to_string_lossy().ends_with(".log")).count();
+            if logs <= 3 {
+                break;
+            }
+            assert!(Instant::now() < deadline, "member {id} keeps {logs} log segments");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
+    // A member whose log on disk ends before the leader's begins: the leader's
+    // snapshot cannot go over its state, so it discards its log, and its next
+    // start (rejoining, as its data dir's marker says) takes the snapshot.
+    let x = (1..=3).find(|id| *id != l && *id != x).unwrap();
+    let stopped_at = g.member(l).status().applied_index;
+    g.members[x as usize - 1].take().unwrap().stop();
+    std::thread::sleep(Duration::from_millis(600));
+    for i in 0..200 {
+        rev = put(g.store(l), &format!("/registry/secrets/ns/s{i}"), "w");
+    }
+    g.wait_published(&[l], rev);
+    let first = g.member(l).status().log_first_index;
+    assert!(first > stopped_at + 1, "the leader kept its log from index {first}, x stopped at {stopped_at}");
+    start(&mut g, x);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let why = loop {
+        if let Some(e) = g.member(x).status().error {
+            break e;
+        }
+        assert!(Instant::now() < deadline, "the member behind the log neither caught up nor stopped");
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    assert!(why.contains("discarded"), "{why}");
+    assert!(!super::disk_log::holds_state(&disk(x).dir), "its log is gone");
+    g.members[x as usize - 1].take().unwrap().stop();
+    start_as(&mut g, x, true);
+    g.wait_published(&[1, 2, 3], rev);
+    g.assert_same_state(&[1, 2, 3]);
+    assert!(super::disk_log::holds_state(&disk(x).dir), "the snapshot it took is on its disk");
+    for id in 1..=3 {
+        g.members[id as usize - 1].take().unwrap().stop();
+    }
+    let _ = std::fs::remove_dir_all(&root);
+}
