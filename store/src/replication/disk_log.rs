@@ -3,8 +3,10 @@
 //! hard state raft hands the driver is written here before the member
 //! acknowledges it, and fdatasynced first when the entry holds a key of an
 //! `fsync` prefix or the hard state's vote changed. Snapshots of the store's
-//! state bound the log: once one is saved at raft index I, the segments wholly
-//! at or below I are deleted. A member restarts from its newest snapshot and
+//! state bound the log: one starts every `snapshot_every` entries once the log
+//! has also grown by the newest snapshot's size (a large state is not rewritten
+//! more often than the log itself is); once one is saved at raft index I, the
+//! segments wholly at or below I are deleted. A member restarts from its newest snapshot and
 //! the entries after it, instead of rejoining empty.
 //!
 //! Files in `<data-dir>/member/raft/` (integers little-endian):
@@ -113,8 +115,13 @@ pub struct DiskLog {
     file_bytes: u64,
     /// Segments by first index, the open one last.
     segments: Vec<(u64, PathBuf)>,
-    /// Entries written since the last snapshot began.
+    /// Entries and bytes written since the last snapshot began.
     since_snapshot: u64,
+    bytes_since_snapshot: u64,
+    /// The size of the newest snapshot saved: the log grows at least as much
+    /// before the next, so that snapshots of a large state cost at most as
+    /// many bytes written as the log itself.
+    snapshot_bytes: u64,
     /// A snapshot is being saved (one at a time).
     saving: bool,
     /// The vote and term last written: a change is synced before it is acted on.
@@ -215,8 +222,11 @@ impl DiskLog {
             (p, f)
         };
         let file_bytes = file.metadata().map_err(|e| format!("{}: {e}", path.display()))?.len();
+        let snapshot_bytes = rec.snapshot.as_ref().and_then(|s| fs::metadata(&s.path).ok()).map_or(0, |m| m.len());
         let log = DiskLog {
             since_snapshot: rec.entries.len() as u64,
+            bytes_since_snapshot: segments.iter().filter_map(|(_, p)| fs::metadata(p).ok()).map(|m| m.len()).sum(),
+            snapshot_bytes,
             last_vote: (rec.hard_state.term, rec.hard_state.vote),
             cfg,
             file,
@@ -254,6 +264,7 @@ impl DiskLog {
         }
         self.file.write_all(&self.buf).map_err(|e| format!("raft log write: {e}"))?;
         self.file_bytes += self.buf.len() as u64;
+        self.bytes_since_snapshot += self.buf.len() as u64;
         if sync {
             self.file.sync_data().map_err(|e| format!("raft log fdatasync: {e}"))?;
         }
@@ -275,9 +286,10 @@ impl DiskLog {
         Ok(())
     }
 
-    /// Whether a snapshot should start now (enough entries since the last, none being saved).
+    /// Whether a snapshot should start now: none is being saved, `snapshot_every`
+    /// entries and as many bytes as the newest snapshot holds were written since.
     pub fn snapshot_due(&self) -> bool {
-        !self.saving && self.since_snapshot >= self.cfg.snapshot_every
+        !self.saving && self.since_snapshot >= self.cfg.snapshot_every && self.bytes_since_snapshot >= self.snapshot_bytes
     }
 
     /// A snapshot starts: later entries go to a new segment (`next` is the
@@ -285,6 +297,7 @@ impl DiskLog {
     pub fn snapshot_started(&mut self, next: u64) -> Result<(), String> {
         self.saving = true;
         self.since_snapshot = 0;
+        self.bytes_since_snapshot = 0;
         if self.file_bytes > 0 {
             self.rotate(next)?;
         }
@@ -296,6 +309,7 @@ impl DiskLog {
     pub fn snapshot_done(&mut self, index: Option<u64>) {
         self.saving = false;
         let Some(index) = index else { return };
+        self.snapshot_bytes = fs::metadata(self.cfg.dir.join(format!("{index:016x}.snap"))).map_or(0, |m| m.len());
         while self.segments.len() > 1 && self.segments[1].0 <= index + 1 {
             let (_, p) = self.segments.remove(0);
             let _ = fs::remove_file(p);
@@ -495,6 +509,11 @@ mod tests {
         assert_eq!(rev, 5);
         log.snapshot_done(Some(5));
         assert!(!d.join(seg_name(1)).exists(), "the segment the snapshot covers is deleted");
+        // The next waits for as many bytes of log as the snapshot holds.
+        log.append(&(8..=12).map(|i| ent(i, 1, i as i64, b"/a")).collect::<Vec<_>>(), None).unwrap();
+        assert!(log.snapshot_due());
+        log.snapshot_bytes = 1 << 30;
+        assert!(!log.snapshot_due(), "a snapshot larger than the log written since waits");
         drop(log);
         let (_, rec) = DiskLog::open(cfg(&d)).unwrap();
         let rec = rec.unwrap();
@@ -503,7 +522,7 @@ mod tests {
         let mut state = String::new();
         s.open_stream().unwrap().read_to_string(&mut state).unwrap();
         assert_eq!(state, "state");
-        assert_eq!(rec.entries.iter().map(|e| e.index).collect::<Vec<_>>(), vec![6, 7]);
+        assert_eq!(rec.entries.iter().map(|e| e.index).collect::<Vec<_>>(), (6..=12).collect::<Vec<_>>());
         assert_eq!(rec.hard_state.commit, 6);
         let _ = fs::remove_dir_all(&d);
     }

@@ -1003,6 +1003,12 @@ impl Driver {
             Input::PeerClosed(from) => {
                 self.heard.remove(&from);
                 self.leader_gone(from);
+                // A member sent a snapshot whose process ended (one holding state
+                // restarts itself empty to take it) will not take that one: raft
+                // sends another once it answers, instead of after SNAPSHOT_PATIENCE.
+                if self.snapshots_sent.remove(&from).is_some() && self.node.raft.prs().get(from).is_some_and(|p| p.state == raft::ProgressState::Snapshot) {
+                    self.node.report_snapshot(from, SnapshotStatus::Failure);
+                }
             }
             Input::PeerAlive(from) => {
                 let now = Instant::now();
