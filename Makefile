@@ -122,6 +122,23 @@ bench: build $(if $(filter-out 0,$(BENCH_APIFAILOVER_NODES)),k8s-bins)
 	  --rate 20 --warmup 10s --window 30s --downtime 5s --state-dir $(BIN)/bench-apiserver-failover-state --out $(BENCH_APIFAILOVER_OUT); fi
 	$(MEGANODE_BIN) bench report --in $$(ls -d $(BENCH_OUT)/*/ | paste -sd, -) --md docs/benchmarks.md --charts docs/bench
 
+# `meganode scheduler million` (issue 37): the whole meganode scheduler in one process over an in-process
+# apiserver of MILLION_NODES KWOK-like nodes and MILLION_PODS pods created ahead, run to the last bind, for
+# each workload in MILLION_WORKLOADS: wall time, CPU per role, peak RSS, pods/s chart, placement, the model's
+# prediction. If the size does not fit this machine's memory the command halves it and says so. Output in
+# MILLION_OUT. Not part of `make test`: 100K takes minutes, 1M most of an hour on 2 cores.
+MILLION_NODES ?= 1000000
+MILLION_PODS ?= $(MILLION_NODES)
+MILLION_WORKLOADS ?= uniform mixed
+MILLION_FLAGS ?=
+MILLION_OUT ?= $(BIN)/million
+.PHONY: million
+million: meganode
+	@mkdir -p $(MILLION_OUT)
+	@set -o pipefail; for w in $(MILLION_WORKLOADS); do \
+	  $(MEGANODE_BIN) scheduler million --nodes $(MILLION_NODES) --pods $(MILLION_PODS) --workload $$w \
+	    --json $(MILLION_OUT)/$$w-$(MILLION_NODES).json $(MILLION_FLAGS) 2>&1 | tee $(MILLION_OUT)/$$w-$(MILLION_NODES).txt || exit 1; done
+
 # Real Kubernetes components for `meganode up`: kube-apiserver, kube-controller-manager and kube-scheduler from
 # k8s.io/kubernetes (tiny mains in cmd/kube-*), and KWOK built in a throw-away module so its dependencies do not
 # move the versions kube-apiserver is built with. Its Stage configs are copied from the module cache into

@@ -44,7 +44,7 @@ func newSchedulerCmd() *cobra.Command {
 	f := &schedulerFlags{}
 	cmd := &cobra.Command{
 		Use:   "scheduler",
-		Short: "run the meganode scheduler (sharded scatter/gather on the kube-scheduler framework); bench and simulate measure it",
+		Short: "run the meganode scheduler (sharded scatter/gather on the kube-scheduler framework); bench, simulate and million measure it",
 		Long: `scheduler runs the meganode scheduler: nodes are split over --shards shards, each running
 the kube-scheduler framework with the default plugins on its own nodes; a collector takes
 unscheduled pods (a watch, or an admission webhook with --intake webhook), scatters each
@@ -54,17 +54,19 @@ shard's nodes are taken over; --role shard|relay|collector runs one part of a di
 deployment (deploy/scheduler/). 'meganode up --scheduler meganode' runs it for you.
 
 'scheduler bench' measures it against kube-scheduler on 'up' clusters; 'scheduler simulate'
-measures its per-pod costs here and projects 1M pods on 1M nodes.`,
+measures its per-pod costs here and projects 1M pods on 1M nodes; 'scheduler million' runs it
+whole in this process over N in-process nodes and M pods and measures it.`,
 		Example: `  meganode scheduler --kubeconfig ~/.kube/config --shards 4 --healthz 127.0.0.1:10259
   meganode scheduler --role shard --index 0 --shards 4 --listen 127.0.0.1:7000 --collector-addrs 127.0.0.1:7100
   meganode scheduler --intake webhook --webhook-addr 127.0.0.1:9443 --kubeconfig kc.yaml
   meganode scheduler bench --nodes 1000 --pods 2000 --shards 1,2,4
-  meganode scheduler simulate --nodes 1000 --pods 2000 --shards 4`,
+  meganode scheduler simulate --nodes 1000 --pods 2000 --shards 4
+  meganode scheduler million --nodes 100000 --pods 100000 --workload mixed`,
 		Args: subcommandArgs,
 		RunE: action(f, runScheduler),
 	}
 	f.register(cmd)
-	cmd.AddCommand(newSchedulerBenchCmd(), newSchedulerSimulateCmd())
+	cmd.AddCommand(newSchedulerBenchCmd(), newSchedulerSimulateCmd(), newSchedulerMillionCmd())
 	return cmd
 }
 

@@ -165,25 +165,7 @@ func runSchedulerSimulate(ctx context.Context, _ *cobra.Command, f *simFlags) er
 	// A shard's feasible-node target depends on S and d (scheduler.FeasibleLimitSampled): the d
 	// shards of a pod together examine what kube-scheduler examines over the whole cluster.
 	measure := func(n, shardsN, d int, o shard.MeasureOpts) (*shardCosts, error) {
-		limit := shard.FeasibleLimitSampled(n, shardsN, d)
-		single, err := shard.Measure(ctx, n, f.stagePods, 2*time.Second, limit, o)
-		if err != nil {
-			return nil, err
-		}
-		bc, err := shard.MeasureBatch(ctx, n, max(f.stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
-		if err != nil {
-			return nil, err
-		}
-		what := fmt.Sprintf("%d feasible", limit)
-		if limit == 0 {
-			what = "every node"
-		}
-		fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s), %s: one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f) + commit %.0f µs; in CPU %.0f + %.0f µs\n",
-			n, shardsN, d, what, conditionText(single.Opts), single.DecodeUs+single.EvalUs+single.ReserveUs, single.DecodeUs, single.EvalUs,
-			single.ReserveUs, single.CommitUs, single.EvalCPUUs, single.CommitCPUUs)
-		fmt.Printf("      batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod); in CPU first %.0f, next %.0f, commit %.0f µs/pod, release %.0f µs/slot\n",
-			bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.FirstCPUUs, bc.NextCPUUs, bc.CommitCPUUs, bc.ReleaseCPUUs)
-		return &shardCosts{Nodes: n, Shared: o.Shards > 1, Single: single, Batch: bc}, nil
+		return measureShardCosts(ctx, n, shardsN, d, f.stagePods, maxBatch, o)
 	}
 	fmt.Printf("== costs measured here (real framework and default plugins, kube-scheduler's sampling rule per shard)\n")
 	costs := map[string]*shardCosts{}
@@ -265,7 +247,6 @@ func runSchedulerSimulate(ctx context.Context, _ *cobra.Command, f *simFlags) er
 		out["fake_api"] = api
 		fmt.Printf("  in-process fake apiserver (--binds %s): %.0f µs CPU per pod, %.0f µs wall with 16 binders: it uses %.2f cores\n",
 			f.binds, api.CPUUsPerPod, api.WallUsPerPod, api.Concurrency)
-		apiConc := max(1, int(math.Round(api.Concurrency)))
 		// profile starts a CPU profile of one phase (nothing without --cpuprofile); the returned
 		// func stops it. One file per phase: the run and its cost measurement are in one process,
 		// and only separate profiles tell which of them spent what.
@@ -318,15 +299,7 @@ func runSchedulerSimulate(ctx context.Context, _ *cobra.Command, f *simFlags) er
 					return fmt.Errorf("%s: %w", label, err)
 				}
 				predict := func(sc *shardCosts) model.Result {
-					in := model.Input{Pods: f.pods, Shards: f.shards, Workers: 1, Collectors: 1,
-						Window: max(64, 8*f.shards*d), Fanout: 10, Scatter: model.ScatterSampled, D: d, Batch: b, Classes: 1,
-						EncodeUs: encodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
-						BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
-						CommitUs: commitCost(sc, b), ReleaseUs: sc.Batch.ReleaseCPUUs, ApiUs: api.CPUUsPerPod, ApiConcurrency: apiConc, Cores: runtime.NumCPU(), Seed: 1}
-					if d >= f.shards {
-						in.Scatter = model.ScatterAll
-					}
-					return model.Run(in)
+					return predictInProcess(inProcessRun{Pods: f.pods, Shards: f.shards, Collectors: 1, D: d, Batch: b}, encodeUs, hops, api, sc)
 				}
 				p, pa := predict(sharedCost), predict(aloneCost)
 				row := runRow{Label: label, Sim: r, Costs: []*shardCosts{sharedCost, aloneCost}, Predicted: &p, ErrorPct: 100 * (p.Seconds - r.Seconds) / r.Seconds,
@@ -408,6 +381,53 @@ func runSchedulerSimulate(ctx context.Context, _ *cobra.Command, f *simFlags) er
 		return os.WriteFile(f.jsonOut, b, 0o644)
 	}
 	return nil
+}
+
+// measureShardCosts measures what one pod costs a shard of n nodes (of shardsN shards, pods
+// sampled to d of them: the feasible-node target of scheduler.FeasibleLimitSampled) under o,
+// singly and in batches of maxBatch, stagePods pods per round, and prints it.
+func measureShardCosts(ctx context.Context, n, shardsN, d, stagePods, maxBatch int, o shard.MeasureOpts) (*shardCosts, error) {
+	limit := shard.FeasibleLimitSampled(n, shardsN, d)
+	single, err := shard.Measure(ctx, n, stagePods, 2*time.Second, limit, o)
+	if err != nil {
+		return nil, err
+	}
+	bc, err := shard.MeasureBatch(ctx, n, max(stagePods/max(maxBatch, 1), 4*o.Shards), max(maxBatch, 2), 2*time.Second, limit, o)
+	if err != nil {
+		return nil, err
+	}
+	what := fmt.Sprintf("%d feasible", limit)
+	if limit == 0 {
+		what = "every node"
+	}
+	fmt.Printf("  shard of %7d nodes (S=%d, d=%d: %s), %s: one pod %.0f µs (decode %.0f, eval %.0f, reserve %.0f) + commit %.0f µs; in CPU %.0f + %.0f µs\n",
+		n, shardsN, d, what, conditionText(single.Opts), single.DecodeUs+single.EvalUs+single.ReserveUs, single.DecodeUs, single.EvalUs,
+		single.ReserveUs, single.CommitUs, single.EvalCPUUs, single.CommitCPUUs)
+	fmt.Printf("      batch of %d: first %.0f µs, each next %.0f µs (%.0f µs/pod); in CPU first %.0f, next %.0f, commit %.0f µs/pod, release %.0f µs/slot\n",
+		bc.Batch, bc.FirstUs, bc.NextUs, bc.PerPodUs, bc.FirstCPUUs, bc.NextCPUUs, bc.CommitCPUUs, bc.ReleaseCPUUs)
+	return &shardCosts{Nodes: n, Shared: o.Shards > 1, Single: single, Batch: bc}, nil
+}
+
+// inProcessRun is the shape of an in-process run (sim.Simulate) the model predicts.
+type inProcessRun struct {
+	Pods, Shards, Collectors, D, Batch int
+}
+
+// predictInProcess is the model's prediction of an in-process run on this machine's cores
+// (one shared CPU pool, relays in process, the fake apiserver's cost per pod), fed with the
+// shard costs sc measured under the run's conditions, the intake's CPU per pod and the hops.
+func predictInProcess(r inProcessRun, encodeUs float64, hops sim.HopCosts, api sim.FakeAPICost, sc *shardCosts) model.Result {
+	collectors := max(r.Collectors, 1)
+	in := model.Input{Pods: r.Pods, Shards: r.Shards, Workers: 1, Collectors: collectors,
+		Window: max(64, 8*r.Shards*r.D/collectors), Fanout: 10, Scatter: model.ScatterSampled, D: r.D, Batch: r.Batch, Classes: 1,
+		EncodeUs: encodeUs, HopUs: hops.RelayChildUs, EvalUs: sc.Single.EvalCPUUs,
+		BatchFirstUs: sc.Batch.FirstCPUUs, BatchNextUs: sc.Batch.NextCPUUs, ProposalUs: hops.CollectorUs, DecisionUs: hops.CollectorUs,
+		CommitUs: commitCost(sc, r.Batch), ReleaseUs: sc.Batch.ReleaseCPUUs, ApiUs: api.CPUUsPerPod,
+		ApiConcurrency: max(1, int(math.Round(api.Concurrency))), Cores: runtime.NumCPU(), Seed: 1}
+	if r.D >= r.Shards {
+		in.Scatter = model.ScatterAll
+	}
+	return model.Run(in)
 }
 
 // conditionText names a cost measurement's conditions.

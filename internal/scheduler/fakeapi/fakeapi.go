@@ -22,10 +22,19 @@ import (
 // kube-apiserver's: it sets spec.nodeName and refuses a pod that is already assigned
 // (Conflict) or gone (NotFound). Simulator and unit tests run the real framework against it.
 func NewClient(objs ...runtime.Object) *fake.Clientset {
+	cs, _ := NewClientRecordingBinds(objs...)
+	return cs
+}
+
+// NewClientRecordingBinds is NewClient that also records every Binding it took, in order, in
+// the returned ledger: the pods are written (every informer sees the binding) and the ledger
+// gives the order and the placements without a LIST.
+func NewClientRecordingBinds(objs ...runtime.Object) (*fake.Clientset, *BindLedger) {
 	// NewClientset's field-managed tracker builds a REST mapper per write (a quarter of the
 	// simulator's CPU), but NewSimpleClientset's watchers panic when 100 events queue up; the
 	// stage costs the projection uses are per-shard timings that exclude the fake's writes.
 	cs := fake.NewClientset(objs...)
+	l := &BindLedger{nodes: map[string]string{}}
 	onBinding(cs, func(ns string, b *corev1.Binding) error {
 		o, err := cs.Tracker().Get(corev1.SchemeGroupVersion.WithResource("pods"), ns, b.Name)
 		if err != nil {
@@ -39,9 +48,13 @@ func NewClient(objs ...runtime.Object) *fake.Clientset {
 			return alreadyAssigned(b.Name, p.Spec.NodeName)
 		}
 		p.Spec.NodeName = b.Target.Name
-		return cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), p, ns)
+		if err := cs.Tracker().Update(corev1.SchemeGroupVersion.WithResource("pods"), p, ns); err != nil {
+			return err
+		}
+		l.record(ns+"/"+b.Name, b.Target.Name)
+		return nil
 	})
-	return cs
+	return cs, l
 }
 
 // onBinding makes bind answer every pods/binding create on cs (nil: the Binding is taken).
@@ -67,6 +80,26 @@ func alreadyAssigned(pod, node string) error {
 type BindLedger struct {
 	mu    sync.Mutex
 	nodes map[string]string // namespace/name → node
+	order []Bind            // every Binding taken, in the order the apiserver took them
+}
+
+// Bind is one Binding a counting fake client took: the pod (namespace/name) and its node.
+type Bind struct{ Pod, Node string }
+
+// Binds is every Binding taken, in order (a copy): the cluster's state after the first k of
+// them is what a scheduler saw when it placed the k+1st (up to the pods then in flight).
+func (l *BindLedger) Binds() []Bind {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]Bind(nil), l.order...)
+}
+
+// record adds a Binding taken by a writing client (the tracker refused double bindings).
+func (l *BindLedger) record(pod, node string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.nodes[pod] = node
+	l.order = append(l.order, Bind{Pod: pod, Node: node})
 }
 
 // Count is the number of pods bound.
@@ -108,6 +141,7 @@ func NewClientCountingBinds(objs ...runtime.Object) (*fake.Clientset, *BindLedge
 			return alreadyAssigned(b.Name, n)
 		}
 		l.nodes[k] = b.Target.Name
+		l.order = append(l.order, Bind{Pod: k, Node: b.Target.Name})
 		return nil
 	})
 	return cs, l

@@ -6,10 +6,12 @@
 package sim
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"math"
 	"net"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -44,11 +46,35 @@ type Config struct {
 	// while the scheduler is stopped); the clock starts when the scheduler has synced.
 	Precreate bool
 	// CountedBinds: Bindings are recorded, not written (fakeapi.NewClientCountingBinds): the run
-	// measures the scheduler without the fake apiserver's per-bind watch fan-out.
+	// measures the scheduler without the fake apiserver's per-bind watch fan-out. Without it the
+	// pods are written and every informer sees the binding (fakeapi.NewClientRecordingBinds;
+	// client-go's fake watcher panics when 100 events queue up, so only at modest rates).
 	CountedBinds bool
 	// GlobalView: "off" in the scale runs (uniform pods need none, and it holds every node in
 	// every shard); "" keeps Config's default.
 	GlobalView string
+	// Workload: WorkloadUniform ("") or WorkloadMixed (workload.go).
+	Workload   string
+	Collectors int // as Config (0: its default)
+	// Sample: the bound count and the resident set are recorded this often (Result.Timeline; 0: not).
+	Sample time.Duration
+	// RoleCPU: the run's CPU is split by role from a CPU profile of the run (rolecpu.go).
+	RoleCPU bool
+	// RankSample: after the run, this many pods (spread evenly over the order of the Bindings)
+	// are ranked by kube-scheduler's own scoring over every node, in the state of the pods bound
+	// before them (rank.go). 0: not.
+	RankSample int
+	Progress   *bench.Progress `json:"-"` // setup and run phases (nil: quiet)
+	// HeapProfile: write the heap profile (live objects after a GC) here when the last pod is
+	// bound, before anything is released: what the run's memory is made of.
+	HeapProfile string `json:"heap_profile,omitempty"`
+}
+
+// Sample is one point of a run's timeline.
+type Sample struct {
+	Seconds  float64 `json:"seconds"` // since the clock started
+	Bound    int64   `json:"bound"`
+	RSSBytes uint64  `json:"rss_bytes"`
 }
 
 // Result is what one simulated run measured.
@@ -74,6 +100,20 @@ type Result struct {
 	ParallelConflicts int64   `json:"parallel_conflicts"`
 	MaxPerNode        int     `json:"max_pods_per_node"`
 	StddevPerNode     float64 `json:"stddev_pods_per_node"`
+	// SetupSeconds: objects created in the fake apiserver, every role started and synced (before the clock).
+	SetupSeconds float64 `json:"setup_seconds"`
+	// RoleCPU: CPUSeconds split by role in the proportions of the run's CPU profile (RoleCPU);
+	// RoleCPUSampled is what the profile itself sampled, for its coverage of CPUSeconds.
+	RoleCPU        map[string]float64 `json:"role_cpu_seconds,omitempty"`
+	RoleCPUSampled float64            `json:"role_cpu_sampled_seconds,omitempty"`
+	// PeakRSSBytes: the process's peak resident set when the last pod was bound (setup included).
+	PeakRSSBytes uint64   `json:"peak_rss_bytes"`
+	Timeline     []Sample `json:"timeline,omitempty"`
+	// Overcommitted: nodes whose bound pods request more CPU, memory or pods than they have (must be 0).
+	Overcommitted int `json:"overcommitted_nodes"`
+	// SpreadMaxSkew: the largest zone skew of a topology-spread group (mixed workload; maxSkew is 1).
+	SpreadMaxSkew int          `json:"spread_max_skew,omitempty"`
+	Rank          *RankSummary `json:"rank,omitempty"`
 }
 
 // Simulate runs P pods over N fake nodes with S shards in this process and times every stage.
@@ -82,23 +122,36 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	if sc.Timeout <= 0 {
 		sc.Timeout = 10 * time.Minute
 	}
-	objs := fakeapi.Nodes("sim-node", sc.Nodes, 8000, 32<<10) // KWOK nodes of `up`
-	if sc.Precreate {
-		for i := range sc.Pods {
-			objs = append(objs, runPod(i))
-		}
+	if err := checkWorkload(sc.Workload); err != nil {
+		return nil, err
 	}
-	cs, ledger := fakeClientFor(sc.CountedBinds, objs...)
+	setup := time.Now()
+	precreated := 0
+	if sc.Precreate {
+		precreated = sc.Pods
+	}
+	sc.Progress.Phase(fmt.Sprintf("creating %d nodes and %d pods (%s) in the in-process apiserver", sc.Nodes, precreated, cmp.Or(sc.Workload, WorkloadUniform)))
+	objs := workloadObjects(sc.Workload, sc.Nodes, precreated) // KWOK nodes of `up`
+	// Either way the Bindings are recorded in order (placement checks, ranking); with
+	// CountedBinds they are not written.
+	newClient := fakeapi.NewClientRecordingBinds
+	if sc.CountedBinds {
+		newClient = fakeapi.NewClientCountingBinds
+	}
+	cs, ledger := newClient(objs...)
 	objs = nil
+	parent := ctx
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	sc.Progress.Phase(fmt.Sprintf("starting %d shards, relays and %d collector(s); informers syncing", sc.Shards, max(sc.Collectors, 1)))
 	sys, err := scheduler.StartAll(ctx, scheduler.Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
 		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind,
-		Scatter: sc.Scatter, Batch: sc.Batch, ParallelPods: sc.ParallelPods, GlobalView: sc.GlobalView,
+		Scatter: sc.Scatter, Batch: sc.Batch, ParallelPods: sc.ParallelPods, GlobalView: sc.GlobalView, Collectors: sc.Collectors,
 		NoEvents: true}) // events are apiserver writes, which the simulator does not model
 	if err != nil {
 		return nil, err
 	}
+	setupSeconds := time.Since(setup).Seconds()
 	// Bound pods, as the collectors count them (a watch on the fake clientset cannot keep up
 	// with 100K binds).
 	bound := &atomic.Int64{}
@@ -112,30 +165,92 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 			time.Sleep(2 * time.Millisecond)
 		}
 	}()
+	var prof *RoleProfile
+	if sc.RoleCPU {
+		if prof, err = StartRoleProfile(); err != nil {
+			return nil, fmt.Errorf("simulation: role CPU: %w", err)
+		}
+		defer func() {
+			if prof != nil {
+				_, _ = prof.Stop()
+			}
+		}()
+	}
 	cpu0 := metrics.CPUSeconds()
 	began := time.Now()
+	var timeline []Sample
+	var tlMu sync.Mutex
+	if sc.Sample > 0 {
+		go func() {
+			t := time.NewTicker(sc.Sample)
+			defer t.Stop()
+			for {
+				select {
+				case <-ctx.Done():
+					return
+				case <-t.C:
+					rss, _ := memStatus()
+					tlMu.Lock()
+					timeline = append(timeline, Sample{Seconds: time.Since(began).Seconds(), Bound: bound.Load(), RSSBytes: rss})
+					tlMu.Unlock()
+				}
+			}
+		}()
+	}
 	if !sc.Precreate {
 		go func() {
 			for i := range sc.Pods {
-				if _, err := cs.CoreV1().Pods("sim").Create(ctx, runPod(i), metav1.CreateOptions{}); err != nil {
+				if _, err := cs.CoreV1().Pods("sim").Create(ctx, workloadPod(sc.Workload, i), metav1.CreateOptions{}); err != nil {
 					return
 				}
 			}
 		}()
 	}
+	sc.Progress.Start(fmt.Sprintf("binding %d pods", sc.Pods), int64(sc.Pods), 0, bound.Load)
 	deadline := time.After(sc.Timeout)
 	for bound.Load() < int64(sc.Pods) {
 		select {
 		case <-deadline:
+			sc.Progress.Done()
 			return nil, fmt.Errorf("simulation: %d of %d pods bound after %s", bound.Load(), sc.Pods, sc.Timeout)
 		case <-ctx.Done():
+			sc.Progress.Done()
 			return nil, ctx.Err()
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
 	el := time.Since(began)
+	cpuRun := metrics.CPUSeconds() - cpu0
+	sc.Progress.Done()
+	_, peak := memStatus()
+	if sc.HeapProfile != "" {
+		if err := writeHeapProfile(sc.HeapProfile); err != nil {
+			return nil, err
+		}
+	}
 	r := &Result{Config: sc, Seconds: el.Seconds(), Bound: int(bound.Load()), PodsPerSec: float64(bound.Load()) / el.Seconds(),
-		CPUSeconds: metrics.CPUSeconds() - cpu0, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{}}
+		CPUSeconds: cpuRun, Stages: map[string]bench.Latency{}, Collector: map[string]bench.Latency{},
+		SetupSeconds: setupSeconds, PeakRSSBytes: peak}
+	if prof != nil {
+		roles, err := prof.Stop()
+		prof = nil
+		if err != nil {
+			return nil, err
+		}
+		for _, v := range roles {
+			r.RoleCPUSampled += v
+		}
+		if r.RoleCPUSampled > 0 { // else too short a run for a sample: missing, not zero
+			r.RoleCPU = map[string]float64{}
+			for _, role := range Roles {
+				r.RoleCPU[role] = roles[role] / r.RoleCPUSampled * cpuRun
+			}
+		}
+	}
+	tlMu.Lock()
+	r.Timeline = append(timeline, Sample{Seconds: el.Seconds(), Bound: bound.Load()})
+	r.Timeline[len(r.Timeline)-1].RSSBytes, _ = memStatus()
+	tlMu.Unlock()
 	var per map[string]int
 	if ledger != nil {
 		per = ledger.PerNode()
@@ -147,6 +262,9 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 		for _, p := range pl.Items {
 			per[p.Spec.NodeName]++
 		}
+	}
+	if ledger != nil {
+		r.Overcommitted, r.SpreadMaxSkew = checkPlacements(sc.Workload, sc.Nodes, ledger.Binds())
 	}
 	if per != nil {
 		mean := float64(sc.Pods) / float64(sc.Nodes)
@@ -181,6 +299,15 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	}
 	r.Collector["gather"] = metrics.For("collector/0").Hist("gather")
 	r.Collector["schedule"] = metrics.For("intake/0").Hist("schedule")
+	if sc.RankSample > 0 {
+		// The scheduler is done: stop it and let its memory go before the ranker builds its own.
+		cancel()
+		binds := ledger.Binds()
+		sys, cs, ledger = nil, nil, nil
+		if r.Rank, err = rankPlacements(parent, sc, binds); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
 }
 
