@@ -105,18 +105,7 @@ func TestReplicatedGroupFsyncSurvivesLosingEveryMember(t *testing.T) {
 		if r.Header.Revision < maxRev.Load() {
 			t.Errorf("m%d: revision %d after the restart, below the acknowledged %d", i, r.Header.Revision, maxRev.Load())
 		}
-		have := map[string]bool{}
-		for _, kv := range r.Kvs {
-			have[string(kv.Key)] = true
-		}
-		lost := 0
-		acked.Range(func(k, _ any) bool {
-			if !have[k.(string)] {
-				lost++
-			}
-			return true
-		})
-		if lost > 0 {
+		if lost := countLost(r, &acked); lost > 0 {
 			t.Errorf("m%d: %d of %d acknowledged writes lost", i, lost, n.Load())
 		}
 		lk, err := clis[i].Get(ctxT(t), "lease/key", clientv3.WithSerializable())

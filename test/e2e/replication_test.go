@@ -360,21 +360,26 @@ func TestReplicatedGroupLosesNoAcknowledgedWrite(t *testing.T) {
 	for i := range g.Members {
 		r, err := clis[i].Get(ctxT(t), "k/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		must(t, "get", err)
-		have := map[string]bool{}
-		for _, kv := range r.Kvs {
-			have[string(kv.Key)] = true
-		}
-		lost := 0
-		acked.Range(func(k, _ any) bool {
-			if !have[k.(string)] {
-				lost++
-			}
-			return true
-		})
-		if lost > 0 {
+		if lost := countLost(r, &acked); lost > 0 {
 			t.Errorf("m%d: %d of %d acknowledged writes lost", i, lost, n.Load())
 		}
 	}
+}
+
+// countLost counts the acknowledged keys (acked's keys) a Range answer lacks.
+func countLost(r *clientv3.GetResponse, acked *sync.Map) int {
+	have := map[string]bool{}
+	for _, kv := range r.Kvs {
+		have[string(kv.Key)] = true
+	}
+	lost := 0
+	acked.Range(func(k, _ any) bool {
+		if !have[k.(string)] {
+			lost++
+		}
+		return true
+	})
+	return lost
 }
 
 // TestReplicatedGroupRefusesStrangers: a peer connection naming another cluster
