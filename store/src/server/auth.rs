@@ -16,7 +16,7 @@ use tonic::codegen::{http, BoxFuture, StdError};
 use tonic::{Request, Response, Status};
 
 use super::routes::{self, HttpResponse};
-use super::Ctx;
+use super::{Ctx, HeaderOnly};
 use crate::auth::ops::AuthOp;
 use crate::auth::perm::Perm;
 use crate::auth::{AuthError, AuthInfo, Password};
@@ -43,12 +43,6 @@ pub struct UserAddOptions {
 
 #[derive(Clone, PartialEq, Message)]
 pub struct Empty {}
-
-#[derive(Clone, PartialEq, Message)]
-pub struct HeaderOnly {
-    #[prost(message, optional, tag = "1")]
-    pub header: Option<PbResponseHeader>,
-}
 
 #[derive(Clone, PartialEq, Message)]
 pub struct AuthStatusResponse {

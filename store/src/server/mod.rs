@@ -80,6 +80,15 @@ pub fn routes(ctx: &Arc<Ctx>, limit: usize) -> tonic::service::Routes {
     routes
 }
 
+/// An answer that holds only its header: etcd's many `...Response { header }`
+/// messages (auth changes), and how a forwarded write's answer is read for its
+/// revision (field 1 of every etcd response).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct HeaderOnly {
+    #[prost(message, optional, tag = "1")]
+    pub header: Option<PbResponseHeader>,
+}
+
 /// What a TLS connection's client proved: the common name of its verified
 /// certificate (etcd's user under --client-cert-auth). In the extensions of
 /// every request the connection carries, whichever path serves it.

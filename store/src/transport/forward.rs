@@ -234,7 +234,7 @@ pub async fn call(s: Services, method: Method, msg: Bytes, meta: Meta) -> Result
 /// it applied it: a read here after the answer sees the write. The leader
 /// tells the commit at once while forwarded calls run (`Replica::forwarded_call`).
 async fn applied_here(s: &Services, body: &[u8]) {
-    let Ok(h) = <crate::server::auth::HeaderOnly as prost::Message>::decode(body) else { return };
+    let Ok(h) = <crate::server::HeaderOnly as prost::Message>::decode(body) else { return };
     let Some(rev) = h.header.map(|h| h.revision) else { return };
     let _ = tokio::time::timeout(APPLY_WAIT, s.ctx.store.wait_visible(rev)).await;
 }
