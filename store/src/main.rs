@@ -301,6 +301,11 @@ fn start_replica(
                     eprintln!("meganode-store: exiting: {why}; its data dir must not be used again");
                     std::process::exit(1);
                 }
+                // A restart would fail the same way: the disk needs an operator (etcd exits too).
+                if why.contains(meganode_store::replication::disk_log::DISK_FAILED) {
+                    eprintln!("meganode-store: exiting: {why}; free or replace the disk and restart it (the others go on without it)");
+                    std::process::exit(1);
+                }
                 // Its state left the group's (a deposed leader's writes the group
                 // did not commit): start again as this member, which rejoins empty
                 // and takes the leader's snapshot — what a supervisor's restart

@@ -30,6 +30,10 @@ use raft::prelude::{Entry, HardState, SnapshotMetadata};
 
 use super::entry;
 
+/// How a member's stop for a failed write of its disk log begins: it exits
+/// rather than restart in place (main.rs), which would fail the same way.
+pub const DISK_FAILED: &str = "its raft log on disk failed";
+
 const REC_ENTRY: u8 = 1;
 const REC_HARD_STATE: u8 = 2;
 const SNAP_MAGIC: &[u8; 8] = b"MGNRSNP1";
@@ -548,6 +552,17 @@ mod tests {
         drop(log);
         let err = DiskLog::open(cfg(&d)).err().unwrap();
         assert!(err.contains("gap"), "{err}");
+        let _ = fs::remove_dir_all(&d);
+    }
+
+    #[test]
+    fn a_failed_write_is_an_error_not_an_acknowledgement() {
+        let d = dir("full");
+        let (mut log, _) = DiskLog::open(cfg(&d)).unwrap();
+        // A disk that takes no more bytes (writes to /dev/full fail with ENOSPC).
+        log.file = OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let err = log.append(&[ent(1, 1, 1, b"/a")], None).unwrap_err();
+        assert!(err.contains("raft log write"), "{err}");
         let _ = fs::remove_dir_all(&d);
     }
 

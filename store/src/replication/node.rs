@@ -1082,7 +1082,7 @@ impl Driver {
         // On disk before raft counts them as this member's (its own vote as
         // leader, its acknowledgement as follower).
         if let Some(d) = &mut self.disk {
-            d.append(rd.entries(), rd.hs())?;
+            d.append(rd.entries(), rd.hs()).map_err(|e| format!("{}: {e}", disk_log::DISK_FAILED))?;
         }
         if !rd.persisted_messages().is_empty() {
             self.send(rd.take_persisted_messages());
@@ -1170,12 +1170,12 @@ impl Driver {
         // goes on from it (the entries on disk before it no longer follow).
         if let Some(d) = &mut self.disk {
             let t0 = Instant::now();
-            d.snapshot_started(index + 1)?;
+            d.snapshot_started(index + 1).map_err(|e| format!("{}: {e}", disk_log::DISK_FAILED))?;
             let auth = self.auth.as_ref().map(|a| a.snapshot());
             let store = &self.store;
             let saved = disk_log::save_snapshot(d.dir(), snap.get_metadata(), &snap.data, |f| crate::snapshot::write_stream_with(store, f, auth.as_deref()));
             d.snapshot_done(saved.as_ref().ok().map(|_| index));
-            saved.map_err(|e| format!("saving the snapshot to the raft log's directory: {e}"))?;
+            saved.map_err(|e| format!("{}: saving the snapshot: {e}", disk_log::DISK_FAILED))?;
             eprintln!("meganode-store: member {:x} saved the snapshot at raft index {index} to disk in {} ms", self.node.raft.id, t0.elapsed().as_millis());
         }
         Ok(())
@@ -1316,7 +1316,7 @@ impl Driver {
         meta.index = r.raft_log.applied;
         meta.term = r.raft_log.term(meta.index).map_err(|e| format!("raft log term at {}: {e}", meta.index))?;
         meta.set_conf_state(r.prs().conf().to_conf_state());
-        d.snapshot_started(r.raft_log.last_index() + 1)?;
+        d.snapshot_started(r.raft_log.last_index() + 1).map_err(|e| format!("{}: {e}", disk_log::DISK_FAILED))?;
         let members = self.node.raft.raft_log.store.snapshot_data.lock().clone();
         let (dir, store, auth, slot, id) = (d.dir().to_path_buf(), self.store.clone(), self.auth.clone(), self.disk_saved.clone(), self.node.raft.id);
         std::thread::Builder::new()
