@@ -352,7 +352,14 @@ impl DiskLog {
 
 /// Saves a snapshot: the raft head, then the store's state from `write`
 /// (which writes the stream and returns its revision). Returns the revision.
-pub fn save_snapshot(dir: &Path, metadata: &SnapshotMetadata, members: &[u8], write: impl FnOnce(&mut File) -> std::io::Result<(i64, u64)>) -> Result<i64, String> {
+/// The file is handed to the disk as it grows (`wal::WrittenOut`), so its final
+/// fsync does not hold the raft log's fdatasyncs behind hundreds of MiB.
+pub fn save_snapshot(
+    dir: &Path,
+    metadata: &SnapshotMetadata,
+    members: &[u8],
+    write: impl FnOnce(&mut crate::wal::WrittenOut) -> std::io::Result<(i64, u64)>,
+) -> Result<i64, String> {
     let path = dir.join(format!("{:016x}.snap", metadata.index));
     let tmp = dir.join(format!("{:016x}.snap.tmp", metadata.index));
     let run = || -> std::io::Result<i64> {
@@ -364,7 +371,7 @@ pub fn save_snapshot(dir: &Path, metadata: &SnapshotMetadata, members: &[u8], wr
         head.extend_from_slice(&(members.len() as u32).to_le_bytes());
         head.extend_from_slice(members);
         f.write_all(&head)?;
-        let (rev, _) = write(&mut f)?;
+        let (rev, _) = write(&mut crate::wal::WrittenOut::new(&f, head.len() as u64))?;
         f.sync_all()?;
         fs::rename(&tmp, &path)?;
         Ok(rev)

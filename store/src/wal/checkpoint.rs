@@ -262,6 +262,37 @@ struct WriteOut {
     started: u64, // handed to the disk up to here
 }
 
+/// A file written out in WRITE_OUT_BYTES steps as it is written (WriteOut):
+/// a replicated member's snapshot on disk (replication/disk_log.rs), whose
+/// final fsync would otherwise queue its raft log's fdatasyncs behind it.
+pub struct WrittenOut<'a> {
+    file: &'a File,
+    out: WriteOut,
+    size: u64,
+}
+
+impl<'a> WrittenOut<'a> {
+    /// `size`: the bytes already in the file.
+    pub fn new(file: &'a File, size: u64) -> Self {
+        WrittenOut { file, out: WriteOut { waited: size, started: size }, size }
+    }
+}
+
+impl std::io::Write for WrittenOut<'_> {
+    fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+        let n = (&mut &*self.file).write(b)?;
+        self.size += n as u64;
+        if self.size - self.out.started >= WRITE_OUT_BYTES {
+            self.out.step(self.file, self.size);
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 impl WriteOut {
     fn step(&mut self, f: &File, size: u64) {
         use std::os::unix::io::AsRawFd;

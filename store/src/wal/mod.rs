@@ -14,6 +14,7 @@
 //! delays in tests), `checkpoint` (per-prefix checkpoints), `recovery`
 //! (opening a data directory and replaying it), `metrics`.
 mod checkpoint;
+pub use checkpoint::WrittenOut;
 pub mod fault;
 mod gather;
 pub mod health;
