@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"runtime/debug"
 	"sort"
 	"strings"
 	"time"
@@ -131,6 +132,29 @@ func (f *millionFlags) validate() error {
 	return err
 }
 
+// goMemorySettings sets the Go runtime's soft memory limit to the run's RSS limit (--max-rss)
+// unless GOMEMLIMIT is set, and returns GOGC and the limit in force (a limit of math.MaxInt64
+// is none). The limit changes when the collector runs, never what the scheduler does: near it
+// the heap is collected more often (more GC CPU, charged to the gc role) instead of growing
+// into the headroom GOGC would give it.
+func goMemorySettings(limit uint64) (gcPercent int, memLimit int64) {
+	if os.Getenv("GOMEMLIMIT") == "" && limit > 0 {
+		debug.SetMemoryLimit(int64(limit))
+	}
+	gcPercent = debug.SetGCPercent(-1)
+	debug.SetGCPercent(gcPercent)
+	return gcPercent, debug.SetMemoryLimit(-1)
+}
+
+// goMemoryText is the GC settings as printed.
+func goMemoryText(gcPercent int, memLimit int64) string {
+	l := "none"
+	if memLimit > 0 && memLimit < 1<<62 {
+		l = gib(uint64(memLimit))
+	}
+	return fmt.Sprintf("Go GC: GOGC %d, soft memory limit %s (GOMEMLIMIT, from --max-rss unless set)", gcPercent, l)
+}
+
 // rssLimit is --max-rss in bytes (0: no check).
 func (f *millionFlags) rssLimit() (uint64, error) {
 	if f.maxRSS == "auto" {
@@ -164,21 +188,26 @@ func memAvailable() uint64 {
 
 // millionReport is the JSON report. Figures not measured are null (and printed as missing).
 type millionReport struct {
-	Command        []string           `json:"command"`
-	Workload       string             `json:"workload"`
-	RequestedNodes int                `json:"requested_nodes"`
-	RequestedPods  int                `json:"requested_pods"`
-	Fit            *millionFit        `json:"fit"`
-	Nodes          int                `json:"nodes"`
-	Pods           int                `json:"pods"`
-	Bound          int                `json:"bound"`
-	WallSeconds    float64            `json:"wall_seconds"`
-	SetupSeconds   float64            `json:"setup_seconds"`
-	PodsPerSec     float64            `json:"pods_per_sec"`
-	CPUSeconds     map[string]float64 `json:"cpu_seconds"` // per role and "total"
-	CPUProfiled    float64            `json:"cpu_profiled_seconds"`
-	PeakRSSBytes   uint64             `json:"peak_rss_bytes"`
-	Cores          int                `json:"cores"`
+	Command        []string    `json:"command"`
+	Workload       string      `json:"workload"`
+	RequestedNodes int         `json:"requested_nodes"`
+	RequestedPods  int         `json:"requested_pods"`
+	Fit            *millionFit `json:"fit"`
+	// The Go runtime's garbage collector settings of the run: GOGC (percent; the environment's
+	// or 100) and the soft memory limit (GOMEMLIMIT: the environment's, else --max-rss), under
+	// which the collector runs more often instead of letting the heap grow past it.
+	GoGCPercent     int                `json:"go_gc_percent"`
+	GoMemLimitBytes int64              `json:"go_memory_limit_bytes"`
+	Nodes           int                `json:"nodes"`
+	Pods            int                `json:"pods"`
+	Bound           int                `json:"bound"`
+	WallSeconds     float64            `json:"wall_seconds"`
+	SetupSeconds    float64            `json:"setup_seconds"`
+	PodsPerSec      float64            `json:"pods_per_sec"`
+	CPUSeconds      map[string]float64 `json:"cpu_seconds"` // per role and "total"
+	CPUProfiled     float64            `json:"cpu_profiled_seconds"`
+	PeakRSSBytes    uint64             `json:"peak_rss_bytes"`
+	Cores           int                `json:"cores"`
 	// Placement.
 	StddevPerNode float64 `json:"stddev_pods_per_node"`
 	MaxPerNode    int     `json:"max_pods_per_node"`
@@ -261,6 +290,7 @@ func runSchedulerMillion(ctx context.Context, cmd *cobra.Command, f *millionFlag
 		}
 	}
 	rep := &millionReport{Command: os.Args, Workload: f.workload, RequestedNodes: f.nodes, RequestedPods: f.pods, Cores: runtime.NumCPU()}
+	rep.GoGCPercent, rep.GoMemLimitBytes = goMemorySettings(limit)
 	nodes, pods := f.nodes, f.pods
 	if f.predictOnly {
 		if f.workload == sim.WorkloadMixed {
@@ -335,6 +365,7 @@ func runSchedulerMillion(ctx context.Context, cmd *cobra.Command, f *millionFlag
 	rep.Config = cfg
 	fmt.Fprintf(w, "== run: %d nodes, %d pods (%s, created ahead), %d shards, d=%d, batch %d, %d collector(s), fanout 10, %d cores\n",
 		nodes, pods, f.workload, f.shards, f.scatter, f.batch, f.collectors, runtime.NumCPU())
+	fmt.Fprintf(w, "  %s\n", goMemoryText(rep.GoGCPercent, rep.GoMemLimitBytes))
 	r, err := sim.Simulate(ctx, cfg)
 	if err != nil {
 		if ctx.Err() != nil {

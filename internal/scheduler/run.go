@@ -170,6 +170,8 @@ type System struct {
 	Intakes    []*intake.Intake
 	Root       wire.FrameSink
 	Relays     int
+	// Informers is the factory every role of the system shares (synced when StartAll returns).
+	Informers informers.SharedInformerFactory
 
 	liveMu sync.RWMutex
 	live   []int
@@ -287,6 +289,7 @@ func StartAll(ctx context.Context, cfg Config) (*System, error) {
 		sys.Intakes = append(sys.Intakes, in)
 	}
 	factory.Start(ctx.Done())
+	sys.Informers = factory
 	for _, sh := range sys.Shards {
 		go func() { _ = sh.Run(ctx) }()
 	}

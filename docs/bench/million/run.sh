@@ -5,7 +5,7 @@
 # (this 2-core machine is shared) and writes its raw output (.txt), JSON and chart (.png) here.
 # `make million` runs the same command with sizes as variables.
 #
-#   docs/bench/million/run.sh [uniform-100k|uniform-1m|mixed-100k|mixed-20k|predict-1m|heap-50k|mixed-1m|all]
+#   docs/bench/million/run.sh [uniform-100k|uniform-1m|mixed-100k|mixed-20k|predict-1m|heap-50k|uniform-100k-lean|predict-100k-lean|heap-50k-lean|mixed-1m|all]
 #
 # mixed-100k and mixed-1m are not in `all`: its constrained pods cost every shard a pass over every node (global
 # view), ~17 node visits per node of the cluster per pod with 16 shards, so 50K of them at 1M
@@ -30,6 +30,12 @@ case $step in
   predict-1m|all)   run predict-1m --nodes 1000000 --pods 1000000 --workload uniform --predict-only ;;&
   # What the memory is made of: live objects when the last pod is bound (go tool pprof -top, heap-50k.txt).
   heap-50k)         run heap-50k --nodes 50000 --pods 50000 --calibrate 0 --predict=false --heapprofile /tmp/heap-50k.pprof ;;&
+  # After the memory cuts (README "Memory per node and pod, cut"): the same 100K uniform run and the
+  # same 50K heap profile, written beside the ones before (uniform-100k.*, heap-50k.txt).
+  uniform-100k-lean) run uniform-100k-lean --nodes 100000 --pods 100000 --workload uniform --rank-sample 200 ;;&
+  predict-100k-lean) run predict-100k-lean --nodes 100000 --pods 100000 --workload uniform --predict-only ;;&
+  heap-50k-lean)    run heap-50k-lean --nodes 50000 --pods 50000 --workload uniform --calibrate 0 --predict=false --heapprofile /tmp/heap-50k-lean.pprof
+                    go tool pprof -sample_index=inuse_space -top -nodecount=25 "$mn" /tmp/heap-50k-lean.pprof >> "$out/heap-50k-lean.txt" ;;&
   mixed-1m)         run mixed-1m --nodes 1000000 --pods 1000000 --workload mixed --shards 4 --rank-sample 100 ;;
   *) ;;
 esac

@@ -116,13 +116,36 @@ func podIndex(key string) int {
 }
 
 // workloadObjects are the run's nodes, and its pods when precreated, as objects for the fake.
+//
+// Uniform nodes and pods differ only in their names (and a node's hostname label): every node's
+// capacity, allocatable and conditions, and every pod's labels, owner and container are one copy
+// shared by all of them (equal values, as the informers and the scheduler only read them; a
+// million-node run would otherwise hold a million equal maps of each).
 func workloadObjects(workload string, nodes, pods int) []runtime.Object {
 	objs := make([]runtime.Object, 0, nodes+pods)
+	var n0 *corev1.Node
 	for i := range nodes {
-		objs = append(objs, workloadNode(workload, i))
+		n := workloadNode(workload, i)
+		if workload != WorkloadMixed {
+			if n0 == nil {
+				n0 = n
+			} else {
+				n.Status.Capacity, n.Status.Allocatable, n.Status.Conditions = n0.Status.Capacity, n0.Status.Allocatable, n0.Status.Conditions
+			}
+		}
+		objs = append(objs, n)
 	}
+	var p0 *corev1.Pod
 	for i := range pods {
-		objs = append(objs, workloadPod(workload, i))
+		p := workloadPod(workload, i)
+		if workload != WorkloadMixed {
+			if p0 == nil {
+				p0 = p
+			} else {
+				p.Labels, p.OwnerReferences, p.Spec.Containers = p0.Labels, p0.OwnerReferences, p0.Spec.Containers
+			}
+		}
+		objs = append(objs, p)
 	}
 	return objs
 }
