@@ -1,11 +1,9 @@
 package e2e
 
 import (
-	"context"
 	"fmt"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -30,44 +28,13 @@ func TestReplicatedGroupFsyncSurvivesLosingEveryMember(t *testing.T) {
 	_, err = all.Put(ctxT(t), "lease/key", "held", clientv3.WithLease(lease.ID))
 	must(t, "put with lease", err)
 
-	var acked sync.Map
-	var n atomic.Int64
-	var maxRev atomic.Int64
-	write := func(stop chan struct{}, wg *sync.WaitGroup, round string) {
-		for w := 0; w < 4; w++ {
-			wg.Add(1)
-			go func(w int) {
-				defer wg.Done()
-				for i := 0; ; i++ {
-					select {
-					case <-stop:
-						return
-					default:
-					}
-					key := fmt.Sprintf("k/%s/w%d/%06d", round, w, i)
-					ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-					r, err := all.Put(ctx, key, "v")
-					cancel()
-					if err == nil {
-						acked.Store(key, true)
-						n.Add(1)
-						for {
-							m := maxRev.Load()
-							if r.Header.Revision <= m || maxRev.CompareAndSwap(m, r.Header.Revision) {
-								break
-							}
-						}
-					}
-				}
-			}(w)
-		}
-	}
+	var acked ackedWrites
 
 	// One follower killed and restarted under load.
 	l := groupLeader(t, g, clis, -1)
 	f := (l + 1) % 3
 	stop, wg := make(chan struct{}), &sync.WaitGroup{}
-	write(stop, wg, "a")
+	acked.write(all, 4, "a/", 2*time.Second, stop, wg)
 	time.Sleep(1500 * time.Millisecond)
 	must(t, "kill follower", g.Members[f].Kill())
 	time.Sleep(time.Second)
@@ -86,9 +53,9 @@ func TestReplicatedGroupFsyncSurvivesLosingEveryMember(t *testing.T) {
 	}
 	close(stop)
 	wg.Wait()
-	t.Logf("%d writes acknowledged before every member was killed, the last at revision %d", n.Load(), maxRev.Load())
-	if n.Load() < 100 {
-		t.Fatalf("only %d writes acknowledged: the test did not load the group", n.Load())
+	t.Logf("%d writes acknowledged before every member was killed, the last at revision %d", acked.n.Load(), acked.maxRev.Load())
+	if acked.n.Load() < 100 {
+		t.Fatalf("only %d writes acknowledged: the test did not load the group", acked.n.Load())
 	}
 	for i, m := range g.Members {
 		must(t, fmt.Sprintf("restart m%d", i), m.Restart())
@@ -102,11 +69,11 @@ func TestReplicatedGroupFsyncSurvivesLosingEveryMember(t *testing.T) {
 		}
 		r, err := clis[i].Get(ctxT(t), "k/", clientv3.WithPrefix(), clientv3.WithKeysOnly(), clientv3.WithSerializable())
 		must(t, "get", err)
-		if r.Header.Revision < maxRev.Load() {
-			t.Errorf("m%d: revision %d after the restart, below the acknowledged %d", i, r.Header.Revision, maxRev.Load())
+		if r.Header.Revision < acked.maxRev.Load() {
+			t.Errorf("m%d: revision %d after the restart, below the acknowledged %d", i, r.Header.Revision, acked.maxRev.Load())
 		}
-		if lost := countLost(r, &acked); lost > 0 {
-			t.Errorf("m%d: %d of %d acknowledged writes lost", i, lost, n.Load())
+		if lost := acked.lost(r); lost > 0 {
+			t.Errorf("m%d: %d of %d acknowledged writes lost", i, lost, acked.n.Load())
 		}
 		lk, err := clis[i].Get(ctxT(t), "lease/key", clientv3.WithSerializable())
 		must(t, "get lease key", err)

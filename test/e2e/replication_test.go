@@ -304,31 +304,10 @@ func TestReplicatedGroup(t *testing.T) {
 func TestReplicatedGroupLosesNoAcknowledgedWrite(t *testing.T) {
 	g, clis := startGroup(t)
 	all := groupClient(t, g.Endpoints()...)
-	var acked sync.Map
-	var n atomic.Int64
+	var acked ackedWrites
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
-		wg.Add(1)
-		go func(w int) {
-			defer wg.Done()
-			for i := 0; ; i++ {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-				key := fmt.Sprintf("k/w%d/%06d", w, i)
-				ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-				_, err := all.Put(ctx, key, "v")
-				cancel()
-				if err == nil {
-					acked.Store(key, true)
-					n.Add(1)
-				}
-			}
-		}(w)
-	}
+	acked.write(all, 8, "", 3*time.Second, stop, &wg)
 	var resumed []time.Duration
 	for kill := 0; kill < 3; kill++ {
 		time.Sleep(1500 * time.Millisecond)
@@ -339,11 +318,10 @@ func TestReplicatedGroupLosesNoAcknowledgedWrite(t *testing.T) {
 		for i := 0; time.Since(start) < 15*time.Second; i++ {
 			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
 			key := fmt.Sprintf("k/probe%d/%d", kill, i)
-			_, err := all.Put(ctx, key, "v")
+			r, err := all.Put(ctx, key, "v")
 			cancel()
 			if err == nil {
-				acked.Store(key, true)
-				n.Add(1)
+				acked.ack(key, r.Header.Revision)
 				break
 			}
 		}
@@ -355,25 +333,65 @@ func TestReplicatedGroupLosesNoAcknowledgedWrite(t *testing.T) {
 	time.Sleep(time.Second)
 	close(stop)
 	wg.Wait()
-	t.Logf("%d writes acknowledged; writes resumed %v after each leader kill", n.Load(), resumed)
+	t.Logf("%d writes acknowledged; writes resumed %v after each leader kill", acked.n.Load(), resumed)
 	waitSameHash(t, g, clis)
 	for i := range g.Members {
 		r, err := clis[i].Get(ctxT(t), "k/", clientv3.WithPrefix(), clientv3.WithKeysOnly())
 		must(t, "get", err)
-		if lost := countLost(r, &acked); lost > 0 {
-			t.Errorf("m%d: %d of %d acknowledged writes lost", i, lost, n.Load())
+		if lost := acked.lost(r); lost > 0 {
+			t.Errorf("m%d: %d of %d acknowledged writes lost", i, lost, acked.n.Load())
 		}
 	}
 }
 
-// countLost counts the acknowledged keys (acked's keys) a Range answer lacks.
-func countLost(r *clientv3.GetResponse, acked *sync.Map) int {
+// ackedWrites are the writes a group acknowledged to the tests' writers: the
+// keys, how many, the highest revision answered.
+type ackedWrites struct {
+	keys   sync.Map
+	n      atomic.Int64
+	maxRev atomic.Int64
+}
+
+func (a *ackedWrites) ack(key string, rev int64) {
+	a.keys.Store(key, true)
+	a.n.Add(1)
+	for m := a.maxRev.Load(); rev > m && !a.maxRev.CompareAndSwap(m, rev); m = a.maxRev.Load() {
+	}
+}
+
+// write starts `writers` goroutines putting k/<prefix>w<i>/<n> through cli,
+// each put given `timeout`, until stop closes.
+func (a *ackedWrites) write(cli *clientv3.Client, writers int, prefix string, timeout time.Duration, stop chan struct{}, wg *sync.WaitGroup) {
+	for w := 0; w < writers; w++ {
+		wg.Add(1)
+		go func(w int) {
+			defer wg.Done()
+			for i := 0; ; i++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				key := fmt.Sprintf("k/%sw%d/%06d", prefix, w, i)
+				ctx, cancel := context.WithTimeout(context.Background(), timeout)
+				r, err := cli.Put(ctx, key, "v")
+				cancel()
+				if err == nil {
+					a.ack(key, r.Header.Revision)
+				}
+			}
+		}(w)
+	}
+}
+
+// lost counts the acknowledged keys a Range answer lacks.
+func (a *ackedWrites) lost(r *clientv3.GetResponse) int {
 	have := map[string]bool{}
 	for _, kv := range r.Kvs {
 		have[string(kv.Key)] = true
 	}
 	lost := 0
-	acked.Range(func(k, _ any) bool {
+	a.keys.Range(func(k, _ any) bool {
 		if !have[k.(string)] {
 			lost++
 		}
