@@ -81,15 +81,39 @@ impl KvService {
         }
         // The txn's put values move into the store (`take_value`); nothing reads them after.
         let mut call = call;
+        let term = self.0.replica.get().map(|r| r.term());
         let mut resp = self.0.store.txn_checked(&mut call.req)?;
         if let (true, Some(ai)) = (read_only, &auth) {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
         drop(call);
+        if let (Some(r), Some(term), false) = (self.0.replica.get(), term, read_only || txn_wrote(&resp)) {
+            // A write txn whose branch wrote nothing made no revision, so no
+            // quorum confirms its reads: on a leader deposed without knowing it
+            // yet they would be stale. They are confirmed as a linearizable
+            // read's are (ReadIndex), and only for the leadership they ran
+            // under; etcd sends every write txn through its log instead.
+            self.0.linearizable(false).await?;
+            if r.term() != term || r.leader() != r.id() {
+                return Err(Status::unavailable("etcdserver: leader changed"));
+            }
+        }
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
     }
+}
+
+/// Whether a txn's executed branch wrote anything: a put, a delete that
+/// deleted, at any depth of nested txns.
+fn txn_wrote(resp: &etcd_client::proto::PbTxnResponse) -> bool {
+    use etcd_client::proto::PbTxnOpResponse as R;
+    resp.responses.iter().filter_map(|r| r.response.as_ref()).any(|r| match r {
+        R::ResponsePut(_) => true,
+        R::ResponseDeleteRange(d) => d.deleted > 0,
+        R::ResponseTxn(t) => txn_wrote(t),
+        R::ResponseRange(_) => false,
+    })
 }
 
 impl KvService {
