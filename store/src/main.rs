@@ -572,14 +572,9 @@ async fn run(cfg: Config) -> Result<(), String> {
         if cfg.restore_from.is_some() {
             return Err("--restore-from in a replicated group is not built yet: restore a single member".into());
         }
-        if dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None) {
-            use meganode_store::replication::disk_log::{DiskConfig, SyncRule};
-            let sync = SyncRule {
-                default_fsync: dur.default == wal::Mode::Fsync,
-                prefixes: dur.prefixes.iter().map(|(p, m)| (p.clone(), *m == wal::Mode::Fsync)).collect(),
-            };
+        if dur.any_logged() {
             let dir = std::path::Path::new(&cfg.data_dir).join("member").join("raft");
-            raft_disk = Some(DiskConfig { dir, sync, snapshot_every: cfg.snapshot_count });
+            raft_disk = Some(meganode_store::replication::disk_log::DiskConfig { dir, sync: dur.clone(), snapshot_every: cfg.snapshot_count });
         }
         let dur = wal::Durability::new(wal::Mode::None, &[]);
         set_volatile(&store, &dur, store.current_rev());
@@ -592,7 +587,7 @@ async fn run(cfg: Config) -> Result<(), String> {
         meganode_store::mvcc::packer::Packer::spawn(store.clone(), cfg.value_compression_cpu).map_err(|e| e.to_string())?;
     }
     // The auth state is kept when anything is (docs/design.md §7): in auth.state, fsynced per change.
-    let durable = dur.default != wal::Mode::None || dur.prefixes.iter().any(|(_, m)| *m != wal::Mode::None);
+    let durable = dur.any_logged();
     let auth_dir = durable.then(|| std::path::PathBuf::from(&cfg.data_dir));
     // A --restore-from snapshot's auth state replaces the directory's (docs/design.md §7).
     let mut auth = meganode_store::auth::AuthStore::new_restored(cfg.bcrypt_cost, cfg.auth_token_ttl, auth_dir, restored_auth.as_deref())

@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use raft::prelude::{Entry, HardState, SnapshotMetadata};
 
 use super::entry;
+use crate::wal::{Durability, Mode};
 
 /// How a member's stop for a failed write of its disk log begins: it exits
 /// rather than restart in place (main.rs), which would fail the same way.
@@ -40,48 +41,32 @@ const SNAP_MAGIC: &[u8; 8] = b"MGNRSNP1";
 /// A segment past this size is closed and a new one started.
 const SEGMENT_BYTES: u64 = 64 << 20;
 
-/// Which entries must be fdatasynced before the member acknowledges them: the
-/// `fsync` prefixes (longest prefix wins, as `wal::Durability`). Others are
-/// written (page cache) and acknowledged.
-#[derive(Clone, Debug, Default)]
-pub struct SyncRule {
-    pub default_fsync: bool,
-    pub prefixes: Vec<(Vec<u8>, bool)>,
-}
-
-impl SyncRule {
-    fn key_needs_sync(&self, key: &[u8]) -> bool {
-        self.prefixes.iter().filter(|(p, _)| key.starts_with(p)).max_by_key(|(p, _)| p.len()).map_or(self.default_fsync, |(_, s)| *s)
+/// Whether a Ready's entries must be fdatasynced before the member
+/// acknowledges them, by the durability plan (longest prefix wins): a revision
+/// with a key of an `fsync` prefix; anything else that is not a revision
+/// (membership, leases, auth, alarms, compactions) whenever any prefix is
+/// `fsync`. Others are written (page cache) and acknowledged.
+fn entries_need_sync(dur: &Durability, entries: &[Entry]) -> bool {
+    if !dur.any_fsync() {
+        return false;
     }
-
-    fn any(&self) -> bool {
-        self.default_fsync || self.prefixes.iter().any(|(_, s)| *s)
-    }
-
-    /// Whether a Ready's entries need a sync: a revision with a key of an
-    /// `fsync` prefix; anything else that is not a revision (membership, leases,
-    /// auth, alarms, compactions) whenever any prefix is `fsync`.
-    fn entries_need_sync(&self, entries: &[Entry]) -> bool {
-        if !self.any() {
+    entries.iter().any(|e| {
+        if e.data.is_empty() {
             return false;
         }
-        entries.iter().any(|e| {
-            if e.data.is_empty() {
-                return false;
-            }
-            match entry::decode(&e.data) {
-                Ok(entry::Change::Revision(_, writes)) => writes.iter().any(|(k, _)| self.key_needs_sync(k)),
-                _ => true,
-            }
-        })
-    }
+        match entry::decode(&e.data) {
+            Ok(entry::Change::Revision(_, writes)) => writes.iter().any(|(k, _)| dur.mode_for(k) == Mode::Fsync),
+            _ => true,
+        }
+    })
 }
 
 /// Where a member's disk log lives and what it syncs.
 #[derive(Clone, Debug)]
 pub struct DiskConfig {
     pub dir: PathBuf,
-    pub sync: SyncRule,
+    /// The group's durability plan (`replicated` prefixes as `none`).
+    pub sync: Durability,
     /// Entries written after the last snapshot that start the next one (etcd's --snapshot-count).
     pub snapshot_every: u64,
 }
@@ -257,13 +242,13 @@ impl DiskLog {
         for e in entries {
             put_record(&mut self.buf, REC_ENTRY, e);
         }
-        let mut sync = self.cfg.sync.entries_need_sync(entries);
+        let mut sync = entries_need_sync(&self.cfg.sync, entries);
         if let Some(hs) = hs {
             put_record(&mut self.buf, REC_HARD_STATE, hs);
             // A vote must hold across a crash whenever anything is synced, or the member could vote twice in a term.
             if (hs.term, hs.vote) != self.last_vote {
                 self.last_vote = (hs.term, hs.vote);
-                sync |= self.cfg.sync.any();
+                sync |= self.cfg.sync.any_fsync();
             }
         }
         self.file.write_all(&self.buf).map_err(|e| format!("raft log write: {e}"))?;
@@ -455,7 +440,7 @@ mod tests {
     }
 
     fn cfg(d: &Path) -> DiskConfig {
-        DiskConfig { dir: d.to_path_buf(), sync: SyncRule { default_fsync: true, prefixes: vec![(b"/registry/leases/".to_vec(), false)] }, snapshot_every: 4 }
+        DiskConfig { dir: d.to_path_buf(), sync: Durability::new(Mode::Fsync, &[("/registry/leases/".into(), Mode::None)]), snapshot_every: 4 }
     }
 
     fn ent(index: u64, term: u64, rev: i64, key: &[u8]) -> Entry {
@@ -575,12 +560,12 @@ mod tests {
 
     #[test]
     fn only_fsync_prefixes_and_non_revision_entries_ask_for_a_sync() {
-        let r = cfg(Path::new("/")).sync;
-        assert!(r.entries_need_sync(&[ent(1, 1, 1, b"/registry/pods/a")]));
-        assert!(!r.entries_need_sync(&[ent(1, 1, 1, b"/registry/leases/a")]));
+        let r = &cfg(Path::new("/")).sync;
+        assert!(entries_need_sync(r, &[ent(1, 1, 1, b"/registry/pods/a")]));
+        assert!(!entries_need_sync(r, &[ent(1, 1, 1, b"/registry/leases/a")]));
         let mut lease = Entry::default();
         lease.data = entry::encode_grant(1, 10).into();
-        assert!(r.entries_need_sync(&[lease]));
-        assert!(!SyncRule::default().entries_need_sync(&[ent(1, 1, 1, b"/registry/pods/a")]));
+        assert!(entries_need_sync(r, &[lease]));
+        assert!(!entries_need_sync(&Durability::new(Mode::Buffered, &[]), &[ent(1, 1, 1, b"/registry/pods/a")]));
     }
 }

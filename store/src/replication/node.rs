@@ -816,6 +816,13 @@ fn bootstrap(cfg: &ReplicaConfig) -> Result<(MemStorage, u64), String> {
     Ok((storage, n))
 }
 
+/// The store's state, with the auth state, saved beside the disk log as the
+/// snapshot `meta` describes. Returns the state's revision.
+fn save_state(dir: &std::path::Path, meta: &raft::prelude::SnapshotMetadata, members: &[u8], store: &Store, auth: Option<&Arc<dyn AuthLog>>) -> Result<i64, String> {
+    let auth = auth.map(|a| a.snapshot());
+    disk_log::save_snapshot(dir, meta, members, |f| crate::snapshot::write_stream_with(store, f, auth.as_deref()))
+}
+
 /// A member's raft log and store from its disk log: the newest snapshot's
 /// state loaded into the (empty) store, raft's log from the snapshot's index
 /// on, its hard state. Returns raft's log, its applied index, the snapshot's
@@ -1171,9 +1178,7 @@ impl Driver {
         if let Some(d) = &mut self.disk {
             let t0 = Instant::now();
             d.snapshot_started(index + 1).map_err(|e| format!("{}: {e}", disk_log::DISK_FAILED))?;
-            let auth = self.auth.as_ref().map(|a| a.snapshot());
-            let store = &self.store;
-            let saved = disk_log::save_snapshot(d.dir(), snap.get_metadata(), &snap.data, |f| crate::snapshot::write_stream_with(store, f, auth.as_deref()));
+            let saved = save_state(d.dir(), snap.get_metadata(), &snap.data, &self.store, self.auth.as_ref());
             d.snapshot_done(saved.as_ref().ok().map(|_| index));
             saved.map_err(|e| format!("{}: saving the snapshot: {e}", disk_log::DISK_FAILED))?;
             eprintln!("meganode-store: member {:x} saved the snapshot at raft index {index} to disk in {} ms", self.node.raft.id, t0.elapsed().as_millis());
@@ -1324,8 +1329,7 @@ impl Driver {
             .spawn(move || {
                 crate::background::lower_this_thread();
                 let t0 = Instant::now();
-                let auth = auth.map(|a| a.snapshot());
-                let saved = disk_log::save_snapshot(&dir, &meta, &members, |f| crate::snapshot::write_stream_with(&store, f, auth.as_deref()));
+                let saved = save_state(&dir, &meta, &members, &store, auth.as_ref());
                 if let Ok(rev) = &saved {
                     eprintln!("meganode-store: member {id:x} saved a snapshot at raft index {} (revision {rev}) in {} ms", meta.index, t0.elapsed().as_millis());
                 }

@@ -892,7 +892,7 @@ fn members_with_disk_logs_restart_from_them_together_or_alone() {
     let _ = std::fs::remove_dir_all(&root);
     let disk = |id: u64| super::disk_log::DiskConfig {
         dir: root.join(format!("m{id}")),
-        sync: super::disk_log::SyncRule { default_fsync: true, prefixes: vec![(b"/registry/leases/".to_vec(), false)] },
+        sync: crate::wal::Durability::new(crate::wal::Mode::Fsync, &[("/registry/leases/".into(), crate::wal::Mode::None)]),
         snapshot_every: 64,
     };
     let mut g = Group { net: Arc::new(MemNetwork::default()), stores: Vec::new(), members: Vec::new(), by_id: Arc::default(), log_keep: 5_000 };

@@ -83,6 +83,11 @@ impl Durability {
     pub fn any_fsync(&self) -> bool {
         self.default == Mode::Fsync || self.prefixes.iter().any(|(_, m)| *m == Mode::Fsync)
     }
+
+    /// Whether any prefix is kept on disk (`buffered` or `fsync`).
+    pub fn any_logged(&self) -> bool {
+        self.default != Mode::None || self.prefixes.iter().any(|(_, m)| *m != Mode::None)
+    }
 }
 
 /// File name for a shard prefix: readable, reversible enough to debug.
