@@ -331,6 +331,11 @@ impl Replica {
             // each wake this thread again: the driver tells it within
             // COMMIT_TELL if no append carried it (`tell_commit`).
             skip_bcast_commit: true,
+            // The proposals one Ready takes go to each follower as one append
+            // (raft-rs otherwise makes an append per proposal): one frame, one
+            // step and one acknowledgement per follower for the batch instead
+            // of one per write.
+            batch_append: true,
             ..Default::default()
         };
         raft_cfg.validate().map_err(|e| format!("raft config: {e}"))?;

@@ -41,6 +41,7 @@ use std::sync::mpsc::Sender;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bytes::Bytes;
 use protobuf::Message as _;
 use raft::prelude::Message;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
@@ -74,6 +75,8 @@ pub const REMOVED_MESSAGE: &str = "the member has been permanently removed from 
 /// An append carries at most 1 MiB of entries (`max_size_per_msg`) plus one entry
 /// that may be larger on its own (a request of up to --max-request-bytes).
 pub const MAX_FRAME: usize = 64 << 20;
+/// What a frame's header may make a reader allocate before its bytes arrive.
+const FRAME_RESERVE: usize = 256 << 10;
 const MAX_QUEUE: usize = 4096;
 /// A peer connection on which no frame arrives for this long is closed (the
 /// leader's heartbeats and the answers to them come every tick; a sender with
@@ -558,7 +561,6 @@ async fn serve_conn(mut s: PeerStream, from: SocketAddr, cluster_id: u64, me: u6
         return;
     }
     let mut r = tokio::io::BufReader::with_capacity(256 << 10, s);
-    let mut payload = Vec::new();
     if inbox.send(Input::PeerAlive(hs.from)).is_err() {
         return;
     }
@@ -594,9 +596,11 @@ async fn serve_conn(mut s: PeerStream, from: SocketAddr, cluster_id: u64, me: u6
         if len > MAX_FRAME {
             return garbled(&errors, from, "frame longer than the limit");
         }
-        // Grown as the bytes arrive, not sized from the header: a header alone
-        // holds no memory.
-        payload.clear();
+        // Sized from the header up to FRAME_RESERVE, grown past it as the bytes
+        // arrive: a header alone holds little memory. A buffer per frame, so
+        // that the entries parsed from it share it instead of each copying
+        // its data out.
+        let mut payload = Vec::with_capacity(len.min(FRAME_RESERVE));
         let mut body = (&mut r).take(len as u64);
         if !matches!(tokio::time::timeout(IDLE, body.read_to_end(&mut payload)).await, Ok(Ok(n)) if n == len) {
             return;
@@ -604,7 +608,7 @@ async fn serve_conn(mut s: PeerStream, from: SocketAddr, cluster_id: u64, me: u6
         if crc32c::crc32c(&payload) != crc {
             return garbled(&errors, from, "checksum mismatch");
         }
-        let Ok(m) = Message::parse_from_bytes(&payload) else {
+        let Ok(m) = Message::parse_from_carllerche_bytes(&Bytes::from(payload)) else {
             return garbled(&errors, from, "not a raft message");
         };
         // A message must come from the member that opened the connection, for this one.
