@@ -69,7 +69,7 @@ command did its work, 1 when it failed (or doctor found problems), 2 for a usage
 	root.SetHelpCommand(newHelpCmd())
 	root.AddCommand(
 		newUpCmd(), newDownCmd(), newDemoCmd(), newMakeNodesCmd(), newCreatePodsCmd(), newDeletePodsCmd(), newReportCmd(),
-		newBenchCmd(), newSchedulerCmd(), newDoctorCmd(), newEtcdProxyCmd(), newEtcdCmd(), newStoreCmd(),
+		newBenchCmd(), newSchedulerCmd(), newDoctorCmd(), newEtcdProxyCmd(), newEtcdCmd(), newStoreCmd(), newMigrateCmd(),
 	)
 	// cobra's completion command (bash, zsh, fish, powershell), made now rather than at
 	// Execute so that a shell it does not know is an error, not its help with exit 0.

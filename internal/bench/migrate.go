@@ -139,13 +139,16 @@ type MigrateCheck struct {
 	// RefusesCompacted: a Range just below the compaction revision is answered "compacted".
 	RefusesCompacted bool `json:"refuses_compacted"`
 	// Leases: IDs, granted TTLs and attached keys; every remaining TTL within (0, granted].
-	Leases            int      `json:"leases"`
-	WantLeases        int      `json:"want_leases"`
-	LeaseMismatches   []string `json:"lease_mismatches,omitempty"`
-	LeasesEqual       bool     `json:"leases_equal"`
-	KeysWithLease     int64    `json:"keys_with_lease"`
-	WantKeysWithLease int64    `json:"want_keys_with_lease"`
-	Equal             bool     `json:"equal"` // all of the above
+	Leases          int      `json:"leases"`
+	WantLeases      int      `json:"want_leases"`
+	LeaseMismatches []string `json:"lease_mismatches,omitempty"`
+	// ExpiringLeases (a live cluster's store, `meganode migrate`): leases of the original with
+	// at most a minute left, which the target may have revoked since (not a mismatch).
+	ExpiringLeases    int   `json:"expiring_leases,omitempty"`
+	LeasesEqual       bool  `json:"leases_equal"`
+	KeysWithLease     int64 `json:"keys_with_lease"`
+	WantKeysWithLease int64 `json:"want_keys_with_lease"`
+	Equal             bool  `json:"equal"` // all of the above
 	// The server's peak resident set since it started and its anonymous memory, after the check.
 	ServerPeakRSS uint64 `json:"server_peak_rss_bytes"`
 	ServerAnon    uint64 `json:"server_anon_bytes"`
@@ -586,6 +589,9 @@ func (c *MigrateCheck) summary() string {
 	s := fmt.Sprintf("revision %d (want %d); %d keys (want %d), %d with a lease (want %d): %s, %d mismatches; HashKV %d (want %d): %s; compaction %d (want %d), refused below: %v; %d leases (want %d): %s",
 		c.Revision, c.WantRevision, c.Keys, c.WantKeys, c.KeysWithLease, c.WantKeysWithLease, eq(c.KeysEqual), c.KeyMismatches,
 		c.HashKV, c.WantHashKV, eq(c.HashKVEqual), c.CompactRevision, c.WantCompactRevision, c.RefusesCompacted, c.Leases, c.WantLeases, eq(c.LeasesEqual))
+	if c.ExpiringLeases > 0 {
+		s += fmt.Sprintf(" (%d of them expiring: the target may have revoked them since)", c.ExpiringLeases)
+	}
 	for _, mm := range append(c.FirstMismatches, c.LeaseMismatches...) {
 		s += "; " + mm
 	}

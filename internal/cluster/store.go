@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -132,10 +133,22 @@ func storeComponents(st *State, o *UpOptions, pki *PKI) ([]Component, error) {
 // waitStore waits until the store answers a Status call (over TLS with tlsCfg).
 func waitStore(ctx context.Context, c *Component, tlsCfg *tls.Config) error {
 	deadline := time.Now().Add(60 * time.Second)
+	addr := strings.TrimPrefix(strings.TrimPrefix(c.URL, "http://"), "https://")
 	for {
 		if !c.Alive() {
 			return fmt.Errorf("%s exited; see %s:\n%s", c.Name, c.Log, tail(c.Log, 15))
 		}
+		// Until its port takes connections, a client would wait out its dial timeout: poll the
+		// port first (a restart or a cut-over waits on this).
+		conn, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			if time.Now().After(deadline) || ctx.Err() != nil {
+				return fmt.Errorf("%s not listening at %s: %v; see %s", c.Name, c.URL, err, c.Log)
+			}
+			time.Sleep(20 * time.Millisecond)
+			continue
+		}
+		conn.Close()
 		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.URL}, DialTimeout: time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
 		if err == nil {
 			cctx, cancel := context.WithTimeout(ctx, time.Second)
