@@ -155,7 +155,17 @@ KWOK_STAGES := node/fast/node-initialize.yaml node/heartbeat-with-lease/node-hea
   pod/fast/pod-ready.yaml pod/fast/pod-complete.yaml pod/fast/pod-delete.yaml
 
 .PHONY: k8s-bins test-cluster demo-store
-k8s-bins: $(K8S_STAMP)
+k8s-bins: $(K8S_STAMP) $(BIN)/kubemark
+
+# The hollow kubelet of `up --kubelets` (issue 39): the kubelet's own code over a fake runtime,
+# k8s.io/kubernetes/pkg/kubemark under a main of ours (cmd/kubemark/main.go says what it changes),
+# built from the same module and version ldflags as kube-apiserver (≈1 min on a warm build cache).
+$(BIN)/kubemark: $(wildcard cmd/kubemark/*.go) go.mod go.sum
+	@command -v $(GO) >/dev/null || { echo "go not found: install Go >= 1.26"; exit 1; }
+	@mkdir -p $(BIN)
+	@echo "building kubemark $(K8S_VERSION)"
+	nice -n 10 $(GO) build -ldflags '$(K8S_LDFLAGS)' -o $@ ./cmd/kubemark
+	@$@ --version
 
 $(K8S_STAMP): $(K8S_MAINS)
 	@command -v $(GO) >/dev/null || { echo "go not found: install Go >= 1.26"; exit 1; }

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/spf13/cobra"
 	"sigs.k8s.io/yaml"
@@ -130,6 +131,10 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"help", "bogus"},
 		{"completion", "tcsh"},
 		{"up", "--nodes", "many"},
+		{"up", "--kubelets", "many"},
+		{"up", "--kubelets", "-1"},
+		{"up", "--kubelets", "100001"},
+		{"up", "--kubelet-probes", "sometimes"},
 		{"up", "--store", "zookeeper"},
 		{"up", "--scheduler", "volcano"},
 		{"up", "stray"},
@@ -162,6 +167,8 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"etcd-proxy"},
 		{"etcd-proxy", "replay", "--in", "x"},
 		{"store", "import", "--from", "x"},
+		{"migrate"},
+		{"migrate", "--to", "zookeeper"},
 		{"store", "export", "--endpoints", "http://127.0.0.1:1,http://127.0.0.1:2", "--out", "x"},
 	}
 	// Every command: an unknown flag; every command with subcommands: an unknown one.
@@ -191,6 +198,7 @@ func TestFailedRunIsOneLineAndExit1(t *testing.T) {
 	dir := t.TempDir()
 	for _, args := range [][]string{
 		{"create-pods", "--state-dir", filepath.Join(dir, "none")},
+		{"migrate", "--to", "store", "--state-dir", filepath.Join(dir, "none")},
 		{"doctor", "plan", "--nodes", "1000", "--bench-json", filepath.Join(dir, "missing.json")},
 		{"store", "import", "--from", filepath.Join(dir, "missing.db"), "--out", filepath.Join(dir, "out.snap")},
 	} {
@@ -245,6 +253,10 @@ func TestFlagsLandInOptions(t *testing.T) {
 		up.Store != cluster.StoreMeganode || !reflect.DeepEqual([]string(up.StoreArgs), []string{"--durability=fsync", "--x=a,b"}) ||
 		!reflect.DeepEqual([]string(up.SchedulerArgs), []string{"--scheduler-name=a,b"}) {
 		t.Errorf("up: %+v", up)
+	}
+	_, o = dryRun(t, "up", "--nodes", "0", "--kubelets", "5", "--kubelet-probes")
+	if up := o.(*upFlags).options(nil); up.Nodes != 0 || up.Kubelets != 5 || !up.KubeletProbes {
+		t.Errorf("up --kubelets: %+v", up)
 	}
 
 	_, o = dryRun(t, "scheduler", "bench", "--nodes", "5", "--shards", "2", "--no-stock", "--scheduler-arg", "--batch=1")
@@ -311,6 +323,15 @@ func TestFlagsLandInOptions(t *testing.T) {
 		c.SnapshotDir != "/var/tmp/x" || !reflect.DeepEqual(c.StoreArgs, []string{"--durability=fsync", "--quota-backend-bytes=-1"}) {
 		t.Errorf("bench migrate: %+v", c)
 	}
+	_, o = dryRun(t, "migrate", "--to", "store", "--check-pods", "7", "--state-dir", "/tmp/x", "--store-arg=--durability=fsync")
+	if m := o.(*migrateFlags).options(nil); m.To != cluster.StoreMeganode || m.CheckPods != 7 || !m.Verify || m.PollInterval != 100*time.Millisecond ||
+		m.APIServerGrace != 5*time.Second || m.PageLimit != 5000 || !reflect.DeepEqual(m.StoreArgs, []string{"--durability=fsync"}) || o.(*migrateFlags).stateDir != "/tmp/x" {
+		t.Errorf("migrate --to store: %+v", m)
+	}
+	_, o = dryRun(t, "migrate", "--to", "etcd", "--verify=false")
+	if m := o.(*migrateFlags).options(nil); m.To != cluster.StoreEtcd || m.Verify {
+		t.Errorf("migrate --to etcd --verify=false: %+v", m)
+	}
 	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000000", "--json")
 	if p := o.(*doctorPlanFlags); p.nodes != 1000000 || p.format != "json" || p.replicas != 1 {
 		t.Errorf("doctor plan: %+v", p)
@@ -331,6 +352,8 @@ func TestInternalInvocationsParse(t *testing.T) {
 		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379", "--quota-backend-bytes", "68719476736"}, // bench state
 		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379", "--name", "m0", "--listen-peer-urls", "http://127.0.0.1:2380",
 			"--initial-cluster", "m0=http://127.0.0.1:2380,m1=http://127.0.0.1:2382", "--initial-cluster-token", "meganode-bench"}, // bench --store-replicas
+		{"etcd", "--data-dir", "/d", "--listen-client-urls", "http://127.0.0.1:2379", "--name", "store", "--listen-peer-urls", "http://127.0.0.1:2380",
+			"--initial-cluster", "store=http://127.0.0.1:2380"}, // migrate --to etcd: etcd on etcdutl's restore
 		{"etcd-proxy", "--listen", "127.0.0.1:1", "--target", "http://127.0.0.1:2", "--record", "/r.jsonl"},
 		{"store", "import", "--from", "/etcd.db", "--out", "/tmp/meganode-store-import-1/store.snap"}, // meganode-store --restore-from etcd.db
 		{"store", "check-backend", "--file", "/etcd.db"},                                              // store import, in a process of its own

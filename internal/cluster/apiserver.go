@@ -42,9 +42,13 @@ func apiServerComponent(st *State, o *UpOptions, pki *PKI, plan doctor.PlanOutpu
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-cluster-ip-range=" + ServiceClusterIPRange,
 		"--endpoint-reconciler-type=none", // a loopback advertise address fails Endpoints validation
-		"--authorization-mode=RBAC",
+		authorizationMode(o),
 		"--allow-privileged=true",
 		"--cert-dir=" + filepath.Join(st.Dir, "apiserver"),
+	}
+	if o.Kubelets > 0 {
+		// Hollow kubelets are admitted as real ones are (kubeadm's defaults).
+		args = append(args, "--enable-admission-plugins=NodeRestriction")
 	}
 	if len(overrides) > 0 {
 		args = append(args, "--etcd-servers-overrides="+strings.Join(overrides, ","))
@@ -62,4 +66,13 @@ func apiServerComponent(st *State, o *UpOptions, pki *PKI, plan doctor.PlanOutpu
 	args = append(args, o.APIServerArgs...)
 	return Component{Name: "kube-apiserver", Kind: BinAPIServer, Args: args, Env: plan.APIServer.Env, URL: url,
 		Log: filepath.Join(st.Dir, "logs", "kube-apiserver.log")}
+}
+
+// authorizationMode: RBAC; with hollow kubelets (`up --kubelets`) the Node authorizer first, which
+// authorizes each kubelet's requests by the objects bound to its node, as in a kubeadm cluster.
+func authorizationMode(o *UpOptions) string {
+	if o.Kubelets > 0 {
+		return "--authorization-mode=Node,RBAC"
+	}
+	return "--authorization-mode=RBAC"
 }

@@ -99,7 +99,7 @@ func Health(ctx context.Context, st *State) (map[string]string, bool) {
 			if code, _, e := get(ctx, insecureClient, c.URL+"/healthz"); e != nil || code != 200 {
 				status = fmt.Sprintf("healthz: %v %d", e, code)
 			}
-		case c.Kind == BinKwok:
+		case c.Kind == BinKwok || c.Kind == BinKubemark:
 			if code, _, e := get(ctx, insecureClient, c.URL+"/healthz"); e != nil || code != 200 {
 				status = fmt.Sprintf("healthz: %v %d", e, code)
 			}

@@ -363,8 +363,29 @@ func (r *Report) Print(w io.Writer, maxAPIRows int) {
 	fmt.Fprintln(w, "\ncomponents")
 	tw = tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "  NAME\tPID\tCPU\tCPU s\tRSS\tPEAK RSS")
+	// Hollow kubelets in one row (their sum; the largest peak) when there are more than a few:
+	// report.json keeps each.
+	var hollow []Usage
 	for _, u := range r.Components {
+		if strings.HasPrefix(u.Name, KubeletNodePrefix) {
+			hollow = append(hollow, u)
+		}
+	}
+	for _, u := range r.Components {
+		if len(hollow) > 3 && strings.HasPrefix(u.Name, KubeletNodePrefix) {
+			continue
+		}
 		fmt.Fprintf(tw, "  %s\t%d\t%.0f%%\t%.1f\t%.0f MiB\t%.0f MiB\n", u.Name, u.Pid, u.CPUPercent, u.CPUSeconds, u.RSSMiB, u.PeakRSSMiB)
+	}
+	if len(hollow) > 3 {
+		var sum Usage
+		for _, u := range hollow {
+			sum.CPUPercent += u.CPUPercent
+			sum.CPUSeconds += u.CPUSeconds
+			sum.RSSMiB += u.RSSMiB
+			sum.PeakRSSMiB = max(sum.PeakRSSMiB, u.PeakRSSMiB)
+		}
+		fmt.Fprintf(tw, "  %d hollow kubelets (sum)\t-\t%.0f%%\t%.1f\t%.0f MiB\t%.0f MiB (largest)\n", len(hollow), sum.CPUPercent, sum.CPUSeconds, sum.RSSMiB, sum.PeakRSSMiB)
 	}
 	tw.Flush()
 	for _, n := range r.Notes {

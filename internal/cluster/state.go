@@ -1,7 +1,7 @@
 // Package cluster runs a local Kubernetes control plane on meganode-store (or real etcd):
-// store processes, kube-apiserver, kube-controller-manager, kube-scheduler and KWOK, each a
-// detached process whose id is recorded in a state directory so `meganode down` stops
-// exactly what `meganode up` started. It also drives load (nodes, pods) and measures the
+// store processes, kube-apiserver, kube-controller-manager, kube-scheduler, KWOK and hollow
+// kubelets (kubelets.go), each a detached process whose id is recorded in a state directory
+// so `meganode down` stops exactly what `meganode up` started. It also drives load (nodes, pods) and measures the
 // Kubernetes scalability SLOs.
 package cluster
 
@@ -21,7 +21,7 @@ import (
 // Component is one process `up` started.
 type Component struct {
 	Name       string   `json:"name"` // store, store-leases, kube-apiserver, …
-	Kind       string   `json:"kind"` // meganode-store | etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kwok
+	Kind       string   `json:"kind"` // meganode-store | etcd | kube-apiserver | kube-controller-manager | kube-scheduler | kwok | kubemark
 	Pid        int      `json:"pid"`
 	StartTicks uint64   `json:"start_ticks"` // /proc/<pid>/stat starttime: tells a recycled pid apart
 	Args       []string `json:"args"`        // argv, binary first
@@ -45,6 +45,7 @@ type State struct {
 	Dir          string       `json:"dir"`
 	Store        string       `json:"store"` // meganode | etcd
 	Nodes        int          `json:"nodes"`
+	Kubelets     int          `json:"kubelets,omitempty"` // hollow kubelets (`up --kubelets`)
 	APIServerURL string       `json:"apiserver_url"`
 	Kubeconfig   string       `json:"kubeconfig"`
 	Shards       []StoreShard `json:"shards"`
@@ -197,6 +198,9 @@ func (s *State) Restart(name string) error {
 // Down stops every recorded process, newest first, and reports what it stopped.
 func (s *State) Down(grace time.Duration, log func(string, ...any)) error {
 	var errs []error
+	if err := stopKubelets(s, grace, log); err != nil {
+		errs = append(errs, err)
+	}
 	for i := len(s.Components) - 1; i >= 0; i-- {
 		c := &s.Components[i]
 		if !c.Alive() {

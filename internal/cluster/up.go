@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/meganode/meganode/internal/bench"
@@ -22,7 +23,11 @@ type UpOptions struct {
 	// StoreReplicas: members of each store's replicated group (etcd's cluster flags;
 	// kube-apiserver gets every member's URL); 0 or 1: one process per store.
 	StoreReplicas int
-	Nodes         int      // KWOK nodes to create once the control plane is healthy (also sizes the plan)
+	Nodes         int // KWOK nodes to create once the control plane is healthy (also sizes the plan)
+	// Kubelets: hollow kubelets (bin/kubemark, the kubelet's code over a fake runtime: kubelets.go)
+	// to start beside the KWOK nodes; each registers its own Node. KubeletProbes runs their real prober.
+	Kubelets      int
+	KubeletProbes bool
 	Pods          int      // sizes the plan only
 	BinDir        string   // default: BinDir()
 	EtcdCmd       []string // how to run real etcd; default: <bin>/meganode etcd
@@ -59,7 +64,7 @@ func DefaultStateDir() string { return filepath.Join(os.TempDir(), "meganode-clu
 
 // Plan is the sizing plan `up` takes its flags from.
 func (o *UpOptions) Plan() doctor.PlanOutput {
-	return doctor.Plan(doctor.PlanInput{Nodes: max(o.Nodes, 1), Pods: o.Pods,
+	return doctor.Plan(doctor.PlanInput{Nodes: max(o.Nodes+o.Kubelets, 1), Pods: o.Pods,
 		LeaseDurationSeconds: o.nodeLeaseSeconds(), KubeMinor: doctor.DefaultKubeMinor})
 }
 
@@ -100,6 +105,14 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := CheckBins(o.BinDir, o.Store); err != nil {
 		return nil, err
 	}
+	if o.Nodes < 0 || o.Kubelets < 0 {
+		return nil, fmt.Errorf("--nodes and --kubelets must be ≥ 0")
+	}
+	if o.Kubelets > 0 {
+		if _, err := os.Stat(filepath.Join(o.BinDir, BinKubemark)); err != nil {
+			return nil, fmt.Errorf("missing in %s: %s — build it with `make k8s-bins`", o.BinDir, BinKubemark)
+		}
+	}
 	if o.Store == StoreEtcd && len(o.EtcdCmd) == 0 {
 		self := filepath.Join(o.BinDir, "meganode")
 		if _, err := os.Stat(self); err != nil {
@@ -120,7 +133,7 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		return nil, fmt.Errorf("a cluster from %s is still running (%d processes): run `meganode down --state-dir %s` first",
 			o.StateDir, len(old.Running()), o.StateDir)
 	}
-	for _, d := range []string{"data", "logs", "pki", "apiserver", "controller-manager", "scheduler"} {
+	for _, d := range []string{"data", "logs", "pki", "apiserver", "controller-manager", "scheduler", kubeletsDir} {
 		if err := os.RemoveAll(filepath.Join(o.StateDir, d)); err != nil {
 			return nil, err
 		}
@@ -293,20 +306,38 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 		}
 		prog.Printf("  %-24s %s", SchedulerWebhookName, webhook.URL)
 	}
+	if o.Kubelets > 0 {
+		kubelets, err := kubeletComponents(st, &o, pki)
+		if err != nil {
+			return st, err
+		}
+		prog.Phase(fmt.Sprintf("starting %d hollow kubelets (%s) on ports %s…", o.Kubelets, BinKubemark,
+			strings.TrimPrefix(kubelets[0].URL, "http://127.0.0.1:")+"–"+strings.TrimPrefix(kubelets[len(kubelets)-1].URL, "http://127.0.0.1:")))
+		if err := startKubelets(st, kubelets); err != nil {
+			return st, err
+		}
+		st.Kubelets = o.Kubelets
+		if err := waitKubeletsServing(ctx, st, max(3*time.Minute, time.Duration(o.Kubelets)*time.Second)); err != nil {
+			return st, err
+		}
+	}
 	st.Ready = true
 	if err := st.Save(); err != nil {
 		return st, err
 	}
-	if o.Nodes > 0 {
+	if o.Nodes > 0 || o.Kubelets > 0 {
 		cs, err := Clientset(st)
 		if err != nil {
 			return st, err
 		}
-		if err := MakeNodes(ctx, cs, NodeOptions{Count: o.Nodes, Sizes: o.NodeSizes, Progress: prog}); err != nil {
-			return st, err
+		if o.Nodes > 0 {
+			if err := MakeNodes(ctx, cs, NodeOptions{Count: o.Nodes, Sizes: o.NodeSizes, Progress: prog}); err != nil {
+				return st, err
+			}
+			st.Nodes = o.Nodes
 		}
-		st.Nodes = o.Nodes
-		if err := WaitNodesReady(ctx, cs, o.Nodes, max(5*time.Minute, time.Duration(o.Nodes)*40*time.Millisecond), prog); err != nil {
+		want := o.Nodes + o.Kubelets
+		if err := WaitNodesReady(ctx, cs, want, max(5*time.Minute, time.Duration(o.Nodes)*40*time.Millisecond+time.Duration(o.Kubelets)*time.Second), prog); err != nil {
 			return st, err
 		}
 	}

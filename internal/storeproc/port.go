@@ -53,3 +53,29 @@ func ephemeralLow() int {
 	}
 	return low
 }
+
+// FreePortRange returns the first of n consecutive loopback ports nobody listens on, taken below
+// the kernel's ephemeral range as FreePort's are (each checked by listening on it): a block for
+// n children that each bind one port of it, e.g. `up --kubelets`' hollow nodes.
+func FreePortRange(n int) (int, error) {
+	low := ephemeralLow()
+	if n <= 0 || low-minPort <= n {
+		return 0, fmt.Errorf("no range of %d ports between %d and %d", n, minPort, low)
+	}
+	for range 64 {
+		base := minPort + rand.IntN(low-minPort-n)
+		ok := true
+		for p := base; p < base+n && ok; p++ {
+			l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+			if err != nil {
+				ok = false
+				break
+			}
+			l.Close()
+		}
+		if ok {
+			return base, nil
+		}
+	}
+	return 0, fmt.Errorf("no free range of %d ports between %d and %d after 64 tries", n, minPort, low)
+}

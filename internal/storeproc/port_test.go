@@ -25,3 +25,29 @@ func TestFreePortBelowEphemeralRange(t *testing.T) {
 		l.Close()
 	}
 }
+
+// FreePortRange's block lies below the ephemeral range and every port of it binds; a block
+// larger than the range below the ephemeral ports is refused.
+func TestFreePortRange(t *testing.T) {
+	low := ephemeralLow()
+	base, err := FreePortRange(200)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if base < minPort || base+200 > low {
+		t.Fatalf("range %d–%d outside [%d, %d)", base, base+199, minPort, low)
+	}
+	for p := base; p < base+200; p++ {
+		l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(p))
+		if err != nil {
+			t.Fatalf("port %d of the range: %v", p, err)
+		}
+		l.Close()
+	}
+	if _, err := FreePortRange(low); err == nil {
+		t.Fatalf("a range of %d ports below %d accepted", low, low)
+	}
+	if _, err := FreePortRange(0); err == nil {
+		t.Fatal("an empty range accepted")
+	}
+}
