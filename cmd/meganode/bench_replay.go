@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
+	"github.com/meganode/meganode/internal/procfs"
 	"github.com/meganode/meganode/internal/storeproc"
 )
 
@@ -118,19 +119,13 @@ func runBenchReplay(ctx context.Context, cmd *cobra.Command, f *benchReplayFlags
 	return nil
 }
 
+// rssOf is a process's resident set in MiB (0 if unreadable).
 func rssOf(pid int) float64 {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	s, err := procfs.Status(pid)
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmRSS:") {
-			var kb float64
-			fmt.Sscanf(strings.TrimSpace(strings.TrimPrefix(l, "VmRSS:")), "%f", &kb)
-			return kb / 1024
-		}
-	}
-	return 0
+	return float64(s["VmRSS"]) / (1 << 20)
 }
 
 // writeLeaseKeys writes n Lease keys (/registry/leases/kube-node-lease/node-NNNNNNN)

@@ -16,6 +16,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/procfs"
 	"github.com/meganode/meganode/internal/scheduler/model"
 	"github.com/meganode/meganode/internal/scheduler/shard"
 	"github.com/meganode/meganode/internal/scheduler/sim"
@@ -173,17 +174,11 @@ func (f *millionFlags) rssLimit() (uint64, error) {
 
 // memAvailable is MemAvailable of /proc/meminfo in bytes (0: unknown).
 func memAvailable() uint64 {
-	b, err := os.ReadFile("/proc/meminfo")
+	m, err := procfs.MemInfo()
 	if err != nil {
 		return 0
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		var kb uint64
-		if _, err := fmt.Sscanf(l, "MemAvailable: %d kB", &kb); err == nil {
-			return kb << 10
-		}
-	}
-	return 0
+	return m["MemAvailable"]
 }
 
 // millionReport is the JSON report. Figures not measured are null (and printed as missing).
@@ -557,15 +552,12 @@ func gib(b uint64) string { return fmt.Sprintf("%.2f GiB", float64(b)/(1<<30)) }
 
 // memNow is this process's resident set in bytes (VmRSS).
 func memNow() (uint64, error) {
-	b, err := os.ReadFile("/proc/self/status")
+	s, err := procfs.Status(0)
 	if err != nil {
 		return 0, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		var kb uint64
-		if _, err := fmt.Sscanf(l, "VmRSS: %d kB", &kb); err == nil {
-			return kb << 10, nil
-		}
+	if s["VmRSS"] == 0 {
+		return 0, fmt.Errorf("no VmRSS in /proc/self/status")
 	}
-	return 0, fmt.Errorf("no VmRSS")
+	return s["VmRSS"], nil
 }

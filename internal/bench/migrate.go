@@ -19,6 +19,7 @@ import (
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
 
+	"github.com/meganode/meganode/internal/procfs"
 	"github.com/meganode/meganode/internal/storeproc"
 )
 
@@ -645,11 +646,10 @@ func (s *memSampler) stop() (host, anon uint64) {
 
 // hostMemInUse is MemTotal − MemAvailable from /proc/meminfo (0 if unreadable).
 func hostMemInUse() uint64 {
-	b, err := os.ReadFile("/proc/meminfo")
+	f, err := procfs.MemInfo()
 	if err != nil {
 		return 0
 	}
-	f := procFields(b)
 	total, avail := f["MemTotal"], f["MemAvailable"]
 	if avail > total {
 		return 0

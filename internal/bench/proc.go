@@ -1,12 +1,13 @@
 package bench
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/meganode/meganode/internal/procfs"
 )
 
 // The server's cost is read from /proc of its process: on this machine the load
@@ -73,34 +74,8 @@ func parseStat(b []byte) (utime, stime uint64, err error) {
 
 // parseStatus extracts VmRSS, VmHWM (bytes) and Threads from /proc/<pid>/status.
 func parseStatus(b []byte) (rss, hwm uint64, threads int) {
-	f := procFields(b)
+	f := procfs.Fields(b)
 	return f["VmRSS"], f["VmHWM"], int(f["Threads"])
-}
-
-// procFields reads a /proc "Key: value [kB]" file (status, meminfo): each
-// key's number, in bytes where the line says kB.
-func procFields(b []byte) map[string]uint64 {
-	out := map[string]uint64{}
-	sc := bufio.NewScanner(bytes.NewReader(b))
-	for sc.Scan() {
-		k, v, ok := strings.Cut(sc.Text(), ":")
-		if !ok {
-			continue
-		}
-		f := strings.Fields(v)
-		if len(f) == 0 {
-			continue
-		}
-		n, err := strconv.ParseUint(f[0], 10, 64)
-		if err != nil {
-			continue
-		}
-		if len(f) > 1 && strings.EqualFold(f[1], "kB") {
-			n *= 1024
-		}
-		out[k] = n
-	}
-	return out
 }
 
 func truncate(b []byte) string {
