@@ -14,8 +14,8 @@ import (
 )
 
 type benchGroupPutFlags struct {
-	clients, out, storeBin, benchBin, dataDir string
-	rounds, total, valSize, keySpace          int
+	clients, out, storeBin, storeArgs, benchBin, dataDir string
+	rounds, total, valSize, keySpace                     int
 }
 
 // newBenchGroupPutCmd: etcd's own benchmark tool against a 3-member meganode-store group and
@@ -31,9 +31,10 @@ etcd's own benchmark tool (tools/benchmark put, 'make etcd-benchmark') with ever
 endpoint. Rounds alternate the order of the two kinds. Server CPU per put is the user+system
 time of all three members over the run, divided by the puts. Writes runs.json (every run with
 the tool's report), medians.json and summary.txt to --out.`,
-		Example: `  meganode bench group-put --clients 100,1000 --rounds 3 --out docs/bench/replicated-put`,
-		Args:    noArgs,
-		RunE:    action(f, runBenchGroupPut),
+		Example: `  meganode bench group-put --clients 100,1000 --rounds 3 --out docs/bench/replicated-put
+  meganode bench group-put --store-args=--durability=fsync   # each member fdatasyncs raft's log, as etcd does`,
+		Args: noArgs,
+		RunE: action(f, runBenchGroupPut),
 	}
 	fs := cmd.Flags()
 	fs.StringVar(&f.clients, "clients", "100,1000", "benchmark clients, comma-separated (connections: a tenth of them)")
@@ -43,6 +44,7 @@ the tool's report), medians.json and summary.txt to --out.`,
 	fs.IntVar(&f.keySpace, "key-space-size", 100000, "keys written")
 	fs.StringVar(&f.benchBin, "benchmark-bin", "bin/benchmark", "etcd's tools/benchmark binary (`make etcd-benchmark`)")
 	fs.StringVar(&f.storeBin, "store-bin", "bin/meganode-store", "meganode-store binary")
+	fs.StringVar(&f.storeArgs, "store-args", "", "extra flags for every store member, space-separated (e.g. --durability=fsync)")
 	fs.StringVar(&f.dataDir, "data-dir", "", "parent of the members' data directories (default: a temporary directory on disk)")
 	fs.StringVar(&f.out, "out", "", "directory for runs.json, medians.json and summary.txt (default: print only)")
 	return cmd
@@ -85,7 +87,7 @@ func runBenchGroupPut(ctx context.Context, cmd *cobra.Command, f *benchGroupPutF
 	}
 	w := cmd.OutOrStdout()
 	runs, err := bench.RunGroupPut(ctx, bench.GroupPutSpec{Kinds: []string{bench.TargetMeganode, bench.TargetEtcd}, Clients: clients, Rounds: f.rounds,
-		Total: f.total, ValSize: f.valSize, KeySpace: f.keySpace, Benchmark: f.benchBin, StoreBin: f.storeBin, EtcdCmd: []string{self, "etcd"},
+		Total: f.total, ValSize: f.valSize, KeySpace: f.keySpace, Benchmark: f.benchBin, StoreBin: f.storeBin, StoreArgs: strings.Fields(f.storeArgs), EtcdCmd: []string{self, "etcd"},
 		DataRoot: root, Log: io.Discard}, func(r *bench.GroupPutRun) {
 		fmt.Fprintf(w, "round %d %-8s %5d clients: %8.0f puts/s, p99.9 %7.1f ms, max %7.1f ms, %6.1f µs server CPU per put (3 members)\n",
 			r.Round, r.Kind, r.Clients, r.PutsSec, r.P999Ms, r.MaxMs, r.CPUMicrosPut)
@@ -111,7 +113,11 @@ func runBenchGroupPut(ctx context.Context, cmd *cobra.Command, f *benchGroupPutF
 		summary += fmt.Sprintf("%5d clients, medians of %d runs: meganode %.0f puts/s, etcd %.0f (×%.2f); server CPU per put %.1f µs vs %.1f µs (%.2f of etcd's); p99.9 %.1f vs %.1f ms; max %.1f vs %.1f ms\n",
 			c, m.Runs, m.PutsSec, e.PutsSec, m.PutsSec/e.PutsSec, m.CPUMicrosPut, e.CPUMicrosPut, m.CPUMicrosPut/e.CPUMicrosPut, m.P999Ms, e.P999Ms, m.MaxMs, e.MaxMs)
 	}
-	summary += "3 members each on this machine; meganode-store --durability replicated (memory, a quorum holds each write), etcd v3.6 defaults (fsync to disk: etcd has no memory-only mode).\n"
+	mode := "meganode-store --durability replicated (the group default: memory, a quorum holds each write)"
+	if f.storeArgs != "" {
+		mode = "meganode-store " + f.storeArgs
+	}
+	summary += "3 members each on this machine; " + mode + ", etcd v3.6 defaults (fsync to disk: etcd has no memory-only mode).\n"
 	fmt.Fprint(w, summary)
 	return writeBenchOut(f.out, map[string]any{"runs.json": runs, "medians.json": meds}, summary)
 }

@@ -35,6 +35,7 @@ type FailoverSpec struct {
 	// (a write sent to a member whose leader died waits for its own timeout).
 	ProbeTimeout time.Duration
 	StoreBin     string   // meganode-store
+	StoreArgs    []string // every store member's extra flags (e.g. --durability=fsync)
 	EtcdCmd      []string // how to run one etcd member (meganode etcd)
 	DataRoot     string   // parent of the members' data dirs
 	Log          io.Writer
@@ -136,7 +137,7 @@ func startFailoverGroup(s FailoverSpec) ([]*member, error) {
 			"--listen-peer-urls", peer, "--initial-cluster", strings.Join(initial, ","), "--initial-cluster-token", "failover-" + s.Kind}
 		switch s.Kind {
 		case TargetMeganode:
-			m.args = append([]string{s.StoreBin, "--advertise-client-urls", url}, common...)
+			m.args = append(append([]string{s.StoreBin, "--advertise-client-urls", url}, common...), s.StoreArgs...)
 		case TargetEtcd:
 			m.args = append(append([]string{}, s.EtcdCmd...), common...)
 		default:

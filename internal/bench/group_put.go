@@ -22,6 +22,7 @@ type GroupPutSpec struct {
 	KeySpace  int
 	Benchmark string // etcd's tools/benchmark binary
 	StoreBin  string
+	StoreArgs []string // every store member's extra flags (e.g. --durability=fsync)
 	EtcdCmd   []string
 	DataRoot  string
 	Log       io.Writer
@@ -74,7 +75,7 @@ func RunGroupPut(ctx context.Context, s GroupPutSpec, onRun func(*GroupPutRun)) 
 func groupPutOnce(ctx context.Context, s GroupPutSpec, kind string, clients, round int) (*GroupPutRun, error) {
 	dir := filepath.Join(s.DataRoot, fmt.Sprintf("%s-%d-%d", kind, clients, round))
 	defer os.RemoveAll(dir)
-	ms, err := startFailoverGroup(FailoverSpec{Kind: kind, Members: 3, StoreBin: s.StoreBin, EtcdCmd: s.EtcdCmd, DataRoot: dir, Log: s.Log})
+	ms, err := startFailoverGroup(FailoverSpec{Kind: kind, Members: 3, StoreBin: s.StoreBin, StoreArgs: s.StoreArgs, EtcdCmd: s.EtcdCmd, DataRoot: dir, Log: s.Log})
 	if err != nil {
 		return nil, err
 	}
