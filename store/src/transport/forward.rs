@@ -137,9 +137,23 @@ fn spawn_writer(wr: impl AsyncWrite + Unpin + Send + 'static, dead: Option<Arc<A
         while let Some(f) = rx.recv().await {
             let mut next = Some(f);
             let mut ok = true;
-            while let Some(f) = next {
-                ok = w.write_all(&f).await.is_ok();
-                next = if ok { rx.try_recv().ok() } else { None };
+            loop {
+                while let Some(f) = next {
+                    ok = w.write_all(&f).await.is_ok();
+                    next = if ok { rx.try_recv().ok() } else { None };
+                }
+                // The answers of one applied batch are sent by tasks that run one after
+                // another on this worker, and a task woken by another runs next (tokio's
+                // LIFO slot): without this yield the writer ran, and flushed, after each
+                // answer. Yielding once lets the rest of the batch queue theirs: one send.
+                if !ok {
+                    break;
+                }
+                tokio::task::yield_now().await;
+                next = rx.try_recv().ok();
+                if next.is_none() {
+                    break;
+                }
             }
             if !ok || w.flush().await.is_err() {
                 if let Some(d) = &dead {
