@@ -25,7 +25,15 @@ import (
 const (
 	FanoutLeader = "leader"
 	FanoutSpread = "spread"
+	// FanoutAlone is the leader's share of FanoutSpread (every third watcher) with none on
+	// the followers: the leader's cost when the followers' watchers are served on hosts of
+	// their own. On this machine the followers' fan-out in FanoutSpread runs on the same two
+	// cores as the leader, and the leader's own CPU per write grows with that contention.
+	FanoutAlone = "leader-share-alone"
 )
+
+// FanoutPlacements in the order of a round; RunFanout rotates it every round.
+var FanoutPlacements = []string{FanoutLeader, FanoutSpread, FanoutAlone}
 
 // FanoutSpec says how many watchers, how fast and how long.
 type FanoutSpec struct {
@@ -63,11 +71,9 @@ func (s FanoutSpec) logf(format string, a ...any) { logLine(s.Log, format, a...)
 func RunFanout(ctx context.Context, s FanoutSpec, onRun func(*FanoutRun)) ([]*FanoutRun, error) {
 	var runs []*FanoutRun
 	for r := 0; r < s.Rounds; r++ {
-		order := []string{FanoutLeader, FanoutSpread}
-		if r%2 == 1 {
-			order[0], order[1] = order[1], order[0]
-		}
-		for _, p := range order {
+		n := len(FanoutPlacements)
+		for i := range FanoutPlacements {
+			p := FanoutPlacements[(i+r)%n]
 			run, err := fanoutOnce(ctx, s, p, r+1)
 			if err != nil {
 				return runs, fmt.Errorf("%s, round %d: %w", p, r+1, err)
@@ -100,24 +106,28 @@ func fanoutOnce(ctx context.Context, s FanoutSpec, placement string, round int) 
 			members = append(members, m)
 		}
 	}
-	res := &FanoutRun{Placement: placement, Round: round, Watchers: s.Watchers, PerMember: make([]int, 3)}
+	res := &FanoutRun{Placement: placement, Round: round, PerMember: make([]int, 3)}
 	const prefix = "/registry/pods/"
 	// Start after the first write's revision: the group's own entries (none are keys) leave it at 1.
 	wctx, wcancel := context.WithCancel(ctx)
 	defer wcancel()
-	watchers := make([]*fanWatcher, s.Watchers)
+	var watchers []*fanWatcher
 	var clients []*clientv3.Client
 	defer func() { CloseAll(clients) }()
 	var started sync.WaitGroup
 	var wg sync.WaitGroup
-	for i := range watchers {
-		m := members[0]
-		if placement == FanoutSpread {
-			m = members[i%3]
-			res.PerMember[i%3]++
-		} else {
-			res.PerMember[0]++
+	for i := 0; i < s.Watchers; i++ {
+		at := 0
+		switch placement {
+		case FanoutSpread:
+			at = i % 3
+		case FanoutAlone:
+			if i%3 != 0 {
+				continue
+			}
 		}
+		m := members[at]
+		res.PerMember[at]++
 		// One connection per watcher, as each kube-apiserver has its own.
 		c, err := newClient([]string{m.Endpoint})
 		if err != nil {
@@ -125,7 +135,7 @@ func fanoutOnce(ctx context.Context, s FanoutSpec, placement string, round int) 
 		}
 		clients = append(clients, c)
 		w := &fanWatcher{}
-		watchers[i] = w
+		watchers = append(watchers, w)
 		started.Add(1)
 		wg.Add(1)
 		go func(c *clientv3.Client, w *fanWatcher) {
@@ -236,6 +246,7 @@ func fanoutOnce(ctx context.Context, s FanoutSpec, placement string, round int) 
 			}
 		}
 	}
+	res.Watchers = len(watchers)
 	s.logf("%s round %d: %d writes in %.1f s; leader %.1f µs CPU per write; watchers %v; violations %d",
 		placement, round, res.Writes, res.Seconds, res.LeaderCPUPerWriteUs, res.PerMember, res.Violations)
 	return res, nil
@@ -258,7 +269,7 @@ func FanoutMedians(runs []*FanoutRun) []FanoutMedian {
 		viol[r.Placement] += r.Violations
 	}
 	var out []FanoutMedian
-	for _, p := range []string{FanoutLeader, FanoutSpread} {
+	for _, p := range FanoutPlacements {
 		v := by[p]
 		if len(v) == 0 {
 			continue
