@@ -163,6 +163,17 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"scheduler", "million", "--rank-sample", "-2"},
 		{"doctor", "plan", "--format", "xml"},
 		{"doctor", "plan", "--nodes", "10", "--store-replicas", "0"},
+		{"doctor", "plan", "--nodes", "10", "--node-agent", "containerd"},
+		{"doctor", "plan", "--nodes", "10", "--node-agent", "kwok", "--nodes-json", "r.json"},
+		{"bench", "nodes", "--kind", "kubemark", "--out", "/tmp/n"},
+		{"bench", "nodes", "--nodes", "0", "--out", "/tmp/n"},
+		{"bench", "nodes", "--nodes", "-5", "--out", "/tmp/n"},
+		{"bench", "nodes", "--nodes", "100001", "--out", "/tmp/n"},
+		{"bench", "nodes", "--nodes", "many", "--out", "/tmp/n"},
+		{"bench", "nodes", "--pods-per-node", "0", "--out", "/tmp/n"},
+		{"bench", "nodes", "--store", "zookeeper", "--out", "/tmp/n"},
+		{"bench", "nodes", "--window", "0s", "--out", "/tmp/n"},
+		{"bench", "nodes"}, // --out is required
 		{"doctor", "host", "--role", "toaster"},
 		{"etcd-proxy"},
 		{"etcd-proxy", "replay", "--in", "x"},
@@ -200,6 +211,8 @@ func TestFailedRunIsOneLineAndExit1(t *testing.T) {
 		{"create-pods", "--state-dir", filepath.Join(dir, "none")},
 		{"migrate", "--to", "store", "--state-dir", filepath.Join(dir, "none")},
 		{"doctor", "plan", "--nodes", "1000", "--bench-json", filepath.Join(dir, "missing.json")},
+		{"doctor", "plan", "--nodes", "1000", "--nodes-json", filepath.Join(dir, "missing.json")},
+		{"bench", "nodes", "--out", dir, "--include", filepath.Join(dir, "missing.json")},
 		{"store", "import", "--from", filepath.Join(dir, "missing.db"), "--out", filepath.Join(dir, "out.snap")},
 	} {
 		code, _, errOut := execute(t, args...)
@@ -339,6 +352,33 @@ func TestFlagsLandInOptions(t *testing.T) {
 	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000", "--store-replicas", "3")
 	if p := o.(*doctorPlanFlags); p.replicas != 3 {
 		t.Errorf("doctor plan --store-replicas 3: %+v", p)
+	}
+	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000")
+	if p := o.(*doctorPlanFlags); p.nodeAgent != "kwok" || p.nodesJSON != "" {
+		t.Errorf("doctor plan: --node-agent defaults to kwok: %+v", p)
+	}
+	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000", "--node-agent", "kubelet")
+	if p := o.(*doctorPlanFlags); p.nodeAgent != "kubelet" {
+		t.Errorf("doctor plan --node-agent kubelet: %+v", p)
+	}
+	_, o = dryRun(t, "doctor", "plan", "--nodes", "1000", "--nodes-json", "/tmp/nodes/report.json")
+	if p := o.(*doctorPlanFlags); p.nodeAgent != "kubelet" || p.nodesJSON != "/tmp/nodes/report.json" {
+		t.Errorf("doctor plan --nodes-json implies --node-agent kubelet: %+v", p)
+	}
+	_, o = dryRun(t, "bench", "nodes", "--out", "/tmp/n")
+	if b := o.(*benchNodesFlags); !reflect.DeepEqual(b.kinds, []string{cluster.AgentKubelet, cluster.AgentKWOK}) || b.nodes != 100 || b.ppn != 5 ||
+		b.store != cluster.StoreMeganode || b.window != time.Minute || b.qps != 20 || b.out != "/tmp/n" {
+		t.Errorf("bench nodes defaults: %+v", b)
+	}
+	_, o = dryRun(t, "bench", "nodes", "--kind", "kubelet", "--store", "etcd", "--nodes", "200", "--pods-per-node", "3", "--window", "30s",
+		"--qps", "0", "--out", "/tmp/n", "--include", "/tmp/a/report.json", "--state-dir", "/var/tmp/bn")
+	if b := o.(*benchNodesFlags); !reflect.DeepEqual(b.kinds, []string{cluster.AgentKubelet}) || b.nodes != 200 || b.ppn != 3 || b.store != cluster.StoreEtcd ||
+		b.window != 30*time.Second || b.qps != 0 || !reflect.DeepEqual(b.include, []string{"/tmp/a/report.json"}) || b.stateDir != "/var/tmp/bn" {
+		t.Errorf("bench nodes: %+v", b)
+	}
+	_, o = dryRun(t, "bench", "nodes", "--kind", "kwok", "--nodes", "10", "--out", "/tmp/n")
+	if b := o.(*benchNodesFlags); !reflect.DeepEqual(b.kinds, []string{cluster.AgentKWOK}) || b.nodes != 10 {
+		t.Errorf("bench nodes --kind kwok: %+v", b)
 	}
 }
 

@@ -33,6 +33,9 @@ type doctorPlanFlags struct {
 	kver        string
 	bridgePorts int
 	replicas    int
+	nodeAgent   string // --node-agent: doctor.NodeAgentKWOK or doctor.NodeAgentKubelet
+	nodesJSON   string // --nodes-json: a `bench nodes` report.json (implies --node-agent kubelet)
+	agentSet    bool   // --node-agent given on the command line
 }
 
 func newDoctorPlanCmd() *cobra.Command {
@@ -49,7 +52,9 @@ Exit 1 when a target cannot be met.`,
 		Example: `  meganode doctor plan --nodes 1000000
   meganode doctor plan --nodes 5000 --pods 150000 --format flags
   meganode doctor plan --nodes 100000 --pods 1000000 --store-replicas 3
-  meganode doctor plan --nodes 100000 --bench-json bin/bench-results/lease-flood/results.json --simulate-json /tmp/sim.json`,
+  meganode doctor plan --nodes 100000 --bench-json bin/bench-results/lease-flood/results.json --simulate-json /tmp/sim.json
+  meganode doctor plan --nodes 5000 --pods 150000 --node-agent kubelet
+  meganode doctor plan --nodes 5000 --pods 150000 --nodes-json /tmp/nodes/report.json`,
 		Args: noArgs,
 		RunE: action(f, func(ctx context.Context, cmd *cobra.Command, f *doctorPlanFlags) error {
 			return f.run(ctx, cmd.OutOrStdout(), cmd.ErrOrStderr())
@@ -74,7 +79,11 @@ Exit 1 when a target cannot be met.`,
 	fs.StringVar(&f.kver, "kube-version", "1.36", "Kubernetes version (feature gates and flags differ)")
 	fs.IntVar(&f.bridgePorts, "bridge-ports", doctor.BridgeMaxPorts, "bridge port limit (from 'doctor bridge --probe')")
 	fs.IntVar(&f.replicas, "store-replicas", 1, "members of each store's replicated group (as 'meganode up --store-replicas'): memory and cores per member and in total; odd (3 tolerates one member's loss)")
+	fs.StringVar(&f.nodeAgent, "node-agent", doctor.NodeAgentKWOK, "per-node figures to size with: kwok (the plan's own, as the demo's KWOK nodes) or kubelet (store writes, watches and Events per node measured on hollow kubelets by 'meganode bench nodes')")
+	fs.StringVar(&f.nodesJSON, "nodes-json", "", "'meganode bench nodes' report.json from the target machine: its kubelet run's per-node figures (implies --node-agent kubelet; default: the committed docs/bench/kubelets/side-by-side run)")
 	completeValues(cmd, "format", "table", "yaml", "flags", "json")
+	completeValues(cmd, "node-agent", doctor.NodeAgentKWOK, doctor.NodeAgentKubelet)
+	cmd.PreRun = func(cmd *cobra.Command, _ []string) { f.agentSet = cmd.Flags().Changed("node-agent") }
 	return cmd
 }
 
@@ -90,6 +99,15 @@ func (f *doctorPlanFlags) validate() error {
 	}
 	if f.replicas < 1 {
 		return usagef("--store-replicas must be ≥ 1")
+	}
+	if err := oneOf("node-agent", f.nodeAgent, doctor.NodeAgentKWOK, doctor.NodeAgentKubelet); err != nil {
+		return err
+	}
+	if f.nodesJSON != "" {
+		if f.agentSet && f.nodeAgent != doctor.NodeAgentKubelet {
+			return usagef("--nodes-json holds kubelet figures: not with --node-agent %s", f.nodeAgent)
+		}
+		f.nodeAgent = doctor.NodeAgentKubelet
 	}
 	return nil
 }
@@ -123,6 +141,21 @@ func (f *doctorPlanFlags) run(ctx context.Context, stdout, stderr io.Writer) err
 			return fmt.Errorf("--simulate-json %s: %w", f.simJSON, err)
 		}
 		in.SimProjections, in.SimSource = projs, fmt.Sprintf("measured: %d projections from %s", len(projs), f.simJSON)
+	}
+	switch {
+	case f.nodesJSON != "":
+		data, err := os.ReadFile(f.nodesJSON)
+		if err != nil {
+			return fmt.Errorf("--nodes-json: %w", err)
+		}
+		fig, err := doctor.NodeAgentFromReport(data, "measured: "+f.nodesJSON)
+		if err != nil {
+			return fmt.Errorf("--nodes-json %s: %w", f.nodesJSON, err)
+		}
+		in.NodeAgent = &fig
+	case f.nodeAgent == doctor.NodeAgentKubelet:
+		fig := doctor.DefaultKubeletFigures
+		in.NodeAgent = &fig
 	}
 	if f.storeWPS > 0 {
 		in.StoreWritesPerSec, in.StoreSource = f.storeWPS, "given: --store-writes-per-sec"

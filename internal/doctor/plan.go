@@ -68,6 +68,9 @@ type PlanInput struct {
 	// from (SimulateProjections), and SimSource where they came from; none: the committed run's.
 	SimProjections []SimProjection `json:"-"`
 	SimSource      string          `json:"sim_source"`
+	// NodeAgent: per-node store writes, watches and per-pod-start writes measured on real
+	// kubelets (`doctor plan --node-agent kubelet`); nil: the plan's own figures (KWOK's).
+	NodeAgent *NodeAgentFigures `json:"node_agent,omitempty"`
 }
 
 func (in PlanInput) normalise() PlanInput {
@@ -167,6 +170,7 @@ type APIServerPlan struct {
 	Count               int      `json:"count"`
 	CountBasis          string   `json:"count_basis"`
 	ConnsPerAPIServer   int      `json:"conns_per_apiserver"`
+	WatchesPerNode      float64  `json:"watches_per_node"` // WatchesPerNode, or the node agent's measured figure
 	WatchesPerAPIServer int      `json:"watches_per_apiserver"`
 	WritesPerAPIServer  float64  `json:"writes_per_apiserver"`
 	WatchEventsPerSec   float64  `json:"watch_events_per_sec"`
@@ -391,6 +395,19 @@ func Plan(in PlanInput) PlanOutput {
 		{"pods", WritesPerPodStart * in.PodsPerSecond, fmt.Sprintf("%d writes per pod start × %.4g pods/s", WritesPerPodStart, in.PodsPerSecond)},
 		{"rest", n / NodeStatusReportSeconds, fmt.Sprintf("node status: %d nodes / %d s (nodeStatusReportFrequency) + the rest", in.Nodes, NodeStatusReportSeconds)},
 	}
+	if a := in.NodeAgent; a != nil {
+		// Measured on kubelets: leases keep the formula above (the lease interval is an input;
+		// the kubelets measured renewed every 10 s, LeaseWritesPerNodeSec), the other loads are
+		// per node per second plus per pod started.
+		load := func(perNode, perPod float64, what string) (float64, string) {
+			return perNode*n + perPod*in.PodsPerSecond, fmt.Sprintf("kubelet, measured: %.4g %s writes/s per node × %d nodes + %.3g per pod start × %.4g pods/s",
+				perNode, what, in.Nodes, perPod, in.PodsPerSecond)
+		}
+		sp.Loads[1].WritesPerSec, sp.Loads[1].Basis = load(a.EventWritesPerNodeSec, a.EventWritesPerPodStart, "event")
+		sp.Loads[2].WritesPerSec, sp.Loads[2].Basis = load(a.PodWritesPerNodeSec, a.PodWritesPerPodStart, "pod")
+		sp.Loads[3].WritesPerSec, sp.Loads[3].Basis = load(a.RestWritesPerNodeSec, a.RestWritesPerPodStart, "other (node status, …)")
+		sp.Sources = append(sp.Sources, "meganode-bench-nodes")
+	}
 	for _, l := range sp.Loads {
 		sp.TotalWritesPerSec += l.WritesPerSec
 	}
@@ -473,7 +490,12 @@ func Plan(in PlanInput) PlanOutput {
 	ap.Count = APIServerCount(in.Nodes)
 	ap.CountBasis = apiServerCountBasis(in.Nodes)
 	ap.ConnsPerAPIServer = ceilDiv(ConnsPerNode*in.Nodes, ap.Count)
-	ap.WatchesPerAPIServer = ceilDiv(WatchesPerNode*in.Nodes, ap.Count)
+	ap.WatchesPerNode = WatchesPerNode
+	if in.NodeAgent != nil {
+		ap.WatchesPerNode = in.NodeAgent.WatchesPerNode
+		ap.Sources = append(ap.Sources, "meganode-bench-nodes")
+	}
+	ap.WatchesPerAPIServer = int(math.Ceil(ap.WatchesPerNode * n / float64(ap.Count)))
 	ap.WritesPerAPIServer = sp.TotalWritesPerSec / float64(ap.Count)
 	ap.WatchEventsPerSec = sp.TotalWritesPerSec
 	ap.MaxMutatingInflight, ap.MaxRequestsInflight = 200, 400
@@ -607,6 +629,9 @@ func Plan(in PlanInput) PlanOutput {
 		{"store capacity (store shards, lease fit, inflight)", fmt.Sprintf("%.0f writes/s per store", c), in.StoreSource},
 		{"scheduler (shards, cores, shape, estimate, relays)", fmt.Sprintf("%d shards, %d cores, %.1f s for %d pods", sc.Shards, sc.Cores, sc.Seconds, in.Pods), in.SimSource},
 		{"apiserver count", fmt.Sprint(ap.Count), "not measured here: " + ap.CountBasis},
+	}
+	if a := in.NodeAgent; a != nil {
+		out.Figures = append(out.Figures, Figure{"node agent: kubelet (store loads events, pods, rest; watches per apiserver)", a.Text(), a.Source})
 	}
 	out.Figures = append(out.Figures, groupFigures...)
 	return out

@@ -205,7 +205,7 @@ func (p PlanOutput) WriteTable(w io.Writer) {
 	head("KUBE-APISERVER", a.Sources)
 	row("count", fmt.Sprint(a.Count), a.CountBasis)
 	row("per apiserver", fmt.Sprintf("%d connections, %d watches, %.0f writes/s", a.ConnsPerAPIServer, a.WatchesPerAPIServer, a.WritesPerAPIServer),
-		fmt.Sprintf("%d conns and %d watches per node; every apiserver processes all %.0f watch events/s", ConnsPerNode, WatchesPerNode, a.WatchEventsPerSec))
+		fmt.Sprintf("%d conns and %.3g watches per node; every apiserver processes all %.0f watch events/s", ConnsPerNode, a.WatchesPerNode, a.WatchEventsPerSec))
 	row("inflight", fmt.Sprintf("%d read-only, %d mutating", a.MaxRequestsInflight, a.MaxMutatingInflight), "tuning guide 1000/3000 from 1000 nodes (defaults 400/200); mutating ≥ writes/s per apiserver × 1 s SLO")
 	row("memory", fmt.Sprintf("%.0f GiB", a.MemoryGiB), "k8s-1m: ~256 GB per apiserver at 1M nodes, scaled; override with --apiserver-memory")
 	row("env", strings.Join(a.Env, " "), "GOGC in the hundreds, GOMEMLIMIT 15% under memory (k8s-1m)")

@@ -30,6 +30,8 @@ var Sources = map[string]Source{
 	"meganode-bench-group": {"meganode-bench-group", "meganode's own replicated-store measurements (`meganode bench catch-up`, `meganode bench group-put`)",
 		fmt.Sprintf("docs/bench/catch-up/model.json (2 cores): a member's memory %.0f MiB + %.0f B per object of Nodes, Pods and Leases, serving after %.2f s + %.2f µs per object from an empty start; docs/bench/replicated-put/leader-only.txt: CPU per put %.1f µs on the leader, %.1f µs on each follower, every member an endpoint",
 			GroupMemberFixedBytes/float64(1<<20), GroupMemberBytesPerObject, CatchUpFixedSeconds, CatchUpMicrosPerObject, GroupLeaderMicrosPerWrite, GroupFollowerMicrosPerWrite)},
+	"meganode-bench-nodes": {"meganode-bench-nodes", "meganode's own kubelet-vs-KWOK measurement (`meganode bench nodes`, docs/bench/kubelets/README.md)",
+		"docs/bench/kubelets/side-by-side/meganode/report.json (2 cores, meganode-store): 200 hollow kubelets (the kubelet's own code) and 200 KWOK nodes, 5 pods per node; store writes by resource per node per second (steady) and per pod started, watches on kube-apiserver per node; or --nodes-json from the target's own run"},
 	"design-10": {"design-10", "meganode-store design §10 (docs/design.md, Replication)",
 		"a group answers a write once a quorum holds it in memory (durability replicated); a member that restarts empty rejoins by the leader's snapshot; all members down at once lose the data; peer traffic is plain TCP"},
 	"scheduler-simulate": {"scheduler-simulate", "meganode's own scheduler measurement (`meganode scheduler simulate --json`)",
