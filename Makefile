@@ -237,6 +237,19 @@ soak: build etcd-benchmark
 	$(MEGANODE_BIN) bench soak --duration $(SOAK_DURATION) --rate $(SOAK_RATE) --clients $(SOAK_CLIENTS) \
 	  --benchmark-bin $(BIN)/benchmark --data-dir $(SOAK_DATA_DIR) --out $(SOAK_OUT) $(SOAK_FLAGS)
 
+# The heartbeat ceiling (issue 37): node Lease renewals through kube-apiserver on meganode-store, then on etcd 3.6
+# (one after the other, data on tmpfs), the rate stepped until the lease PUT p99 passes 1 s; the ratio, CPU per
+# renewal of every process, and the ceiling in nodes at the kubelet's 10 s renewal. About 13 minutes on 2 cores.
+# Not part of `make test` or `make bench`; docs/bench/heartbeat/run.sh is the committed run.
+HEARTBEAT_LEASES ?= 10000
+HEARTBEAT_RATES ?= 400,500,600,700,800,900,1000,1100,1200,1300,1400,1500,1700
+HEARTBEAT_STEP ?= 60s
+HEARTBEAT_OUT ?= $(BIN)/bench-heartbeat
+.PHONY: bench-heartbeat
+bench-heartbeat: build k8s-bins
+	$(MEGANODE_BIN) bench heartbeat --store both --leases $(HEARTBEAT_LEASES) --rates $(HEARTBEAT_RATES) \
+	  --step $(HEARTBEAT_STEP) --out $(HEARTBEAT_OUT)
+
 # Container images (bin/images/): meganode-store and meganode (the scheduler roles), without a Docker daemon and
 # without pulling a base image: tools/ociimage (go-containerregistry, a module of its own; why not crane: its
 # main.go) writes one reproducible layer onto scratch as an OCI layout (bin/images/NAME/) and a docker-save

@@ -35,6 +35,7 @@ reports medians and ratios; --clients 1,16,64,256,1000 sweeps and charts the res
 		cmd.AddCommand(newBenchWorkloadCmd(w))
 	}
 	cmd.AddCommand(newBenchReportCmd(), newBenchReplayCmd(), newBenchMemoryCmd(), newBenchSoakCmd(), newBenchStateCmd(), newBenchStateWritersCmd(), newBenchFailoverCmd(), newBenchGroupPutCmd(), newBenchCatchUpCmd(), newBenchWatchFanoutCmd(), newBenchAPIFailoverCmd(), newBenchMigrateCmd())
+	cmd.AddCommand(newBenchHeartbeatCmd())
 	cmd.AddCommand(newBenchNodesCmd()) // bench_nodes.go: hollow kubelets vs KWOK (issue 39)
 	return cmd
 }

@@ -153,6 +153,12 @@ func TestUsageErrorsAreOneLineAndExit2(t *testing.T) {
 		{"bench", "migrate", "--nodes", "100", "--etcd-leases", "101"},
 		{"bench", "migrate", "--nodes", "100", "--leases", "10", "--etcd-leases", "20"},
 		{"bench", "migrate", "--page-limit", "0"},
+		{"bench", "heartbeat", "--store", "zookeeper"},
+		{"bench", "heartbeat", "--rates", "100,fast"},
+		{"bench", "heartbeat", "--rates", "0"},
+		{"bench", "heartbeat", "--leases", "100", "--rates", "50,200"},
+		{"bench", "heartbeat", "--step", "0s"},
+		{"bench", "heartbeat", "--conns", "0"},
 		{"scheduler", "--scatter", "0"},
 		{"scheduler", "bench", "--shards", "two"},
 		{"scheduler", "simulate", "--binds", "maybe"},
@@ -335,6 +341,18 @@ func TestFlagsLandInOptions(t *testing.T) {
 	} else if c := b.config(); c.Nodes != 10000 || c.Pods != 20000 || c.Leases != 5000 || c.EtcdLeases != 50 || c.PageLimit != 100 ||
 		c.SnapshotDir != "/var/tmp/x" || !reflect.DeepEqual(c.StoreArgs, []string{"--durability=fsync", "--quota-backend-bytes=-1"}) {
 		t.Errorf("bench migrate: %+v", c)
+	}
+	_, o = dryRun(t, "bench", "heartbeat")
+	if b := o.(*benchHeartbeatFlags); !reflect.DeepEqual(b.stores, []string{"meganode", "etcd"}) || b.leases != 10000 || b.step != time.Minute ||
+		b.warmup != 10*time.Second || b.conns != 32 || b.dataDir != "/dev/shm" || len(b.parsedRates) == 0 {
+		t.Errorf("bench heartbeat defaults: %+v", b)
+	}
+	_, o = dryRun(t, "bench", "heartbeat", "--store", "etcd", "--leases", "2000", "--rates", "2000, 500,1000,500", "--step", "20s",
+		"--warmup", "0s", "--conns", "4", "--out", "/tmp/hb", "--apiserver-arg=--v=1", "--store-arg=--durability=fsync")
+	if b := o.(*benchHeartbeatFlags); !reflect.DeepEqual(b.stores, []string{"etcd"}) || b.leases != 2000 ||
+		!reflect.DeepEqual(b.parsedRates, []float64{500, 1000, 2000}) || b.step != 20*time.Second || b.warmup != 0 || b.conns != 4 ||
+		b.out != "/tmp/hb" || !reflect.DeepEqual(b.apiserverArgs, []string{"--v=1"}) || !reflect.DeepEqual(b.storeArgs, []string{"--durability=fsync"}) {
+		t.Errorf("bench heartbeat: %+v", b)
 	}
 	_, o = dryRun(t, "migrate", "--to", "store", "--check-pods", "7", "--state-dir", "/tmp/x", "--store-arg=--durability=fsync")
 	if m := o.(*migrateFlags).options(nil); m.To != cluster.StoreMeganode || m.CheckPods != 7 || !m.Verify || m.PollInterval != 100*time.Millisecond ||
