@@ -24,11 +24,14 @@ type NodesWindow struct {
 	APIWatches           float64 `json:"apiserver_watches"`
 	// StoreWatchers and StoreWatchStreams: the stores' own gauges at the end of the window
 	// (etcd_debugging_mvcc_watcher_total, etcd_debugging_mvcc_watch_stream_total, summed over
-	// the store processes): kube-apiserver's watches on the store. By resource the store cannot
-	// say; WatchEventsFromStore is what kube-apiserver's watch cache received per resource.
-	StoreWatchers        float64 `json:"store_watchers"`
-	StoreWatchStreams    float64 `json:"store_watch_streams"`
-	WatchEventsFromStore []Count `json:"watch_cache_events_received_by_resource"`
+	// the store processes): kube-apiserver's watches on the store. StoreWatchersByPrefix is
+	// meganode-store's meganode_watchers_by_prefix (the prefix watched, /registry/<resource>/);
+	// etcd has no such gauge. WatchEventsFromStore is what kube-apiserver's watch cache received
+	// per resource, on either store.
+	StoreWatchers         float64 `json:"store_watchers"`
+	StoreWatchStreams     float64 `json:"store_watch_streams"`
+	StoreWatchersByPrefix []Count `json:"store_watchers_by_prefix,omitempty"`
+	WatchEventsFromStore  []Count `json:"watch_cache_events_received_by_resource"`
 	// EventsWritten: creates and updates of Events (core and events.k8s.io) kube-apiserver
 	// answered in the window (apiserver_request_total, POST/PUT/PATCH), and per second.
 	EventsWritten float64 `json:"events_written"`
@@ -137,7 +140,7 @@ func (p *nodesProbe) stop(ctx context.Context, slo *Report) *NodesWindow {
 		}
 	}
 	w.EventsPerSec = w.EventsWritten / win
-	w.StoreWatchers, w.StoreWatchStreams = p.storeWatches(ctx)
+	w.StoreWatchers, w.StoreWatchStreams, w.StoreWatchersByPrefix = p.storeWatches(ctx)
 	if slo != nil {
 		stores := map[string]bool{}
 		for _, n := range slo.StoreNames {
@@ -171,21 +174,29 @@ func addUsage(a, b Usage, name string) Usage {
 }
 
 // storeWatches sums the stores' watcher and watch-stream gauges (meganode-store serves the
-// same two names as etcd).
-func (p *nodesProbe) storeWatches(ctx context.Context) (watchers, streams float64) {
+// same two names as etcd) and meganode-store's watchers by prefix.
+func (p *nodesProbe) storeWatches(ctx context.Context) (watchers, streams float64, byPrefix []Count) {
+	prefixes := map[string]float64{}
 	c := &http.Client{Timeout: 10 * time.Second}
 	for _, comp := range p.st.Components {
 		if (comp.Kind != BinStore && comp.Kind != StoreEtcd) || comp.MetricsURL == "" || strings.HasPrefix(comp.MetricsURL, "https") {
 			continue
 		}
-		s, err := Scrape(ctx, c, comp.MetricsURL+"/metrics", "etcd_debugging_mvcc_watch")
+		s, err := Scrape(ctx, c, comp.MetricsURL+"/metrics", "etcd_debugging_mvcc_watch", "meganode_watchers_by_prefix")
 		if err != nil {
 			continue
 		}
 		watchers += s.Sum("etcd_debugging_mvcc_watcher_total", nil)
 		streams += s.Sum("etcd_debugging_mvcc_watch_stream_total", nil)
+		for prefix, n := range s.Counters("meganode_watchers_by_prefix", "prefix") {
+			prefixes[prefix] += n
+		}
 	}
-	return watchers, streams
+	for prefix, n := range prefixes {
+		byPrefix = append(byPrefix, Count{Resource: prefix, Value: n})
+	}
+	sortCounts(byPrefix)
+	return watchers, streams, byPrefix
 }
 
 // groupResource is "resource" for the core group, "resource.group" otherwise.

@@ -310,6 +310,8 @@ func (rep *NodesReport) writeByResource(w io.Writer) {
 	}
 	keys, vals = counts(func(w *NodesWindow) []Count { return w.APIWatchesByResource }, false)
 	table("watches open on kube-apiserver by resource, end of the steady window (apiserver_longrunning_requests{verb=\"WATCH\"})", keys, cellOf("%.0f", vals))
+	keys, vals = counts(func(w *NodesWindow) []Count { return w.StoreWatchersByPrefix }, false)
+	table("watchers on the store by prefix watched, end of the steady window (meganode-store's meganode_watchers_by_prefix; etcd has no such gauge)", keys, cellOf("%.0f", vals))
 	keys, vals = counts(func(w *NodesWindow) []Count { return w.WatchEventsFromStore }, true)
 	table("watch events/s kube-apiserver's cache received from the store, steady window (apiserver_watch_cache_events_received_total)", keys, rateCell(vals))
 

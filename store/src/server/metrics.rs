@@ -19,6 +19,9 @@ pub struct Metrics {
     pub txn: AtomicU64,
     pub watch_streams: AtomicU64,
     pub watchers: AtomicU64,
+    /// Active watchers by the prefix they watch (`watch_prefix`): which of
+    /// kube-apiserver's resources hold watches on the store, as etcd cannot say.
+    pub watchers_by_prefix: parking_lot::Mutex<std::collections::BTreeMap<String, u64>>,
     pub slow_watcher_catchups: AtomicU64,
     /// Writes that waited at the back-pressure gate (server/backpressure.rs).
     pub backpressure_waits: AtomicU64,
@@ -45,7 +48,38 @@ impl Drop for Timed<'_> {
     }
 }
 
+/// The prefix a watch on `key` is counted under: `/registry/<resource>/`
+/// (`/registry/<group>/<resource>/` for a group with a dot, as kube-apiserver
+/// lays out its keys), otherwise the key's first segment (`/<segment>/`), and
+/// `/` for a key without one.
+pub fn watch_prefix(key: &[u8]) -> String {
+    let k = String::from_utf8_lossy(key);
+    let mut parts = k.split('/').skip(1);
+    let (Some(first), Some(second)) = (parts.next(), parts.next()) else { return "/".into() };
+    if first != "registry" || second.is_empty() {
+        return if first.is_empty() { "/".into() } else { format!("/{first}/") };
+    }
+    match parts.next() {
+        Some(third) if second.contains('.') && !third.is_empty() => format!("/registry/{second}/{third}/"),
+        _ => format!("/registry/{second}/"),
+    }
+}
+
 impl Metrics {
+    /// A watcher on `key` was created (+1) or went away (-1).
+    pub fn watcher_on(&self, key: &[u8], created: bool) {
+        let p = watch_prefix(key);
+        let mut by = self.watchers_by_prefix.lock();
+        if created {
+            *by.entry(p).or_default() += 1;
+        } else if let Some(n) = by.get_mut(&p) {
+            *n -= 1;
+            if *n == 0 {
+                by.remove(&p);
+            }
+        }
+    }
+
     /// Count one request of `METHODS[method]` and time it until the guard drops.
     pub fn request(&self, method: usize) -> Timed<'_> {
         [&self.range, &self.put, &self.delete, &self.txn][method].fetch_add(1, Ordering::Relaxed);
@@ -115,6 +149,11 @@ pub fn render(ctx: &Ctx) -> String {
     o.push_str("# HELP meganode_value_compressed_bytes_total Bytes of the values packed: as written (raw) and as stored.\n# TYPE meganode_value_compressed_bytes_total counter\n");
     for (form, v) in [("raw", &pk.raw_bytes), ("stored", &pk.stored_bytes)] {
         o.push_str(&format!("meganode_value_compressed_bytes_total{{form=\"{form}\"}} {}\n", v.load(Ordering::Relaxed)));
+    }
+    o.push_str("# HELP meganode_watchers_by_prefix Active watchers by the prefix watched (/registry/<resource>/).\n# TYPE meganode_watchers_by_prefix gauge\n");
+    for (p, n) in m.watchers_by_prefix.lock().iter() {
+        let label = p.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n");
+        o.push_str(&format!("meganode_watchers_by_prefix{{prefix=\"{label}\"}} {n}\n"));
     }
     o.push_str("# HELP meganode_accounted_bytes Accounted size by part (docs/design.md, memory quota).\n# TYPE meganode_accounted_bytes gauge\n");
     for (part, v) in [("kv", acc.kv), ("leases", acc.leases), ("watch_log", acc.watch_log), ("watchers", acc.watchers)] {
@@ -224,5 +263,33 @@ mod tests {
         assert_eq!(m.latency[PUT].count(), 1);
         assert_eq!(m.txn.load(Ordering::Relaxed), 0);
         assert!(rss_bytes() > 0);
+    }
+
+    #[test]
+    fn watch_prefix_is_the_resource() {
+        assert_eq!(watch_prefix(b"/registry/pods/"), "/registry/pods/");
+        assert_eq!(watch_prefix(b"/registry/pods/default/web-0"), "/registry/pods/");
+        assert_eq!(watch_prefix(b"/registry/leases/kube-node-lease/n1"), "/registry/leases/");
+        assert_eq!(watch_prefix(b"/registry/apiregistration.k8s.io/apiservices/"), "/registry/apiregistration.k8s.io/apiservices/");
+        assert_eq!(watch_prefix(b"/registry/apiregistration.k8s.io/"), "/registry/apiregistration.k8s.io/");
+        assert_eq!(watch_prefix(b"/registry/pods"), "/registry/pods/");
+        assert_eq!(watch_prefix(b"/registry"), "/");
+        assert_eq!(watch_prefix(b"/foo/bar/baz"), "/foo/");
+        assert_eq!(watch_prefix(b"foo"), "/");
+        assert_eq!(watch_prefix(b""), "/");
+        assert_eq!(watch_prefix(b"\0"), "/");
+    }
+
+    #[test]
+    fn watchers_by_prefix_count_up_and_down() {
+        let m = Metrics::default();
+        m.watcher_on(b"/registry/pods/", true);
+        m.watcher_on(b"/registry/pods/ns/a", true);
+        m.watcher_on(b"/registry/nodes/", true);
+        m.watcher_on(b"/registry/pods/", false);
+        assert_eq!(m.watchers_by_prefix.lock().iter().map(|(p, n)| (p.as_str(), *n)).collect::<Vec<_>>(), [("/registry/nodes/", 1), ("/registry/pods/", 1)]);
+        m.watcher_on(b"/registry/nodes/", false);
+        m.watcher_on(b"/registry/nodes/", false); // more ends than starts never underflows
+        assert_eq!(m.watchers_by_prefix.lock().len(), 1);
     }
 }

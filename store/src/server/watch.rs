@@ -133,6 +133,7 @@ impl Session {
         match self.watchers.remove(&id) {
             Some(w) => {
                 self.ctx.metrics.watchers.fetch_sub(1, Ordering::Relaxed);
+                self.ctx.metrics.watcher_on(&w.key, false);
                 self.ctx.store.watch_bytes.fetch_sub(w.accounted_bytes(), Ordering::Relaxed);
                 true
             }
@@ -251,6 +252,7 @@ impl Session {
             catch_up: start <= cur,
         };
         self.ctx.store.watch_bytes.fetch_add(w.accounted_bytes(), Ordering::Relaxed);
+        self.ctx.metrics.watcher_on(&w.key, true);
         self.watchers.insert(id, w);
         self.ctx.metrics.watchers.fetch_add(1, Ordering::Relaxed);
         Ok(())
