@@ -6,7 +6,6 @@ import (
 	"math"
 	"os"
 	"path/filepath"
-	"sort"
 	"time"
 )
 
@@ -146,19 +145,8 @@ func (rep *NodesReport) WriteFiles(dir string) ([]string, error) {
 	if err := f.Close(); err != nil {
 		return nil, err
 	}
-	for name, c := range rep.charts() {
-		png, err := c.PNG()
-		if err != nil {
-			return files, err
-		}
-		p := filepath.Join(dir, name+".png")
-		if err := os.WriteFile(p, png, 0o644); err != nil {
-			return files, err
-		}
-		files = append(files, p)
-	}
-	sort.Strings(files[2:])
-	return files, nil
+	pngs, err := writeCharts(dir, rep.charts())
+	return append(files, pngs...), err
 }
 
 // ReadNodesReport reads a report.json of `bench nodes`.

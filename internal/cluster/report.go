@@ -408,7 +408,16 @@ func (r *Report) WriteFiles(dir string) ([]string, error) {
 		return nil, err
 	}
 	files = append(files, p)
-	for name, c := range r.charts() {
+	pngs, err := writeCharts(dir, r.charts())
+	files = append(files, pngs...)
+	sort.Strings(files)
+	return files, err
+}
+
+// writeCharts renders each chart to <dir>/<name>.png: the files written, in name order.
+func writeCharts(dir string, charts map[string]*bench.Chart) ([]string, error) {
+	var files []string
+	for name, c := range charts {
 		png, err := c.PNG()
 		if err != nil {
 			return files, err

@@ -228,7 +228,7 @@ func TestClusterOnMeganodeStore(t *testing.T) {
 			t.Errorf("%s (pid %d) still running after down", c.Name, c.Pid)
 		}
 	}
-	if left := processesUnder(st.Dir); len(left) > 0 {
+	if left := cluster.ProcessesUnder(st.Dir); len(left) > 0 {
 		t.Errorf("processes still using %s after down: %v", st.Dir, left)
 	}
 }
@@ -372,30 +372,6 @@ func eventually(ctx context.Context, t *testing.T, d time.Duration, what string,
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-}
-
-// processesUnder lists processes whose command line mentions dir (every component gets its
-// state-dir paths as arguments).
-func processesUnder(dir string) []string {
-	var out []string
-	ents, _ := os.ReadDir("/proc")
-	for _, e := range ents {
-		if e.Name()[0] < '0' || e.Name()[0] > '9' {
-			continue
-		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/cmdline")
-		if err != nil {
-			continue
-		}
-		cmd := strings.ReplaceAll(string(b), "\x00", " ")
-		if strings.Contains(cmd, dir) {
-			if st, err := os.ReadFile("/proc/" + e.Name() + "/stat"); err == nil && strings.Contains(string(st), ") Z") {
-				continue // a zombie waiting for its parent (this test) to reap it
-			}
-			out = append(out, e.Name()+": "+cmd)
-		}
-	}
-	return out
 }
 
 func lastLines(path string, n int) string {

@@ -124,7 +124,7 @@ func TestDemoComparison(t *testing.T) {
 				cluster.FormatValue(r.Meganode), cluster.FormatValue(r.Stock), cluster.FormatRatio(r.Ratio), r.Better)
 		}
 	}
-	if left := processesUnder(stateDir); len(left) > 0 {
+	if left := cluster.ProcessesUnder(stateDir); len(left) > 0 {
 		t.Errorf("processes still using %s after the demo: %v", stateDir, left)
 	}
 }

@@ -133,7 +133,7 @@ func TestHollowKubelets(t *testing.T) {
 			t.Errorf("%s (pid %d) still runs after down", c.Name, c.Pid)
 		}
 	}
-	if left := processesUnder(st.Dir); len(left) > 0 {
+	if left := cluster.ProcessesUnder(st.Dir); len(left) > 0 {
 		t.Errorf("processes left after down: %v", left)
 	}
 }
