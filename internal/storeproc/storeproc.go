@@ -95,6 +95,17 @@ func Start(opts Options) (*Proc, error) {
 }
 
 func (p *Proc) start() error {
+	for try := 1; ; try++ {
+		err := p.startOnce()
+		// A port picked free can be taken by another process before the store binds it
+		// (parallel test packages start servers too): pick again, unless the caller fixed it.
+		if err == nil || try == 3 || p.opts.ClientPort != 0 || !strings.Contains(err.Error(), "Address already in use") {
+			return err
+		}
+	}
+}
+
+func (p *Proc) startOnce() error {
 	port := p.opts.ClientPort
 	if port == 0 {
 		var err error

@@ -2,11 +2,15 @@ package cluster
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -20,8 +24,10 @@ import (
 // the object counts through the API are the same before and after, a new write's
 // resourceVersion is above every one before, new pods are scheduled and Running, and watches
 // held from before are either resumed or answered 410 Gone (logged: which). A client-go
-// informer started before the first cut-over ends up with every pod, through both. Last, a
-// cut-over to a store that cannot start is rolled back onto etcd, which serves again.
+// informer started before the first cut-over ends up with every pod, through both. Before each
+// cut-over the source is compacted: the target keeps the compaction point (it refuses a read
+// below it, as the source did) besides every revision above it. Last, a cut-over to a store
+// that cannot start is rolled back onto etcd, which serves again.
 func TestMigrateCutover(t *testing.T) {
 	bd := binDir(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
@@ -56,6 +62,7 @@ func TestMigrateCutover(t *testing.T) {
 	inf.WaitForCacheSync(ictx.Done())
 
 	for _, to := range []string{cluster.StoreMeganode, cluster.StoreEtcd} {
+		compacted := compactStore(ctx, t, st)
 		t0 := time.Now()
 		res, err := cluster.Migrate(ctx, st, cluster.MigrateOptions{To: to, BinDir: bd, Verify: true, CheckPods: checkPods, APIServerGrace: 2 * time.Second})
 		if err != nil {
@@ -71,6 +78,9 @@ func TestMigrateCutover(t *testing.T) {
 		}
 		if res.Check == nil || !res.Check.Equal || res.Check.Keys == 0 || res.Check.Revision != res.Revision {
 			t.Errorf("migrate --to %s: target vs source: %+v", to, res.Check)
+		} else if res.Check.CompactRevision < compacted || !res.Check.RefusesCompacted {
+			t.Errorf("migrate --to %s: the source was compacted at %d; the target at %d, refusing a read below it: %v",
+				to, compacted, res.Check.CompactRevision, res.Check.RefusesCompacted)
 		}
 		if !res.CountsEqual || res.CountsAfter["nodes"] != nodes || res.CountsAfter["pods"] < pods {
 			t.Errorf("migrate --to %s: counts %v → %v", to, res.CountsBefore, res.CountsAfter)
@@ -150,4 +160,33 @@ func TestMigrateCutover(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// compactStore compacts the cluster's store (its only shard) a few revisions below its current
+// one, physically, as kube-apiserver's compactor does: the revision compacted at.
+func compactStore(ctx context.Context, t *testing.T, st *cluster.State) int64 {
+	t.Helper()
+	eps := strings.Split(st.Shards[0].URL, ",")
+	var tlsCfg *tls.Config
+	if strings.HasPrefix(eps[0], "https://") {
+		var err error
+		if tlsCfg, err = cluster.PKIIn(st.Dir).StoreClientTLS(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cli.Close()
+	resp, err := cli.Get(ctx, "compact-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rev := resp.Header.Revision - 5
+	if _, err := cli.Compact(ctx, rev, clientv3.WithCompactPhysical()); err != nil {
+		t.Fatalf("compact at %d: %v", rev, err)
+	}
+	t.Logf("source compacted at revision %d", rev)
+	return rev
 }
