@@ -11,6 +11,20 @@ import (
 	"go.uber.org/zap"
 )
 
+// ShardClient is an etcd client to one store shard of the cluster (its endpoints, with the
+// cluster's store client certificate when they are https).
+func ShardClient(st *State, sh StoreShard) (*clientv3.Client, error) {
+	eps := strings.Split(sh.URL, ",")
+	var tlsCfg *tls.Config
+	if strings.HasPrefix(eps[0], "https://") {
+		var err error
+		if tlsCfg, err = PKIIn(st.Dir).StoreClientTLS(); err != nil {
+			return nil, err
+		}
+	}
+	return clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+}
+
 // KeyCount is how many keys a resource has in the store and their size (keys + values).
 type KeyCount struct {
 	Resource string `json:"resource"`
@@ -27,17 +41,9 @@ func StoreKeys(ctx context.Context, st *State) ([]KeyCount, error) {
 	if len(st.Shards) == 0 {
 		return nil, errNoStore
 	}
-	var tlsCfg *tls.Config
 	by := map[string]*KeyCount{}
 	for _, sh := range st.Shards {
-		eps := strings.Split(sh.URL, ",")
-		if strings.HasPrefix(eps[0], "https://") && tlsCfg == nil {
-			var err error
-			if tlsCfg, err = PKIIn(st.Dir).StoreClientTLS(); err != nil {
-				return nil, err
-			}
-		}
-		cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+		cli, err := ShardClient(st, sh)
 		if err != nil {
 			return nil, err
 		}

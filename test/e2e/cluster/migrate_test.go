@@ -2,15 +2,12 @@ package cluster
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
@@ -166,15 +163,7 @@ func TestMigrateCutover(t *testing.T) {
 // one, physically, as kube-apiserver's compactor does: the revision compacted at.
 func compactStore(ctx context.Context, t *testing.T, st *cluster.State) int64 {
 	t.Helper()
-	eps := strings.Split(st.Shards[0].URL, ",")
-	var tlsCfg *tls.Config
-	if strings.HasPrefix(eps[0], "https://") {
-		var err error
-		if tlsCfg, err = cluster.PKIIn(st.Dir).StoreClientTLS(); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cli, err := clientv3.New(clientv3.Config{Endpoints: eps, DialTimeout: 5 * time.Second, Logger: zap.NewNop(), TLS: tlsCfg})
+	cli, err := cluster.ShardClient(st, st.Shards[0])
 	if err != nil {
 		t.Fatal(err)
 	}
