@@ -217,8 +217,7 @@ func runStoreExport(ctx context.Context, cmd *cobra.Command, f *storeExportFlags
 	if err != nil {
 		return err
 	}
-	s := res.Snapshot
-	st := s.Stats()
+	s, st := res.Head, res.Stats
 	fmt.Fprintf(cmd.OutOrStdout(), "exported %s: revision %d, %s, %d keys (%d live), %d versions (%d deletions), %d leases, %s\n",
 		f.endpoints, s.Rev, compactionText(s.Compacted), st.Keys, st.LiveKeys, st.Versions, st.Tombstones, st.Leases, authText(s.Auth))
 	if res.Write.MarkerRev > 0 {

@@ -450,7 +450,7 @@ func Migrate(ctx context.Context, st *State, o MigrateOptions) (res *MigrateResu
 				return err
 			}
 			res.SnapshotBytes = r.Write.Bytes
-			s.Note = fmt.Sprintf("%s (%s), revision %d", res.Snapshot, mib(res.SnapshotBytes), r.Snapshot.Rev)
+			s.Note = fmt.Sprintf("%s (%s), revision %d", res.Snapshot, mib(res.SnapshotBytes), r.Head.Rev)
 			return nil
 		})
 	}

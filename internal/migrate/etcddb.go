@@ -425,6 +425,37 @@ type WriteResult struct {
 // key at that revision carries it: etcd's Range and Watch never show the empty key and
 // `etcdutl snapshot status` does not count it, and ReadEtcdDB skips it.
 func WriteEtcdSnapshot(w io.Writer, s *Snapshot, m EtcdMeta, workDir string) (WriteResult, error) {
+	type entry struct {
+		key []byte
+		v   *Version
+	}
+	var all []entry
+	for i := range s.Keys {
+		k := &s.Keys[i]
+		for j := range k.Versions {
+			all = append(all, entry{k.Key, &k.Versions[j]})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := all[i].v, all[j].v
+		return a.ModRev < b.ModRev || a.ModRev == b.ModRev && a.Sub < b.Sub
+	})
+	return writeEtcdSnapshot(w, s, func(put func(key []byte, v *Version) error) error {
+		for _, e := range all {
+			if err := put(e.key, e.v); err != nil {
+				return err
+			}
+		}
+		return nil
+	}, m, workDir)
+}
+
+// writeEtcdSnapshot is WriteEtcdSnapshot for a state given as head (its revision, compaction
+// point, leases and auth state; Keys unused) and each, which hands every version to put in
+// revision order (main, then sub).
+func writeEtcdSnapshot(w io.Writer, head *Snapshot, each func(put func(key []byte, v *Version) error) error,
+	m EtcdMeta, workDir string) (WriteResult, error) {
+	s := head
 	var res WriteResult
 	dir, err := os.MkdirTemp(workDir, ".meganode-export-")
 	if err != nil {
@@ -440,23 +471,6 @@ func WriteEtcdSnapshot(w io.Writer, s *Snapshot, m EtcdMeta, workDir string) (Wr
 		}
 	}()
 	var maxRev int64
-	type entry struct {
-		key []byte
-		v   *Version
-	}
-	var all []entry
-	for i := range s.Keys {
-		k := &s.Keys[i]
-		for j := range k.Versions {
-			v := &k.Versions[j]
-			all = append(all, entry{k.Key, v})
-			maxRev = max(maxRev, v.ModRev)
-		}
-	}
-	sort.Slice(all, func(i, j int) bool {
-		a, b := all[i].v, all[j].v
-		return a.ModRev < b.ModRev || a.ModRev == b.ModRev && a.Sub < b.Sub
-	})
 	tx := be.BatchTx()
 	tx.LockOutsideApply()
 	for _, b := range schema.AllBuckets {
@@ -474,21 +488,32 @@ func WriteEtcdSnapshot(w io.Writer, s *Snapshot, m EtcdMeta, workDir string) (Wr
 		tx.UnsafeSeqPut(schema.Key, k, v)
 		return nil
 	}
-	for i, e := range all {
-		kv := &mvccpb.KeyValue{Key: e.key}
-		if !e.v.Tombstone() {
-			kv = &mvccpb.KeyValue{Key: e.key, CreateRevision: e.v.CreateRev, ModRevision: e.v.ModRev,
-				Version: e.v.Version, Value: e.v.Value, Lease: e.v.Lease}
+	puts, last := 0, mvcc.Revision{Main: -1}
+	err = each(func(key []byte, v *Version) error {
+		rev := mvcc.Revision{Main: v.ModRev, Sub: int64(v.Sub)}
+		if !rev.GreaterThan(last) { // two versions at one revision would overwrite each other
+			return fmt.Errorf("revision %d_%d after %d_%d: not in revision order", rev.Main, rev.Sub, last.Main, last.Sub)
 		}
-		if err := put(mvcc.Revision{Main: e.v.ModRev, Sub: int64(e.v.Sub)}, e.v.Tombstone(), kv); err != nil {
-			tx.Unlock()
-			return res, err
+		last = rev
+		maxRev = max(maxRev, v.ModRev)
+		kv := &mvccpb.KeyValue{Key: key}
+		if !v.Tombstone() {
+			kv = &mvccpb.KeyValue{Key: key, CreateRevision: v.CreateRev, ModRevision: v.ModRev,
+				Version: v.Version, Value: v.Value, Lease: v.Lease}
 		}
-		if i%10000 == 9999 { // bound what one bbolt transaction holds
+		if err := put(rev, v.Tombstone(), kv); err != nil {
+			return err
+		}
+		if puts++; puts%10000 == 0 { // bound what one bbolt transaction holds
 			tx.Unlock()
 			be.ForceCommit()
 			tx.LockOutsideApply()
 		}
+		return nil
+	})
+	if err != nil {
+		tx.Unlock()
+		return res, err
 	}
 	if s.Rev > maxRev && s.Rev > s.Compacted && !m.DisableMarker {
 		if err := put(mvcc.Revision{Main: s.Rev}, true, &mvccpb.KeyValue{}); err != nil {

@@ -113,23 +113,35 @@ type Stats struct {
 
 // Stats counts the snapshot's keys, versions and auth entries.
 func (s *Snapshot) Stats() Stats {
-	st := Stats{Keys: len(s.Keys), Leases: len(s.Leases)}
-	for _, k := range s.Keys {
-		st.Versions += len(k.Versions)
-		for _, v := range k.Versions {
-			if v.Tombstone() {
-				st.Tombstones++
-			}
-			st.MaxModRev = max(st.MaxModRev, v.ModRev)
-		}
-		if n := len(k.Versions); n > 0 && !k.Versions[n-1].Tombstone() {
-			st.LiveKeys++
-		}
+	st := s.headStats()
+	for i := range s.Keys {
+		st.addKey(&s.Keys[i])
 	}
+	return st
+}
+
+// headStats counts what the snapshot holds besides its keys.
+func (s *Snapshot) headStats() Stats {
+	st := Stats{Leases: len(s.Leases)}
 	if s.Auth != nil {
 		st.Users, st.Roles = len(s.Auth.Users), len(s.Auth.Roles)
 	}
 	return st
+}
+
+// addKey counts one key and its versions.
+func (st *Stats) addKey(k *Key) {
+	st.Keys++
+	st.Versions += len(k.Versions)
+	for _, v := range k.Versions {
+		if v.Tombstone() {
+			st.Tombstones++
+		}
+		st.MaxModRev = max(st.MaxModRev, v.ModRev)
+	}
+	if n := len(k.Versions); n > 0 && !k.Versions[n-1].Tombstone() {
+		st.LiveKeys++
+	}
 }
 
 // Sort puts keys, leases, users and roles in a canonical order (the formats do not care;
@@ -344,115 +356,124 @@ func (c *crcReader) checkCRC() error {
 // ReadSnapshot decodes an MGNSNAP1 stream (as the store writes it and Maintenance.Snapshot
 // streams it), verifying its checksum; r is read to its end.
 func ReadSnapshot(r io.Reader) (*Snapshot, error) {
-	c := &crcReader{r: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(castagnoli)}
-	s, err := readSnapshot(c)
-	if err != nil {
+	s := &Snapshot{}
+	if err := decodeSnapshot(r, s, nil); err != nil {
 		return nil, err
 	}
 	return s, nil
 }
 
-func readSnapshot(c *crcReader) (*Snapshot, error) {
+// decodeSnapshot decodes an MGNSNAP1 stream into s, verifying its checksum; r is read to its
+// end. With eachKey set, every key goes to it as soon as it is decoded instead of into s.Keys:
+// a snapshot larger than memory is then converted in one pass (Export). eachKey may keep the
+// key; the checksum is only known at the end, so what it did with the keys must be undone when
+// decodeSnapshot fails.
+func decodeSnapshot(r io.Reader, s *Snapshot, eachKey func(Key) error) error {
+	c := &crcReader{r: bufio.NewReaderSize(r, 1<<20), crc: crc32.New(castagnoli)}
 	magic := make([]byte, len(SnapshotMagic))
 	if err := c.take(magic); err != nil || string(magic) != SnapshotMagic {
-		return nil, errors.New("not a meganode snapshot (no MGNSNAP1 magic)")
+		return errors.New("not a meganode snapshot (no MGNSNAP1 magic)")
 	}
-	s := &Snapshot{}
 	var err error
 	if s.Rev, err = c.i64(); err != nil {
-		return nil, err
+		return err
 	}
 	if s.Compacted, err = c.i64(); err != nil {
-		return nil, err
+		return err
 	}
 	nl, err := c.u64()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if nl > maxLen {
-		return nil, fmt.Errorf("%d leases", nl)
+		return fmt.Errorf("%d leases", nl)
 	}
 	for range nl {
 		var l Lease
 		if l.ID, err = c.i64(); err != nil {
-			return nil, err
+			return err
 		}
 		if l.Granted, err = c.i64(); err != nil {
-			return nil, err
+			return err
 		}
 		if l.Remaining, err = c.i64(); err != nil {
-			return nil, err
+			return err
 		}
 		s.Leases = append(s.Leases, l)
 	}
 	nk, err := c.u64()
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if nk > maxLen {
-		return nil, fmt.Errorf("%d keys", nk)
+		return fmt.Errorf("%d keys", nk)
 	}
-	s.Keys = make([]Key, 0, min(nk, 1<<20))
+	if eachKey == nil {
+		s.Keys = make([]Key, 0, min(nk, 1<<20))
+		eachKey = func(k Key) error {
+			s.Keys = append(s.Keys, k)
+			return nil
+		}
+	}
 	for range nk {
 		var k Key
 		if k.Key, err = c.bytes32(); err != nil {
-			return nil, err
+			return err
 		}
 		nv, err := c.u32()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if nv > maxLen {
-			return nil, fmt.Errorf("key %q: %d versions", k.Key, nv)
+			return fmt.Errorf("key %q: %d versions", k.Key, nv)
 		}
 		k.Versions = make([]Version, 0, min(nv, 1<<16))
 		for range nv {
 			var v Version
 			if v.ModRev, err = c.i64(); err != nil {
-				return nil, err
+				return err
 			}
 			if v.Sub, err = c.u32(); err != nil {
-				return nil, err
+				return err
 			}
 			if v.CreateRev, err = c.i64(); err != nil {
-				return nil, err
+				return err
 			}
 			if v.Version, err = c.i64(); err != nil {
-				return nil, err
+				return err
 			}
 			if v.Lease, err = c.i64(); err != nil {
-				return nil, err
+				return err
 			}
 			if v.Value, err = c.bytes32(); err != nil {
-				return nil, err
+				return err
 			}
 			k.Versions = append(k.Versions, v)
 		}
-		s.Keys = append(s.Keys, k)
+		if err := eachKey(k); err != nil {
+			return err
+		}
 	}
 	// The auth state, when present, sits between the keys and the checksum: 12 or more
 	// bytes left that start with its tag (the store's decoder makes the same call).
 	if p, _ := c.r.Peek(len(authTag) + 8 + 4); len(p) == len(authTag)+8+4 && string(p[:len(authTag)]) == authTag {
 		tag := make([]byte, len(authTag))
 		if err := c.take(tag); err != nil {
-			return nil, err
+			return err
 		}
 		n, err := c.u64()
 		if err != nil {
-			return nil, err
+			return err
 		}
 		b, err := c.bytesN(n)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		if s.Auth, err = DecodeAuth(b); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	if err := c.checkCRC(); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return c.checkCRC()
 }
 
 // DecodeAuth decodes an MGNAUTH1 auth state, verifying its checksum.

@@ -76,14 +76,18 @@ func writeAtomically(path string, fill func(f *os.File) error) (int64, error) {
 
 // ExportResult tells what Export wrote.
 type ExportResult struct {
-	Snapshot *Snapshot
-	Write    WriteResult
-	Took     time.Duration
+	// Head is the store's revision, compaction point, leases and auth state; its Keys are
+	// empty (they went through a file, see spilled): Stats counts them.
+	Head  *Snapshot
+	Stats Stats
+	Write WriteResult
+	Took  time.Duration
 }
 
 // Export takes the snapshot of the store cli is connected to (Maintenance.Snapshot, which
 // streams MGNSNAP1) and writes it to out as an etcd snapshot file (WriteEtcdSnapshot), through
-// out.tmp as Import does. The member ID, raft term and index and the member list come from the
+// out.tmp as Import does. The snapshot is read in one pass, its values set aside in a file
+// beside out (spillSnapshot): the export's memory is the keys, not the state. The member ID, raft term and index and the member list come from the
 // store's Status and MemberList, each bounded by requestTimeout (a store that cannot be reached,
 // or refuses the client's certificate, fails there instead of being retried without end); the
 // snapshot stream only by ctx.
@@ -110,20 +114,20 @@ func Export(ctx context.Context, cli *clientv3.Client, out string, requestTimeou
 	if err != nil {
 		return res, fmt.Errorf("snapshot of %s: %w", eps[0], err)
 	}
-	s, err := ReadSnapshot(rc)
+	s, err := spillSnapshot(rc, filepath.Dir(out))
 	rc.Close()
 	if err != nil {
 		return res, fmt.Errorf("snapshot of %s: %w", eps[0], err)
 	}
-	s.Sort()
+	defer s.Close()
 	var wr WriteResult
 	_, err = writeAtomically(out, func(f *os.File) error {
 		var err error
-		wr, err = WriteEtcdSnapshot(f, s, meta, filepath.Dir(out))
+		wr, err = writeEtcdSnapshot(f, &s.head, s.each, meta, filepath.Dir(out))
 		return err
 	})
 	if err != nil {
 		return res, err
 	}
-	return ExportResult{Snapshot: s, Write: wr, Took: time.Since(t0)}, nil
+	return ExportResult{Head: &s.head, Stats: s.stats, Write: wr, Took: time.Since(t0)}, nil
 }
