@@ -83,8 +83,7 @@ func runStoreImport(ctx context.Context, cmd *cobra.Command, f *storeImportFlags
 	if err != nil {
 		return err
 	}
-	s, e := res.Snapshot, res.Etcd
-	st := s.Stats()
+	s, e, st := res.Snapshot, res.Etcd, res.Stats
 	src := "etcd backend"
 	if e.StorageVersion != "" {
 		src += " " + e.StorageVersion

@@ -12,7 +12,8 @@ import (
 
 // ImportResult tells what Import converted.
 type ImportResult struct {
-	Snapshot *Snapshot
+	Snapshot *Snapshot // without its values (nil): they were the etcd file's pages
+	Stats    Stats
 	Etcd     *EtcdInfo
 	Bytes    int64
 	Took     time.Duration
@@ -21,19 +22,31 @@ type ImportResult struct {
 // Import converts the etcd backend file `from` into the store's snapshot `out` (what
 // `meganode-store --restore-from` reads). It writes out.tmp and renames it over out once it
 // is complete and synced: on any error nothing is left at out or out.tmp. Errors name `from`
-// or `out`.
+// or `out`. The values are written from the etcd file's mapped pages, not copied: the
+// import's memory is the keys and versions' fields, not the state.
 func Import(from, out string, opts ReadOptions) (ImportResult, error) {
 	t0 := time.Now()
 	var res ImportResult
-	s, info, err := ReadEtcdDB(from, opts)
+	var werr error
+	err := viewEtcdDB(from, opts, true, func(s *Snapshot, info *EtcdInfo) error {
+		res.Bytes, werr = writeAtomically(out, func(f *os.File) error { return WriteSnapshot(f, s) })
+		for i := range s.Keys {
+			for j := range s.Keys[i].Versions {
+				s.Keys[i].Versions[j].Value = nil // the file's pages, unmapped once this returns
+			}
+		}
+		res.Snapshot, res.Stats, res.Etcd = s, s.Stats(), info
+		return nil
+	})
 	if err != nil {
+		os.Remove(out + ".tmp") // a fault on a page of from, recovered in the middle of the write
 		return res, fmt.Errorf("%s: %w", from, err)
 	}
-	n, err := writeAtomically(out, func(f *os.File) error { return WriteSnapshot(f, s) })
-	if err != nil {
-		return res, err
+	if werr != nil {
+		return res, werr
 	}
-	return ImportResult{Snapshot: s, Etcd: info, Bytes: n, Took: time.Since(t0)}, nil
+	res.Took = time.Since(t0)
+	return res, nil
 }
 
 // writeAtomically writes path through path.tmp: fill it, sync it, rename it. On failure the

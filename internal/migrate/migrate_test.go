@@ -11,8 +11,10 @@ import (
 	"strings"
 	"testing"
 
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	"go.etcd.io/etcd/etcdutl/v3/snapshot"
 	"go.uber.org/zap"
+	"google.golang.org/protobuf/encoding/protowire"
 )
 
 // sample is a state with history, a multi-change revision, deletions, leases and auth.
@@ -278,5 +280,68 @@ func TestSpilledExportRoundTrip(t *testing.T) {
 	}
 	if _, err := writeEtcdSnapshot(io.Discard, want, twice, EtcdMeta{}, dir); err == nil || !strings.Contains(err.Error(), "not in revision order") {
 		t.Errorf("two versions at one revision: %v", err)
+	}
+}
+
+// Import writes the values from the etcd file's pages (borrowed, not copied): the store's
+// snapshot it writes holds the state the etcd file holds, value for value.
+func TestImportWritesTheValues(t *testing.T) {
+	dir := t.TempDir()
+	want := sample()
+	db := filepath.Join(dir, "etcd.db")
+	f, err := os.Create(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = WriteEtcdSnapshot(f, want, EtcdMeta{}, dir)
+	f.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "store.snap")
+	res, err := Import(db, out, ReadOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Stats != want.Stats() {
+		t.Errorf("stats %+v, want %+v", res.Stats, want.Stats())
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadSnapshot(bytes.NewReader(b))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("imported differs:\n got %+v\nwant %+v", got, want)
+	}
+}
+
+func TestValueIn(t *testing.T) {
+	for _, kv := range []*mvccpb.KeyValue{
+		{Key: []byte("k"), CreateRevision: 2, ModRevision: 3, Version: 2, Value: []byte("value"), Lease: 7},
+		{Key: []byte("k"), Value: bytes.Repeat([]byte{0xff}, 300)},
+		{Key: []byte("k"), ModRevision: 1 << 40},
+	} {
+		m, err := kv.Marshal()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := valueIn(m); !bytes.Equal(got, kv.Value) {
+			t.Errorf("%v: value %q", kv, got)
+		}
+	}
+	// A repeated field decodes to its last occurrence.
+	m := protowire.AppendTag(nil, 5, protowire.BytesType)
+	m = protowire.AppendBytes(m, []byte("first"))
+	m = protowire.AppendTag(m, 6, protowire.VarintType)
+	m = protowire.AppendVarint(m, 9)
+	m = protowire.AppendTag(m, 5, protowire.BytesType)
+	m = protowire.AppendBytes(m, []byte("last"))
+	var kv mvccpb.KeyValue
+	if err := kv.Unmarshal(m); err != nil || string(kv.Value) != "last" || string(valueIn(m)) != "last" {
+		t.Errorf("repeated value: gogo %q (%v), valueIn %q", kv.Value, err, valueIn(m))
 	}
 }
