@@ -139,6 +139,23 @@ million: meganode
 	  $(MEGANODE_BIN) scheduler million --nodes $(MILLION_NODES) --pods $(MILLION_PODS) --workload $$w \
 	    --json $(MILLION_OUT)/$$w-$(MILLION_NODES).json $(MILLION_FLAGS) 2>&1 | tee $(MILLION_OUT)/$$w-$(MILLION_NODES).txt || exit 1; done
 
+# `meganode bench scale` (issue 37, part 2): SCALE_LADDER node counts (comma-separated, ascending) through a real
+# kube-apiserver, SCALE_PODS_PER_NODE pods per node, for SCALE_STACK (both: meganode, then etcd v3.6 + kube-scheduler;
+# a fresh cluster each): time to all nodes Ready with their Lease, time to place all pods, pods/s, API p99 per verb
+# against the EKS SLOs, CPU and RSS per component, the lease renewals held; each stack stops at its first size not
+# held. report.json and summary.md in SCALE_OUT. Not part of `make test`: 100K nodes take most of an hour a stack.
+SCALE_NODES ?= 5000
+SCALE_LADDER ?= $(SCALE_NODES)
+SCALE_PODS_PER_NODE ?= 1
+SCALE_STACK ?= both
+SCALE_HOLD ?= 60s
+SCALE_FLAGS ?=
+SCALE_OUT ?= $(BIN)/scale
+.PHONY: scale
+scale: build k8s-bins
+	$(MEGANODE_BIN) bench scale --ladder $(SCALE_LADDER) --pods-per-node $(SCALE_PODS_PER_NODE) --stack $(SCALE_STACK) \
+	  --hold $(SCALE_HOLD) --state-dir $(BIN)/scale-state --out $(SCALE_OUT) $(SCALE_FLAGS)
+
 # Real Kubernetes components for `meganode up`: kube-apiserver, kube-controller-manager and kube-scheduler from
 # k8s.io/kubernetes (tiny mains in cmd/kube-*), and KWOK built in a throw-away module so its dependencies do not
 # move the versions kube-apiserver is built with. Its Stage configs are copied from the module cache into

@@ -37,6 +37,7 @@ reports medians and ratios; --clients 1,16,64,256,1000 sweeps and charts the res
 	cmd.AddCommand(newBenchReportCmd(), newBenchReplayCmd(), newBenchMemoryCmd(), newBenchSoakCmd(), newBenchStateCmd(), newBenchStateWritersCmd(), newBenchFailoverCmd(), newBenchGroupPutCmd(), newBenchCatchUpCmd(), newBenchWatchFanoutCmd(), newBenchAPIFailoverCmd(), newBenchMigrateCmd())
 	cmd.AddCommand(newBenchHeartbeatCmd())
 	cmd.AddCommand(newBenchNodesCmd()) // bench_nodes.go: hollow kubelets vs KWOK (issue 39)
+	cmd.AddCommand(newBenchScaleCmd()) // bench_scale.go: N nodes and M pods through kube-apiserver, meganode vs stock (issue 37)
 	return cmd
 }
 

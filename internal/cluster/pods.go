@@ -42,6 +42,9 @@ type PodOptions struct {
 	SchedulerName string
 	// Requests, direct mode: the requests of pod i (nil = PodObject's 50m CPU, 64Mi).
 	Requests func(i int) corev1.ResourceList
+	// UntilScheduled: wait until every pod has a node, not until every pod runs (the
+	// reference's procedure; KWOK's Running status follows on its own).
+	UntilScheduled bool
 }
 
 // PodRun is what a pod batch measured through a watch.
@@ -209,7 +212,11 @@ func CreatePods(ctx context.Context, cs kubernetes.Interface, o PodOptions) (*Po
 			}
 		}
 	}()
-	o.Progress.Start(fmt.Sprintf("%d pods → Running", o.Count), int64(o.Count), 0, nRunning.Load)
+	until, untilWhat := &nRunning, "Running"
+	if o.UntilScheduled {
+		until, untilWhat = &nScheduled, "a node"
+	}
+	o.Progress.Start(fmt.Sprintf("%d pods → %s", o.Count, untilWhat), int64(o.Count), 0, until.Load)
 	var createErr error
 	if o.Deployment {
 		replicas := int32(o.Count)
@@ -276,9 +283,9 @@ func CreatePods(ctx context.Context, cs kubernetes.Interface, o PodOptions) (*Po
 			createErr = fmt.Errorf("%d pod creates failed, first: %w", errs.Load(), e)
 		}
 	}
-	// Wait until every pod runs.
+	// Wait until every pod runs (UntilScheduled: has a node).
 	deadline := time.Now().Add(o.Timeout)
-	for createErr == nil && int(nRunning.Load()) < o.Count && time.Now().Before(deadline) && ctx.Err() == nil {
+	for createErr == nil && int(until.Load()) < o.Count && time.Now().Before(deadline) && ctx.Err() == nil {
 		time.Sleep(100 * time.Millisecond)
 	}
 	o.Progress.Done()
@@ -308,7 +315,10 @@ func CreatePods(ctx context.Context, cs kubernetes.Interface, o PodOptions) (*Po
 	if createErr != nil {
 		return res, createErr
 	}
-	if res.Running < o.Count {
+	if o.UntilScheduled && res.Scheduled < o.Count {
+		return res, fmt.Errorf("%d of %d pods had a node after %s", res.Scheduled, o.Count, o.Timeout)
+	}
+	if !o.UntilScheduled && res.Running < o.Count {
 		return res, fmt.Errorf("%d of %d pods Running after %s (%d scheduled)", res.Running, o.Count, o.Timeout, res.Scheduled)
 	}
 	return res, nil

@@ -55,8 +55,11 @@ type UpOptions struct {
 	// NodeSizes: KWOK node i gets NodeSizes[i % len(NodeSizes)]; empty = every node
 	// DefaultNodeSize (8 CPU, 32 GiB), as `up` always made them.
 	NodeSizes []NodeSize
-	ProxyCmd  []string // how to run the proxy; default: this executable with "etcd-proxy"
-	Progress  *bench.Progress
+	// NodesLater: Nodes sizes the plan (the apiserver's and controller-manager's flags) but Up
+	// creates none; the caller makes and times them (`bench scale`).
+	NodesLater bool
+	ProxyCmd   []string // how to run the proxy; default: this executable with "etcd-proxy"
+	Progress   *bench.Progress
 }
 
 // DefaultStateDir is where `up` keeps pids, certificates, logs and store data.
@@ -325,19 +328,23 @@ func Up(ctx context.Context, o UpOptions) (st *State, err error) {
 	if err := st.Save(); err != nil {
 		return st, err
 	}
-	if o.Nodes > 0 || o.Kubelets > 0 {
+	nodes := o.Nodes
+	if o.NodesLater {
+		nodes = 0
+	}
+	if nodes > 0 || o.Kubelets > 0 {
 		cs, err := Clientset(st)
 		if err != nil {
 			return st, err
 		}
-		if o.Nodes > 0 {
-			if err := MakeNodes(ctx, cs, NodeOptions{Count: o.Nodes, Sizes: o.NodeSizes, Progress: prog}); err != nil {
+		if nodes > 0 {
+			if err := MakeNodes(ctx, cs, NodeOptions{Count: nodes, Sizes: o.NodeSizes, Progress: prog}); err != nil {
 				return st, err
 			}
-			st.Nodes = o.Nodes
+			st.Nodes = nodes
 		}
-		want := o.Nodes + o.Kubelets
-		if err := WaitNodesReady(ctx, cs, want, max(5*time.Minute, time.Duration(o.Nodes)*40*time.Millisecond+time.Duration(o.Kubelets)*time.Second), prog); err != nil {
+		want := nodes + o.Kubelets
+		if err := WaitNodesReady(ctx, cs, want, max(5*time.Minute, time.Duration(nodes)*40*time.Millisecond+time.Duration(o.Kubelets)*time.Second), prog); err != nil {
 			return st, err
 		}
 	}
