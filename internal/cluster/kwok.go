@@ -98,7 +98,9 @@ options:
 		"--manage-nodes-with-annotation-selector=" + NodeAnnotationKey + "=" + NodeAnnotationValue,
 		fmt.Sprintf("--node-lease-duration-seconds=%d", o.nodeLeaseSeconds()),
 		"--server-address=" + addr,
-		"--cidr=10.0.0.1/16",
+		// Pod IPs: a /12 holds 1M pods (KWOK hands them out in order and does not check
+		// the bound); clear of the service range (ServiceClusterIPRange).
+		"--cidr=10.0.0.1/12",
 		"--node-ip=127.0.0.1",
 		"--v=WARN", // INFO logs every lease renewal
 	}
