@@ -138,6 +138,11 @@ func verbs(reports ...*Report) []string {
 			count[a.Verb] += a.Count
 		}
 	}
+	return busiestFirst(count)
+}
+
+// busiestFirst lists count's names, the largest count first (ties by name).
+func busiestFirst(count map[string]float64) []string {
 	out := make([]string, 0, len(count))
 	for v := range count {
 		out = append(out, v)

@@ -448,17 +448,7 @@ func scaleVerbs(runs []ScaleRun) []string {
 			count[v.Verb] += v.Count
 		}
 	}
-	var out []string
-	for v := range count {
-		out = append(out, v)
-	}
-	sort.Slice(out, func(i, j int) bool {
-		if count[out[i]] != count[out[j]] {
-			return count[out[i]] > count[out[j]]
-		}
-		return out[i] < out[j]
-	})
-	return out
+	return busiestFirst(count)
 }
 
 // scaleComponents: the store(s), kube-apiserver and the scheduler first, then the rest.
