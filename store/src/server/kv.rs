@@ -87,20 +87,30 @@ impl KvService {
             self.0.auth.check_unchanged(ai.as_ref())?;
         }
         drop(call);
-        if let (Some(r), Some(term), false) = (self.0.replica.get(), term, read_only || txn_wrote(&resp)) {
-            // A write txn whose branch wrote nothing made no revision, so no
-            // quorum confirms its reads: on a leader deposed without knowing it
-            // yet they would be stale. They are confirmed as a linearizable
-            // read's are (ReadIndex), and only for the leadership they ran
-            // under; etcd sends every write txn through its log instead.
-            self.0.linearizable(false).await?;
-            if r.term() != term || r.leader() != r.id() {
-                return Err(Status::unavailable("etcdserver: leader changed"));
-            }
+        if !read_only && !txn_wrote(&resp) {
+            self.confirm_unwritten(term).await?;
         }
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
+    }
+}
+
+impl KvService {
+    /// A write that wrote nothing (a txn whose branch only read, a delete of an
+    /// empty interval) made no revision, so no quorum confirms what it read: on
+    /// a leader deposed without knowing it yet, its answer (the header's
+    /// revision, the compare's outcome) would be stale. It is confirmed as a
+    /// linearizable read is (ReadIndex), and only for the leadership it ran
+    /// under (`term`, taken before it ran); etcd sends every write through its
+    /// log instead.
+    async fn confirm_unwritten(&self, term: Option<u64>) -> Result<(), Status> {
+        let (Some(r), Some(term)) = (self.0.replica.get(), term) else { return Ok(()) };
+        self.0.linearizable(false).await?;
+        if r.term() != term || r.leader() != r.id() {
+            return Err(Status::unavailable("etcdserver: leader changed"));
+        }
+        Ok(())
     }
 }
 
@@ -187,8 +197,12 @@ impl KvService {
         if let Some(ai) = &auth {
             authz::check_delete(&self.0, ai.as_ref(), &req)?;
         }
+        let term = self.0.replica.get().map(|r| r.term());
         let mut resp = self.0.store.delete_range(&req)?;
         drop(req);
+        if resp.deleted == 0 {
+            self.confirm_unwritten(term).await?;
+        }
         self.0.synced_by(resp.header.as_ref().map_or(0, |h| h.revision), dl).await?;
         self.0.fill(&mut resp.header);
         Ok(resp)
