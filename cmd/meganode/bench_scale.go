@@ -16,6 +16,7 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
+	"github.com/meganode/meganode/internal/procfs"
 )
 
 // benchScaleFlags are `bench scale`'s flags: up's (the cluster of each run) and the ladder's.
@@ -220,17 +221,11 @@ func runBenchScale(ctx context.Context, cmd *cobra.Command, f *benchScaleFlags) 
 }
 
 func memTotalMiB() (float64, error) {
-	b, err := os.ReadFile("/proc/meminfo")
+	m, err := procfs.MemInfo()
 	if err != nil {
 		return 0, err
 	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if rest, ok := strings.CutPrefix(l, "MemTotal:"); ok {
-			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no MemTotal")
+	return float64(m["MemTotal"]) / (1 << 20), nil
 }
 
 // runScaleOnce is one stack at one size on a fresh cluster, stopped at the end whatever happened.

@@ -236,39 +236,14 @@ type HostCPU struct{ Busy, Total uint64 }
 
 // ReadHostCPU reads the aggregate "cpu" line of /proc/stat.
 func ReadHostCPU() (HostCPU, error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return HostCPU{}, err
-	}
-	return parseHostStat(b)
+	c, err := procfs.ReadCPUStat()
+	return hostCPU(c), err
 }
 
-// parseHostStat: "cpu user nice system idle iowait irq softirq steal …". Busy is
-// user+nice+system, the time charged to processes: interrupt and softirq time
-// (loopback networking, which is neither process's) and steal are left out, so
-// that busy minus the server and the client is other processes.
-func parseHostStat(b []byte) (HostCPU, error) {
-	line, _, _ := bytes.Cut(b, []byte("\n"))
-	f := strings.Fields(string(line))
-	if len(f) < 5 || f[0] != "cpu" {
-		return HostCPU{}, fmt.Errorf("proc stat: unexpected first line %q", truncate(line))
-	}
-	var h HostCPU
-	for i, s := range f[1:] {
-		if i >= 8 { // guest and guest_nice are counted in user and nice
-			break
-		}
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return HostCPU{}, fmt.Errorf("proc stat: %w", err)
-		}
-		h.Total += v
-		if i <= 2 {
-			h.Busy += v
-		}
-	}
-	return h, nil
-}
+// hostCPU: Busy is the time charged to processes (user, nice, system), so that busy minus the
+// server and the client is other processes; interrupt and softirq time (loopback networking,
+// which is neither process's) and steal are left out of it.
+func hostCPU(c procfs.CPUStat) HostCPU { return HostCPU{Busy: c.Processes(), Total: c.Total()} }
 
 // OtherCores is how many cores, on average over a window of `seconds`, were
 // busy with something other than the server and the client: other builds and

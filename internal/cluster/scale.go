@@ -1,13 +1,9 @@
 package cluster
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +17,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/meganode/meganode/internal/bench"
+	"github.com/meganode/meganode/internal/procfs"
 )
 
 // The scale run (issue 37, part 2; `meganode bench scale`): the reference's procedure through a
@@ -287,43 +284,15 @@ func CheckPlacement(ctx context.Context, cs kubernetes.Interface, ns string, nod
 
 // MemAvailableBytes is /proc/meminfo's MemAvailable.
 func MemAvailableBytes() (int64, error) {
-	f, err := os.Open("/proc/meminfo")
+	m, err := procfs.MemInfo()
 	if err != nil {
 		return 0, err
 	}
-	defer f.Close()
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		if rest, ok := strings.CutPrefix(s.Text(), "MemAvailable:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
+	a, ok := m["MemAvailable"]
+	if !ok {
+		return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
 	}
-	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
-}
-
-// CPUTicks is /proc/stat's first line: busy and total jiffies of all cores.
-func CPUTicks() (busy, total uint64, err error) {
-	b, err := os.ReadFile("/proc/stat")
-	if err != nil {
-		return 0, 0, err
-	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 5 || f[0] != "cpu" {
-		return 0, 0, fmt.Errorf("/proc/stat: unexpected %q", line)
-	}
-	for i, s := range f[1:] {
-		v, err := strconv.ParseUint(s, 10, 64)
-		if err != nil {
-			return 0, 0, err
-		}
-		total += v
-		if i != 3 && i != 4 { // idle, iowait
-			busy += v
-		}
-	}
-	return busy, total, nil
+	return int64(a), nil
 }
 
 // Watchdog watches a run's machine and processes: it cancels the run's context (with the cause)
@@ -399,13 +368,14 @@ type CPUMark struct{ busy, total uint64 }
 
 // MarkCPU reads /proc/stat now.
 func MarkCPU() CPUMark {
-	b, t, _ := CPUTicks()
-	return CPUMark{b, t}
+	c, _ := procfs.ReadCPUStat()
+	return CPUMark{c.Busy(), c.Total()}
 }
 
 // BusyCores is the machine's CPU busy (every process) since m, in cores (nil: not measured).
 func (m CPUMark) BusyCores(cores int) *float64 {
-	b, t, err := CPUTicks()
+	c, err := procfs.ReadCPUStat()
+	b, t := c.Busy(), c.Total()
 	if err != nil || m.total == 0 || t <= m.total {
 		return nil
 	}

@@ -60,3 +60,49 @@ func MemInfo() (map[string]uint64, error) {
 	}
 	return Fields(b), nil
 }
+
+// CPUStat is /proc/stat's aggregate "cpu" line: the machine's CPU time since boot, all cores,
+// in clock ticks (USER_HZ, 100 on Linux). Guest time is left out: the kernel counts it in
+// User and Nice already.
+type CPUStat struct{ User, Nice, System, Idle, IOWait, IRQ, SoftIRQ, Steal uint64 }
+
+// Processes is the time charged to processes (user, nice, system): interrupt and softirq time
+// (loopback networking, which is no one process's) and steal are not in it.
+func (c CPUStat) Processes() uint64 { return c.User + c.Nice + c.System }
+
+// Busy is every state but idle and iowait.
+func (c CPUStat) Busy() uint64 { return c.Processes() + c.IRQ + c.SoftIRQ + c.Steal }
+
+// Total is every state.
+func (c CPUStat) Total() uint64 { return c.Busy() + c.Idle + c.IOWait }
+
+// ReadCPUStat reads /proc/stat's "cpu" line.
+func ReadCPUStat() (CPUStat, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return CPUStat{}, err
+	}
+	return ParseCPUStat(b)
+}
+
+// ParseCPUStat parses the first line of /proc/stat: "cpu user nice system idle iowait irq
+// softirq steal [guest guest_nice]" (kernels before 2.6.33 stop at fewer: those are zero).
+func ParseCPUStat(b []byte) (CPUStat, error) {
+	line, _, _ := bytes.Cut(b, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) < 5 || f[0] != "cpu" {
+		if len(line) > 80 {
+			line = line[:80]
+		}
+		return CPUStat{}, fmt.Errorf("/proc/stat: unexpected first line %q", line)
+	}
+	var v [8]uint64
+	for i := range min(len(f)-1, len(v)) {
+		n, err := strconv.ParseUint(f[i+1], 10, 64)
+		if err != nil {
+			return CPUStat{}, fmt.Errorf("/proc/stat: %w", err)
+		}
+		v[i] = n
+	}
+	return CPUStat{User: v[0], Nice: v[1], System: v[2], Idle: v[3], IOWait: v[4], IRQ: v[5], SoftIRQ: v[6], Steal: v[7]}, nil
+}

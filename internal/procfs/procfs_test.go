@@ -41,3 +41,25 @@ func TestStatusAndMemInfo(t *testing.T) {
 		t.Fatalf("MemInfo() = %v, %v", m, err)
 	}
 }
+
+func TestCPUStat(t *testing.T) {
+	c, err := ParseCPUStat([]byte("cpu  100 5 50 1000 20 3 2 1 7 0\ncpu0 1 2 3 4 5 6 7 8 9 10\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Processes() != 155 || c.Busy() != 161 || c.Total() != 1181 {
+		t.Fatalf("%+v: processes %d busy %d total %d", c, c.Processes(), c.Busy(), c.Total())
+	}
+	if _, err := ParseCPUStat([]byte("intr 1 2 3")); err == nil {
+		t.Fatal("want an error")
+	}
+	if _, err := ParseCPUStat([]byte("cpu 1 2 x 4 5")); err == nil {
+		t.Fatal("want an error for a field that is not a number")
+	}
+	if _, err := os.Stat("/proc/stat"); err != nil {
+		t.Skip("no /proc here")
+	}
+	if c, err := ReadCPUStat(); err != nil || c.Total() == 0 {
+		t.Fatalf("ReadCPUStat() = %+v, %v", c, err)
+	}
+}

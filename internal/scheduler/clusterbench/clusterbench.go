@@ -32,6 +32,7 @@ import (
 
 	"github.com/meganode/meganode/internal/bench"
 	"github.com/meganode/meganode/internal/cluster"
+	"github.com/meganode/meganode/internal/procfs"
 	"github.com/meganode/meganode/internal/scheduler"
 )
 
@@ -965,24 +966,11 @@ func (e *scheduledEvents) wait(ctx context.Context, want int, timeout time.Durat
 func (e *scheduledEvents) stop() { e.w.Stop() }
 
 // machineCPU is the CPU time every process on the machine has used since boot, in seconds
-// (/proc/stat: user, nice, system, irq, softirq, steal; not idle or iowait).
+// (/proc/stat: every state but idle and iowait).
 func machineCPU() float64 {
-	b, err := os.ReadFile("/proc/stat")
+	c, err := procfs.ReadCPUStat()
 	if err != nil {
 		return 0
 	}
-	line, _, _ := strings.Cut(string(b), "\n")
-	f := strings.Fields(line)
-	if len(f) < 9 || f[0] != "cpu" {
-		return 0
-	}
-	var busy float64
-	for i, v := range f[1:9] {
-		if i == 3 || i == 4 { // idle, iowait
-			continue
-		}
-		n, _ := strconv.ParseFloat(v, 64)
-		busy += n
-	}
-	return busy / 100 // USER_HZ: 100 on Linux
+	return float64(c.Busy()) / 100 // USER_HZ: 100 on Linux
 }
