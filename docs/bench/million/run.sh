@@ -36,6 +36,12 @@ case $step in
   predict-100k-lean) run predict-100k-lean --nodes 100000 --pods 100000 --workload uniform --predict-only ;;&
   heap-50k-lean)    run heap-50k-lean --nodes 50000 --pods 50000 --workload uniform --calibrate 0 --predict=false --heapprofile /tmp/heap-50k-lean.pprof
                     go tool pprof -sample_index=inuse_space -top -nodecount=25 "$mn" /tmp/heap-50k-lean.pprof >> "$out/heap-50k-lean.txt" ;;&
+  # Session 12: ties to the emptier node (shard and collector), the assumed pod a shallow copy. 100K at the
+  # default batch and at 128, then 1M at batch 128 with the Go heap held under 18 GiB (GOMEMLIMIT; the
+  # calibration's RSS slope is taken at GOGC's headroom, which the limit takes away, so it is skipped).
+  uniform-100k-tied) run uniform-100k-tied --nodes 100000 --pods 100000 --workload uniform --rank-sample 200 ;;&
+  uniform-100k-b128) run uniform-100k-b128 --nodes 100000 --pods 100000 --workload uniform --batch 128 --rank-sample 200 ;;&
+  uniform-1m-b128)  GOMEMLIMIT=18GiB run uniform-1m-b128 --nodes 1000000 --pods 1000000 --workload uniform --batch 128 --calibrate 0 --max-rss 20 --rank-sample 0 ;;&
   mixed-1m)         run mixed-1m --nodes 1000000 --pods 1000000 --workload mixed --shards 4 --rank-sample 100 ;;
   *) ;;
 esac

@@ -19,18 +19,20 @@ func (c *Collector) decideBatch(ctx context.Context, a *attempt, now time.Time, 
 	assign := map[int][]int{}
 	member := 0
 	for ; member < len(a.members); member++ {
+		// The best next slot of any shard: the highest score, then the emptier node, then at random.
 		best, ties := -1, 0
 		var bestScore int64
+		var bestPods int
 		for s, p := range a.got {
 			i := next[s]
 			if !p.Feasible || i >= len(p.Slots) {
 				continue
 			}
-			sc := p.Slots[i].Score
+			sc, pods := p.Slots[i].Score, p.Slots[i].Pods
 			switch {
-			case best < 0 || sc > bestScore:
-				best, bestScore, ties = s, sc, 1
-			case sc == bestScore:
+			case best < 0 || sc > bestScore || sc == bestScore && pods < bestPods:
+				best, bestScore, bestPods, ties = s, sc, pods, 1
+			case sc == bestScore && pods == bestPods:
 				ties++
 				if rand.IntN(ties) == 0 {
 					best = s

@@ -263,9 +263,9 @@ func (c *Collector) decide(ctx context.Context, a *attempt) {
 			continue
 		}
 		switch {
-		case winner < 0 || p.Score > best.Score:
+		case winner < 0 || p.Score > best.Score || p.Score == best.Score && p.Pods < best.Pods:
 			winner, best, ties = s, p, 1
-		case p.Score == best.Score:
+		case p.Score == best.Score && p.Pods == best.Pods:
 			ties++
 			if rand.IntN(ties) == 0 {
 				winner, best = s, p

@@ -70,6 +70,7 @@ type heldBatch struct {
 type batchSlot struct {
 	node        string
 	score       int64
+	pods        int // on the node before the slot's reservation
 	state       fwk.CycleState
 	placeholder *corev1.Pod // assumed in the cache until decided or released
 }
@@ -98,7 +99,7 @@ func (s *Shard) handleBatch(ctx context.Context, w *evaluator, h wire.Header, bo
 		p.Node, p.Score = hb.slots[0].node, hb.slots[0].score
 		p.Slots = make([]wire.Slot, len(hb.slots))
 		for i, sl := range hb.slots {
-			p.Slots[i] = wire.Slot{Node: sl.node, Score: sl.score}
+			p.Slots[i] = wire.Slot{Node: sl.node, Score: sl.score, Pods: sl.pods}
 		}
 		s.held.Store(h.Key(), hb)
 	}
@@ -137,7 +138,7 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 		// node (thousands of inserts per batch) cost 4 % of a 100K-node batch run's CPU.
 		if i < len(feasible) && feasible[i].Node().Name == sc.Name {
 			ni := feasible[i]
-			q = append(q, &cand{ni: ni, gen: ni.GetGeneration(), total: sc.TotalScore, scores: sc.Scores, tie: rand.Uint64()})
+			q = append(q, &cand{ni: ni, gen: ni.GetGeneration(), total: sc.TotalScore, scores: sc.Scores, pods: len(ni.GetPods()), tie: rand.Uint64()})
 		}
 	}
 	heap.Init(&q)
@@ -173,7 +174,7 @@ func (s *Shard) planBatch(ctx context.Context, w *evaluator, hb *heldBatch) stri
 		_ = s.cache.UpdateSnapshot(s.logger, w.snapshot)
 		ni, err = w.snapshot.NodeInfos().Get(name)
 		s.mu.Unlock()
-		hb.slots = append(hb.slots, batchSlot{node: name, score: c.total, state: slotState, placeholder: ph})
+		hb.slots = append(hb.slots, batchSlot{node: name, score: c.total, pods: c.pods, state: slotState, placeholder: ph})
 		// Does the node take one more pod of the class, and at what score?
 		if err == nil && rescoreCand(ctx, w, state, hb.rep, c, ni) {
 			heap.Push(&q, c)
@@ -199,7 +200,7 @@ func rescoreCand(ctx context.Context, w *evaluator, state fwk.CycleState, rep *c
 	if c.tie < ^uint64(0) {
 		c.tie += rand.Uint64N(^uint64(0) - c.tie)
 	}
-	c.ni, c.gen, c.scores, c.total = ni, ni.GetGeneration(), scores, total
+	c.ni, c.gen, c.scores, c.total, c.pods = ni, ni.GetGeneration(), scores, total, len(ni.GetPods())
 	return true
 }
 
@@ -233,7 +234,7 @@ func (s *Shard) planSequential(ctx context.Context, w *evaluator, hb *heldBatch,
 		ok := s.stillFitsLocked(ctx, w, hb.rep, res) && s.reservePlaceholderLocked(ctx, w.fw, res.state, ph, res.node)
 		s.mu.Unlock()
 		if ok {
-			hb.slots = append(hb.slots, batchSlot{node: res.node, score: res.score, state: res.state, placeholder: ph})
+			hb.slots = append(hb.slots, batchSlot{node: res.node, score: res.score, pods: res.pods, state: res.state, placeholder: ph})
 			lost = 0
 		} else if lost++; lost >= maxParallelRetries {
 			s.m.Add("parallel_serialised", 1)
@@ -387,15 +388,16 @@ func (s *Shard) decideBatch(ctx context.Context, d wire.Decision, hb *heldBatch)
 	return nil
 }
 
-// cand is a node of a batch's greedy plan. Equal totals are ordered by tie, drawn again when a
-// node is re-queued (rescoreCand): like kube-scheduler's choice among equal top scores, a
-// re-scored node that ties with untouched ones (integer scores often do not move for a small
-// pod) is one of them at random, not first again.
+// cand is a node of a batch's greedy plan. Equal totals are ordered by the pods the node holds
+// (fewer first, as bestOf), then by tie, drawn again when a node is re-queued (rescoreCand):
+// a re-scored node that ties with untouched ones holding as many pods is one of them at random,
+// not first again.
 type cand struct {
 	ni     fwk.NodeInfo
 	gen    int64
 	total  int64
 	scores []fwk.PluginScore
+	pods   int // on the node when it was scored
 	tie    uint64
 }
 
@@ -405,6 +407,9 @@ func (q candQueue) Len() int { return len(q) }
 func (q candQueue) Less(i, j int) bool {
 	if q[i].total != q[j].total {
 		return q[i].total > q[j].total
+	}
+	if q[i].pods != q[j].pods {
+		return q[i].pods < q[j].pods
 	}
 	return q[i].tie < q[j].tie
 }

@@ -21,6 +21,7 @@ type evalResult struct {
 	fw     framework.Framework // the framework that ran the cycle (nil: the shard's own)
 	gen    int64               // the chosen node's NodeInfo generation in the evaluated snapshot
 	plugin []fwk.PluginScore   // the chosen node's per-plugin scores
+	pods   int                 // pods on the chosen node when it was scored
 }
 
 // evaluator is one framework instance over one snapshot, with its own equivalence verdicts and
@@ -61,10 +62,10 @@ func (s *Shard) evaluateWith(ctx context.Context, e *evaluator, pod *corev1.Pod)
 	return s.pick(e, state, feasible, scores)
 }
 
-// pick is the result of a cycle on e that found feasible nodes: the best-scored one (ties at
-// random), with what a later re-check of it needs.
+// pick is the result of a cycle on e that found feasible nodes: the best-scored one (bestOf:
+// ties to the node holding fewer pods, then at random), with what a later re-check of it needs.
 func (s *Shard) pick(e *evaluator, state fwk.CycleState, feasible []fwk.NodeInfo, scores []fwk.NodePluginScores) evalResult {
-	best := bestOf(scores)
+	best := bestOf(scores, feasible)
 	var gen int64
 	for _, n := range feasible {
 		if n.Node().Name == scores[best].Name {
@@ -76,7 +77,8 @@ func (s *Shard) pick(e *evaluator, state fwk.CycleState, feasible []fwk.NodeInfo
 	if e == s.main {
 		fw = nil
 	}
-	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: fw, gen: gen, plugin: scores[best].Scores}
+	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: fw, gen: gen, plugin: scores[best].Scores,
+		pods: podsOn(feasible, best, scores[best].Name)}
 }
 
 // cycle runs PreFilter, Filter (looking for at least minFeasible feasible nodes when the walk

@@ -220,18 +220,24 @@ func (s *Shard) evaluateGlobalLocked(ctx context.Context, pod *corev1.Pod) evalR
 	if !st.IsSuccess() {
 		return evalResult{reason: "score: " + st.Message()}
 	}
-	best := bestOf(scores)
-	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: gv.fw}
+	best := bestOf(scores, feasible)
+	return evalResult{node: scores[best].Name, score: scores[best].TotalScore, state: state, fw: gv.fw, pods: podsOn(feasible, best, scores[best].Name)}
 }
 
-// bestOf is the index of the highest total score, ties broken at random.
-func bestOf(scores []fwk.NodePluginScores) int {
-	best, ties := -1, 0
+// bestOf is the index of the highest total score in scores, which RunScorePlugins gave in the
+// order of nodes. Among equal totals the node holding the fewest pods wins, then one of those at
+// random (kube-scheduler draws among all of them): the integer scores of a small pod tie a node
+// holding one such pod with empty ones, and a draw among those piles pods up as a Poisson draw
+// does (pods per node stdev ≈ 1 with as many pods as nodes, a third of the nodes empty) where
+// the scores meant to spread them.
+func bestOf(scores []fwk.NodePluginScores, nodes []fwk.NodeInfo) int {
+	best, ties, fewest := -1, 0, 0
 	for i := range scores {
+		pods := podsOn(nodes, i, scores[i].Name)
 		switch {
-		case best < 0 || scores[i].TotalScore > scores[best].TotalScore:
-			best, ties = i, 1
-		case scores[i].TotalScore == scores[best].TotalScore:
+		case best < 0 || scores[i].TotalScore > scores[best].TotalScore || scores[i].TotalScore == scores[best].TotalScore && pods < fewest:
+			best, ties, fewest = i, 1, pods
+		case scores[i].TotalScore == scores[best].TotalScore && pods == fewest:
 			ties++
 			if rand.IntN(ties) == 0 {
 				best = i
@@ -239,6 +245,15 @@ func bestOf(scores []fwk.NodePluginScores) int {
 		}
 	}
 	return best
+}
+
+// podsOn is how many pods (bound, assumed or reserved) the node scored at i holds: nodes[i], the
+// node RunScorePlugins scored there. A node not found there counts as holding none.
+func podsOn(nodes []fwk.NodeInfo, i int, name string) int {
+	if i < len(nodes) && nodes[i].Node().Name == name {
+		return len(nodes[i].GetPods())
+	}
+	return 0
 }
 
 // frameworkOf is the framework that evaluated h (its cycle state belongs to it).

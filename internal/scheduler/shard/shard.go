@@ -291,7 +291,7 @@ func (s *Shard) handle(ctx context.Context, w *evaluator, frame []byte) {
 	if hp != nil && hp.preempt == nil {
 		s.m.Observe("eval_reserve", time.Since(t0))
 	}
-	p := wire.Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Feasible: res.node != "", Reason: res.reason,
+	p := wire.Proposal{Key: h.Key(), Shard: s.cfg.Index, Node: res.node, Score: res.score, Pods: res.pods, Feasible: res.node != "", Reason: res.reason,
 		Preemption: pre.cand, PreemptWait: pre.wait}
 	if hp != nil {
 		s.held.Store(h.Key(), hp)

@@ -12,6 +12,7 @@ type Proposal struct {
 	Shard    int        `json:"shard"`
 	Node     string     `json:"node,omitempty"`
 	Score    int64      `json:"score"`
+	Pods     int        `json:"pods,omitempty"` // on Node when it was scored: among equal scores the emptier node wins
 	Feasible bool       `json:"feasible"`
 	Reason   string     `json:"reason,omitempty"` // why nothing fits (first plugin message)
 	// Preemption: nothing fits, but evicting these lower-priority pods would (shard/preempt.go).
@@ -29,6 +30,9 @@ type Proposal struct {
 type Slot struct {
 	Node  string `json:"n"`
 	Score int64  `json:"s"`
+	// Pods the node held before this slot's reservation: among equal scores the collector
+	// takes the slot on the emptier node, as a shard ranks its own (shard.bestOf).
+	Pods int `json:"p,omitempty"`
 }
 
 // Decision is the collector's answer to a shard that proposed a node.
