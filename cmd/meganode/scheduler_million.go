@@ -47,6 +47,7 @@ type millionFlags struct {
 	costRounds       int
 	maxRSS           string
 	calibrate        int
+	inflight         int
 	timeout          time.Duration
 	sampleEvery      time.Duration
 	jsonOut, chartTo string
@@ -85,6 +86,8 @@ outside this process.`,
 	fs.IntVar(&f.scatter, "scatter", 2, "shards each pod is sent to (d; pods with constraints go to every shard)")
 	fs.IntVar(&f.batch, "batch", 32, "pods of one class planned together (1: off)")
 	fs.IntVar(&f.collectors, "collectors", 1, "collectors (each with its intake)")
+	fs.IntVar(&f.inflight, "inflight", 0, "attempts (a batch is one) between send and decision per collector (0: the scheduler's default, 8 × shards × d). "+
+		"Their queued work must stay well inside the collector's 30 s answer timeout: at 1M nodes on 2 cores 256 batches are ≈ 60 s of it")
 	fs.IntVar(&f.rankSample, "rank-sample", -1, "pods whose placement is ranked by kube-scheduler's scoring over every node after the run (-1: 200 for mixed, 0 for uniform)")
 	fs.BoolVar(&f.predict, "predict", true, "after the run, measure the costs here and print the model's prediction of the run (uniform)")
 	fs.BoolVar(&f.predictOnly, "predict-only", false, "no run: only the model's prediction of a run of this size on this machine (costs measured here)")
@@ -120,6 +123,8 @@ func (f *millionFlags) validate() error {
 		return usagef("--batch: want at least 1 (1: off), got %d", f.batch)
 	case f.collectors < 1:
 		return usagef("--collectors: want at least 1, got %d", f.collectors)
+	case f.inflight < 0:
+		return usagef("--inflight: want 0 (default) or a count, got %d", f.inflight)
 	case f.rankSample < -1:
 		return usagef("--rank-sample: want -1 (auto), 0 or a count, got %d", f.rankSample)
 	case f.costPods < 1 || f.costRounds < 1:
@@ -249,7 +254,7 @@ type millionModel struct {
 func (f *millionFlags) simConfig(nodes, pods, rank int, prog *bench.Progress) sim.Config {
 	return sim.Config{Nodes: nodes, Pods: pods, Shards: f.shards, Fanout: 10, Parallelism: 1, EquivalenceTTL: 2 * time.Second,
 		FeasibleToFind: shard.FeasibleAuto, Scatter: f.scatter, Batch: batchFlag(f.batch), ParallelPods: 1, Collectors: f.collectors,
-		Precreate: true, GlobalView: globalViewFor(f.workload), CountedBinds: true, Timeout: f.timeout, Workload: f.workload,
+		Precreate: true, GlobalView: globalViewFor(f.workload), CountedBinds: true, InFlight: f.inflight, Timeout: f.timeout, Workload: f.workload,
 		Sample: f.sampleEvery, RoleCPU: true, RankSample: rank, Progress: prog, HeapProfile: f.heapProfile}
 }
 

@@ -56,6 +56,7 @@ type Config struct {
 	// Workload: WorkloadUniform ("") or WorkloadMixed (workload.go).
 	Workload   string
 	Collectors int // as Config (0: its default)
+	InFlight   int // as Config: attempts (a batch is one) between send and decision per collector (0: its default)
 	// Sample: the bound count and the resident set are recorded this often (Result.Timeline; 0: not).
 	Sample time.Duration
 	// RoleCPU: the run's CPU is split by role from a CPU profile of the run (rolecpu.go).
@@ -158,7 +159,7 @@ func Simulate(ctx context.Context, sc Config) (*Result, error) {
 	sys, err := scheduler.StartAll(ctx, scheduler.Config{Client: cs, Shards: sc.Shards, Fanout: sc.Fanout, Parallelism: sc.Parallelism,
 		EquivalenceTTL: sc.EquivalenceTTL, Fraction: sc.Fraction, DeadAfter: -1, QueueLen: 4096, FeasibleToFind: sc.FeasibleToFind,
 		Scatter: sc.Scatter, Batch: sc.Batch, ParallelPods: sc.ParallelPods, GlobalView: sc.GlobalView, Collectors: sc.Collectors,
-		NoEvents: true}) // events are apiserver writes, which the simulator does not model
+		InFlight: sc.InFlight, NoEvents: true}) // events are apiserver writes, which the simulator does not model
 	if err != nil {
 		return nil, err
 	}
