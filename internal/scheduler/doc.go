@@ -6,7 +6,7 @@
 //	intake (watch or admission webhook, per collector) ──frame──► d shards picked per pod (collector/scatter.go),
 //	                                                    or the relay tree (fanout F) ──frame──► every shard
 //	shard: PreFilter/Filter/Score over its slice of nodes ──Proposal{node,score}──► collector(hash ns/name)
-//	collector: best score wins (random tie-break), once a fraction of shards answered or a deadline passed
+//	collector: best score wins (ties to the emptier node, then at random), once a fraction of shards answered or a deadline passed
 //	          ──Decision{allow|deny}──► shards; the winner re-checks, Reserves, assumes and binds
 //	winner ──CommitResult──► collector: success ends the pod; a conflict requeues it (never dropped)
 //	no feasible node anywhere: the shards propose preemption candidates, the globally cheapest one's
