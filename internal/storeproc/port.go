@@ -7,7 +7,45 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync"
+	"time"
 )
+
+// handedOut are the ports FreePort and FreePortRange returned in this process. A port is checked
+// by listening on it and closing it again, so until its child binds it the next check finds it
+// free too: one `up` of a 3-member group takes 9 ports, and two of them once came out equal (a
+// member's peer port, "address already in use"). None is handed out twice within claimFor, by
+// which its child has bound it (or failed); later it may be handed out again, so a long-lived
+// process (a test binary running many clusters) keeps finding free ranges.
+var handedOut = struct {
+	sync.Mutex
+	ports map[int]time.Time
+}{ports: map[int]time.Time{}}
+
+const claimFor = 2 * time.Minute
+
+// claim marks ports [p, p+n) handed out, unless one of them already is.
+func claim(p, n int) bool {
+	handedOut.Lock()
+	defer handedOut.Unlock()
+	now := time.Now()
+	for q := p; q < p+n; q++ {
+		if at, ok := handedOut.ports[q]; ok && now.Sub(at) < claimFor {
+			return false
+		}
+	}
+	for q := p; q < p+n; q++ {
+		handedOut.ports[q] = now
+	}
+	if len(handedOut.ports) > 4096 {
+		for q, at := range handedOut.ports {
+			if now.Sub(at) >= claimFor {
+				delete(handedOut.ports, q)
+			}
+		}
+	}
+	return true
+}
 
 // FreePort returns a loopback port nobody listens on, for a server that a child process will
 // bind. It is taken below the kernel's ephemeral range (net.ipv4.ip_local_port_range), where the
@@ -26,15 +64,23 @@ func FreePort() (int, error) {
 		port := minPort + rand.IntN(low-minPort)
 		if l, err := net.Listen("tcp", "127.0.0.1:"+strconv.Itoa(port)); err == nil {
 			l.Close()
+			if claim(port, 1) {
+				return port, nil
+			}
+		}
+	}
+	for range 64 {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		port := l.Addr().(*net.TCPAddr).Port
+		l.Close()
+		if claim(port, 1) {
 			return port, nil
 		}
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
+	return 0, fmt.Errorf("no loopback port this process has not handed out already after 128 tries")
 }
 
 // minPort keeps FreePort above the well-known and most registered service ports.
@@ -73,7 +119,7 @@ func FreePortRange(n int) (int, error) {
 			}
 			l.Close()
 		}
-		if ok {
+		if ok && claim(base, n) {
 			return base, nil
 		}
 	}

@@ -51,3 +51,35 @@ func TestFreePortRange(t *testing.T) {
 		t.Fatal("an empty range accepted")
 	}
 }
+
+// No port is handed out twice in a process, though each is free again as soon as it is checked:
+// a group's members, started after all their ports are taken, would otherwise share one.
+func TestFreePortNeverTwice(t *testing.T) {
+	seen := map[int]bool{}
+	t.Cleanup(func() { // the other tests look for free ranges in the same process
+		handedOut.Lock()
+		defer handedOut.Unlock()
+		for p := range seen {
+			delete(handedOut.ports, p)
+		}
+	})
+	for range 300 {
+		p, err := FreePort()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if seen[p] {
+			t.Fatalf("port %d handed out twice", p)
+		}
+		seen[p] = true
+	}
+	base, err := FreePortRange(50)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for p := base; p < base+50; p++ {
+		if seen[p] {
+			t.Fatalf("range [%d, %d) holds %d, handed out before", base, base+50, p)
+		}
+	}
+}
